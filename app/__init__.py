@@ -1,0 +1,1 @@
+"""repairbot: coding-agent bug repairs as durable workflows."""

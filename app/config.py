@@ -1,0 +1,121 @@
+"""One typed settings object, built once from the environment and passed down.
+
+Nothing here runs at import time: call :func:`Settings.from_env` at process
+start-up (the CLI does) and hand the result to whatever needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the variable."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Every knob repairbot has. Field docs name the environment variable."""
+
+    #: REPAIRBOT_DATA_DIR: local state (SQLite file, evidence, workspaces).
+    data_dir: Path = Path(".data")
+    #: DATABASE_URL: SQLAlchemy URL; defaults to a SQLite file in ``data_dir``.
+    database_url: str = ""
+    #: REDIS_URL: arq over Redis for dispatch; empty means the in-process dispatcher.
+    redis_url: str = ""
+    #: REPAIRBOT_WORKER_ID: names this worker in attempt records.
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    #: REPAIRBOT_CODE_VERSION: recorded with every attempt so results can be traced.
+    code_version: str = "dev"
+    #: REPAIRBOT_MAX_HISTORY_EVENTS: above this a run is asked to continue-as-new.
+    max_history_events: int = 2000
+    #: REPAIRBOT_RECONCILE_INTERVAL: seconds between reconciler passes.
+    reconcile_interval: float = 1.0
+    #: REPAIRBOT_CONCURRENCY: jobs one worker runs at once.
+    concurrency: int = 8
+
+    #: GITHUB_API_URL: REST base URL (the emulator's in tests and the demo).
+    github_api_url: str = "https://api.github.com"
+    #: GITHUB_APP_ID
+    github_app_id: str = ""
+    #: GITHUB_PRIVATE_KEY (PEM text) or GITHUB_PRIVATE_KEY_FILE (path).
+    github_private_key: str = field(default="", repr=False)
+    #: GITHUB_WEBHOOK_SECRET
+    github_webhook_secret: str = field(default="", repr=False)
+    #: REPAIRBOT_TRIGGER_LABEL
+    trigger_label: str = "repairbot"
+
+    #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
+    #: (crash tests only; see app/engine/faults.py).
+    fault_point: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.database_url:
+            object.__setattr__(
+                self, "database_url", f"sqlite:///{(self.data_dir / 'repairbot.db').as_posix()}"
+            )
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.data_dir / "evidence"
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        key = env.get("GITHUB_PRIVATE_KEY", "")
+        key_file = env.get("GITHUB_PRIVATE_KEY_FILE", "")
+        if not key and key_file:
+            try:
+                key = Path(key_file).read_text()
+            except OSError as exc:
+                raise ConfigError(f"GITHUB_PRIVATE_KEY_FILE cannot be read: {exc}") from exc
+        kwargs: dict[str, Any] = {
+            "data_dir": Path(env.get("REPAIRBOT_DATA_DIR", ".data")),
+            "database_url": env.get("DATABASE_URL", ""),
+            "redis_url": env.get("REDIS_URL", ""),
+            "code_version": env.get("REPAIRBOT_CODE_VERSION", "dev"),
+            "max_history_events": _int(env, "REPAIRBOT_MAX_HISTORY_EVENTS", 2000),
+            "reconcile_interval": _float(env, "REPAIRBOT_RECONCILE_INTERVAL", 1.0),
+            "concurrency": _int(env, "REPAIRBOT_CONCURRENCY", 8),
+            "github_api_url": env.get("GITHUB_API_URL", "https://api.github.com"),
+            "github_app_id": env.get("GITHUB_APP_ID", ""),
+            "github_private_key": key,
+            "github_webhook_secret": env.get("GITHUB_WEBHOOK_SECRET", ""),
+            "trigger_label": env.get("REPAIRBOT_TRIGGER_LABEL", "repairbot"),
+            "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
+        }
+        if env.get("REPAIRBOT_WORKER_ID"):
+            kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]
+        return cls(**kwargs)
