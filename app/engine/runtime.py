@@ -1,0 +1,164 @@
+"""The runtime as one object: store, worker, dispatcher and reconciler wired
+together, plus the client operations (start, signal, cancel, terminate,
+query) that the web process, handlers, CLI and tests use."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from app.engine.activity_context import Dependencies
+from app.engine.dispatch import Dispatcher, InProcessDispatcher
+from app.engine.errors import WorkflowNotFound
+from app.engine.faults import FaultPoints
+from app.engine.jobs import Job
+from app.engine.reconciler import Reconciler
+from app.engine.registry import Registry
+from app.engine.replay import WorkflowExecution
+from app.engine.store import RunRow, StartResult, Store, Tx
+from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
+from app.engine.worker import Worker
+
+SETTLED = (*CLOSED_STATUSES, *PARKED_STATUSES)
+
+
+class Runtime:
+    def __init__(
+        self,
+        engine: Engine,
+        registry: Registry,
+        *,
+        worker_id: str = "local",
+        code_version: str = "dev",
+        deps: Dependencies | None = None,
+        fault_point: str = "",
+        max_history_events: int = 2000,
+        concurrency: int = 8,
+        reconcile_interval: float = 1.0,
+        relay_grace: float = 2.0,
+    ) -> None:
+        self.engine = engine
+        self.registry = registry
+        self.faults = FaultPoints(fault_point)
+        self.store = Store(engine, faults=self.faults)
+        self.worker = Worker(
+            self.store,
+            registry,
+            worker_id=worker_id,
+            code_version=code_version,
+            deps=deps,
+            faults=self.faults,
+            max_history_events=max_history_events,
+        )
+        self.concurrency = concurrency
+        self.reconcile_interval = reconcile_interval
+        self.dispatcher: Dispatcher | None = None
+        self.reconciler = Reconciler(self.store, self.dispatch, relay_grace=relay_grace)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start_in_process(self) -> None:
+        """Embedded mode: run jobs and the reconciler in this process."""
+        dispatcher = InProcessDispatcher(self.worker.run_job, concurrency=self.concurrency)
+        dispatcher.start()
+        self.use_dispatcher(dispatcher)
+        self.reconciler.start(self.reconcile_interval)
+        await self.reconciler.run_once()  # pick up whatever a previous process left
+
+    def use_dispatcher(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.worker.sink = self.dispatch
+
+    async def stop(self) -> None:
+        await self.reconciler.stop()
+        if isinstance(self.dispatcher, InProcessDispatcher):
+            await self.dispatcher.stop()
+        self.worker.cache.clear()
+
+    async def dispatch(self, jobs: Sequence[Job]) -> None:
+        if jobs and self.dispatcher is not None:
+            await self.dispatcher.enqueue(jobs)
+
+    # -- client operations -------------------------------------------------------
+
+    async def start_workflow(
+        self,
+        name: str,
+        workflow_id: str,
+        input: Any = None,
+        *,
+        version: int | None = None,
+        deadline_seconds: float | None = None,
+    ) -> StartResult:
+        with self.store.transaction() as tx:
+            result = self.start_in(tx, name, workflow_id, input, version=version,
+                                   deadline_seconds=deadline_seconds)
+        await self.dispatch(tx.jobs)
+        return result
+
+    def start_in(
+        self,
+        tx: Tx,
+        name: str,
+        workflow_id: str,
+        input: Any = None,
+        *,
+        version: int | None = None,
+        deadline_seconds: float | None = None,
+    ) -> StartResult:
+        """Start inside the caller's transaction (webhook intake); dispatch tx.jobs after."""
+        return tx.start_run(
+            workflow_name=name,
+            workflow_version=version or self.registry.latest_version(name),
+            workflow_id=workflow_id,
+            input=input,
+            deadline_seconds=deadline_seconds,
+        )
+
+    async def signal(self, workflow_id: str, name: str, payload: Any, *, dedupe_key: str) -> bool:
+        with self.store.transaction() as tx:
+            delivered = tx.signal(workflow_id, name, payload, dedupe_key)
+        await self.dispatch(tx.jobs)
+        return delivered
+
+    async def cancel(self, workflow_id: str, reason: str) -> bool:
+        with self.store.transaction() as tx:
+            requested = tx.request_cancel(workflow_id, reason)
+        await self.dispatch(tx.jobs)
+        return requested
+
+    async def terminate(self, workflow_id: str, reason: str) -> dict[str, Any] | None:
+        with self.store.transaction() as tx:
+            return tx.terminate(workflow_id, reason)
+
+    def query(self, key: str, name: str) -> Any:
+        """Answer a named query by replaying history; nothing is written."""
+        run = self.store.find_run(key)
+        if run is None:
+            raise WorkflowNotFound(key)
+        defn = self.registry.workflow(run.workflow_name, run.workflow_version)
+        execution = WorkflowExecution(defn, run_id=run.run_id, workflow_id=run.workflow_id)
+        try:
+            execution.apply(self.store.load_events(run.run_id), task_time=datetime.now(UTC))
+            return execution.query(name)
+        finally:
+            execution.close()
+
+    async def wait_for(
+        self, key: str, *, statuses: Sequence[str] = SETTLED, timeout: float = 30.0
+    ) -> RunRow:
+        """Poll until the run (or the newest run of a workflow id) reaches a status."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.store.find_run(key)
+            if run is not None and run.status in statuses:
+                return run
+            if time.monotonic() > deadline:
+                state = run.status if run else "absent"
+                raise TimeoutError(f"{key} did not reach {list(statuses)} in {timeout}s ({state})")
+            await asyncio.sleep(0.01)

@@ -1,0 +1,25 @@
+"""Alembic environment: the URL comes from the caller (``app.migrate``) or,
+for the alembic CLI, from DATABASE_URL / the default SQLite file."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlmodel import SQLModel
+
+import app.models  # noqa: F401  (registers every table on SQLModel.metadata)
+from app.config import Settings
+from app.engine.db import make_engine
+
+config = context.config
+url = config.get_main_option("sqlalchemy.url") or Settings.from_env().database_url
+engine = make_engine(url)
+
+with engine.connect() as connection:
+    context.configure(
+        connection=connection,
+        target_metadata=SQLModel.metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()
