@@ -68,3 +68,15 @@ def db_engine(db_url: str) -> Iterator[Engine]:
     engine = make_engine(db_url)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+async def redis_url() -> str:
+    """A Redis database of its own for this test, emptied first."""
+    from redis.asyncio import Redis
+
+    url = REDIS_URL.rsplit("/", 1)[0] + "/7"
+    client = Redis.from_url(url)
+    await client.flushdb()
+    await client.aclose()
+    return url
