@@ -82,8 +82,14 @@ def arq_workers(
         ArqWorker(
             queue_name=DEFAULT_QUEUE,
             cron_jobs=[
-                cron(reconcile, name="reconcile", second=set(range(60)), run_at_startup=True,
-                     max_tries=1, keep_result=0)
+                cron(
+                    reconcile,
+                    name="reconcile",
+                    second=set(range(60)),
+                    run_at_startup=True,
+                    max_tries=1,
+                    keep_result=0,
+                )
             ],
             **common,
         )

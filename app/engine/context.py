@@ -21,7 +21,7 @@ from app.engine.commands import (
     input_hash,
 )
 from app.engine.errors import NondeterminismError
-from app.engine.scheduler import Scheduler, WorkflowFuture
+from app.engine.scheduler import WorkflowFuture
 
 if TYPE_CHECKING:
     from app.engine.registry import ActivityDefn
@@ -126,9 +126,11 @@ class WorkflowContext:
         timer_cmd = self._start_timer(timeout) if timeout is not None else None
         self._signal_waiters.setdefault(name, deque()).append((future, timer_cmd))
         if timer_cmd is not None:
-            self._timers[timer_cmd].add_done_callback(
-                lambda _t, name=name, future=future: self._signal_timed_out(name, future)
-            )
+
+            def timed_out(_timer: WorkflowFuture) -> None:
+                self._signal_timed_out(name, future)
+
+            self._timers[timer_cmd].add_done_callback(timed_out)
         return future
 
     def _signal_timed_out(self, name: str, future: WorkflowFuture) -> None:
@@ -210,7 +212,7 @@ class WorkflowContext:
     def stop_active_work(self) -> WorkflowFuture:
         """Resolves once every activity still in flight has ended (it was told to stop)."""
         self._record_cancel_phase("stopping-active-work")
-        return self.gather(*[f for f in self._activities.values() if not f.done])
+        return _settle_all([f for f in self._activities.values() if not f.done])
 
     def enter_cancel_phase(self, phase: str) -> None:
         """Record progress through cancellation (preserving-evidence, cleaning-owned-resources)."""
@@ -230,7 +232,9 @@ class WorkflowContext:
 
     # -- event application (called by the execution, never by workflow code) --
 
-    def _resolve_activity(self, cmd: int, value: Any = None, error: BaseException | None = None) -> None:
+    def _resolve_activity(
+        self, cmd: int, value: Any = None, error: BaseException | None = None
+    ) -> None:
         future = self._activities.get(cmd)
         if future is None:
             raise NondeterminismError(cmd, {"resolution for": cmd}, {"no activity issued": cmd})
@@ -258,6 +262,23 @@ class WorkflowContext:
 
     def pending_signals(self, name: str) -> int:
         return len(self._signal_buffers.get(name, ()))
+
+
+def _settle_all(futures: list[WorkflowFuture]) -> WorkflowFuture:
+    """Resolves (never fails) once every future has ended, however it ended."""
+    result = WorkflowFuture(label="settle")
+    pending = {id(f) for f in futures}
+
+    def settle(done: WorkflowFuture) -> None:
+        pending.discard(id(done))
+        if not pending:
+            result.set_result(len(futures))
+
+    if not futures:
+        result.set_result(0)
+    for future in futures:
+        future.add_done_callback(settle)
+    return result
 
 
 def _as_coroutine(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:

@@ -20,9 +20,26 @@ from app.engine.errors import DeterminismViolation
 #: Modules whose use inside workflow code is always an outside-world read.
 FORBIDDEN_MODULES = frozenset(
     {
-        "time", "random", "secrets", "socket", "subprocess", "os", "pathlib", "shutil",
-        "httpx", "requests", "urllib", "aiohttp", "asyncio", "threading", "sqlite3",
-        "sqlalchemy", "sqlmodel", "redis", "arq", "githubkit",
+        "time",
+        "random",
+        "secrets",
+        "socket",
+        "subprocess",
+        "os",
+        "pathlib",
+        "shutil",
+        "httpx",
+        "requests",
+        "urllib",
+        "aiohttp",
+        "asyncio",
+        "threading",
+        "sqlite3",
+        "sqlalchemy",
+        "sqlmodel",
+        "redis",
+        "arq",
+        "githubkit",
     }
 )
 #: Attribute calls that read the clock or randomness even on allowed modules.

@@ -6,7 +6,7 @@ is built explicitly at process start-up and checked for determinism there.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from app.engine.activity_context import ActivityContext
     from app.engine.context import WorkflowContext
 
-WorkflowFn = Callable[["WorkflowContext", Any], Awaitable[Any]]
+WorkflowFn = Callable[["WorkflowContext", Any], Coroutine[Any, Any, Any]]
 ActivityFn = Callable[["ActivityContext", Any], Awaitable[Any]]
 
 

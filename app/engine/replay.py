@@ -169,7 +169,9 @@ class WorkflowExecution:
             self.ctx._fire_timer(int(data["cmd"]))
         elif event.type == SIGNAL_RECEIVED:
             self.ctx._deliver_signal(
-                Signal(name=data["name"], payload=data.get("payload"), dedupe_key=data["dedupe_key"])
+                Signal(
+                    name=data["name"], payload=data.get("payload"), dedupe_key=data["dedupe_key"]
+                )
             )
         elif event.type == CANCEL_REQUESTED:
             self.ctx.cancel_requested = True
@@ -204,7 +206,9 @@ class WorkflowExecution:
             status = "cancelled" if self.ctx.cancel_requested else "completed"
             return Outcome(status=status, result=root.future.result)
         if isinstance(error, ReplayAborted) and self._nondeterminism is not None:
-            return Outcome(status="blocked-nondeterministic", error=error_info(self._nondeterminism))
+            return Outcome(
+                status="blocked-nondeterministic", error=error_info(self._nondeterminism)
+            )
         if isinstance(error, ContinueAsNew):
             return Outcome(status="continued-as-new", continue_input=error.input)
         if isinstance(error, WorkflowCancelled):

@@ -96,8 +96,9 @@ class Runtime:
         deadline_seconds: float | None = None,
     ) -> StartResult:
         with self.store.transaction() as tx:
-            result = self.start_in(tx, name, workflow_id, input, version=version,
-                                   deadline_seconds=deadline_seconds)
+            result = self.start_in(
+                tx, name, workflow_id, input, version=version, deadline_seconds=deadline_seconds
+            )
         await self.dispatch(tx.jobs)
         return result
 

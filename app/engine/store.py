@@ -527,7 +527,9 @@ class Store:
                 follow_ups.append(conflict)
         elif command.type == ev.TIMER_STARTED:
             fire_at = _parse_ts(attrs["fire_at"])
-            tx.conn.execute(insert(timers).values(run_id=run.run_id, cmd=command.cmd, fire_at=fire_at))
+            tx.conn.execute(
+                insert(timers).values(run_id=run.run_id, cmd=command.cmd, fire_at=fire_at)
+            )
             tx.add_job(timer_job(run.run_id, command.cmd, fire_at))
         elif command.type == ev.TIMER_CANCELLED:
             tx.conn.execute(
@@ -1045,15 +1047,19 @@ class Store:
 
     def enforce_deadlines(self, now: float, limit: int = 100) -> list[Job]:
         with self.transaction() as tx:
-            overdue = tx.conn.execute(
-                select(runs.c.run_id)
-                .where(
-                    runs.c.deadline_at < now,
-                    runs.c.deadline_notified.is_(False),
-                    runs.c.status.in_(OPEN_STATUSES),
+            overdue = (
+                tx.conn.execute(
+                    select(runs.c.run_id)
+                    .where(
+                        runs.c.deadline_at < now,
+                        runs.c.deadline_notified.is_(False),
+                        runs.c.status.in_(OPEN_STATUSES),
+                    )
+                    .limit(limit)
                 )
-                .limit(limit)
-            ).scalars().all()
+                .scalars()
+                .all()
+            )
             for run_id in overdue:
                 tx.conn.execute(
                     update(runs).where(runs.c.run_id == run_id).values(deadline_notified=True)
@@ -1076,8 +1082,12 @@ class Store:
         """Runs that wait for a workflow task but have no outbox row left."""
         with self.transaction() as tx:
             rows = tx.conn.execute(
-                select(runs.c.run_id, runs.c.history_length, runs.c.workflow_name,
-                       runs.c.workflow_version)
+                select(
+                    runs.c.run_id,
+                    runs.c.history_length,
+                    runs.c.workflow_name,
+                    runs.c.workflow_version,
+                )
                 .where(
                     runs.c.pending_task.is_(True),
                     runs.c.status.in_(OPEN_STATUSES),

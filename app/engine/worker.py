@@ -116,7 +116,9 @@ class Worker:
         if not self.registry.has_workflow(run.workflow_name, run.workflow_version):
             log.warning(
                 "worker has no code for %s@%s (run %s); leaving it to a worker that does",
-                run.workflow_name, run.workflow_version, run_id,
+                run.workflow_name,
+                run.workflow_version,
+                run_id,
             )
             return True
         execution = self._resume(run)
@@ -173,7 +175,8 @@ class Worker:
         defn = self.registry.activities.get(claim.activity)
         if defn is None:
             failure = Failure(
-                "transient", "ActivityNotRegistered",
+                "transient",
+                "ActivityNotRegistered",
                 f"worker {self.worker_id} has no activity {claim.activity!r}",
             )
             await self._record_failure(claim, failure)
@@ -194,7 +197,9 @@ class Worker:
                 assert isinstance(verdict, Absent)
             result = await asyncio.wait_for(defn.fn(actx, claim.input), remaining)
         except StaleLease:
-            log.warning("attempt %s of %s lost its lease; stopping", claim.attempt, claim.operation_id)
+            log.warning(
+                "attempt %s of %s lost its lease; stopping", claim.attempt, claim.operation_id
+            )
             return
         except ActivityFailure as failure:
             await self._record_failure(
@@ -220,11 +225,15 @@ class Worker:
         self.faults.hit("activity.before_complete")
         await self._record_result(claim, result)
 
-    async def _record_result(self, claim: Claim, result: Any, *, outcome: str = "completed") -> None:
+    async def _record_result(
+        self, claim: Claim, result: Any, *, outcome: str = "completed"
+    ) -> None:
         try:
             jobs = self.store.complete_activity(claim.task_id, claim.token, result, outcome=outcome)
         except StaleLease:
-            log.warning("result of stale attempt %s of %s rejected", claim.attempt, claim.operation_id)
+            log.warning(
+                "result of stale attempt %s of %s rejected", claim.attempt, claim.operation_id
+            )
             return
         await self._emit(jobs)
 
@@ -232,6 +241,8 @@ class Worker:
         try:
             jobs = self.store.fail_activity(claim.task_id, claim.token, failure)
         except StaleLease:
-            log.warning("failure of stale attempt %s of %s rejected", claim.attempt, claim.operation_id)
+            log.warning(
+                "failure of stale attempt %s of %s rejected", claim.attempt, claim.operation_id
+            )
             return
         await self._emit(jobs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+
 import pytest
 from arq import create_pool
 from arq.connections import RedisSettings
@@ -60,8 +61,22 @@ async def test_deterministic_job_ids_make_double_relay_one_job(
 ) -> None:
     assert isinstance(arq_runtime.dispatcher, ArqDispatcher)
     pool = arq_runtime.dispatcher.pool
-    first = await pool.enqueue_job("run_job", "workflow_task", "nope", "wft:x:1",
-                                   _job_id="wft:x:1", _queue_name="q-test", _defer_by=60)
-    second = await pool.enqueue_job("run_job", "workflow_task", "nope", "wft:x:1",
-                                    _job_id="wft:x:1", _queue_name="q-test", _defer_by=60)
+    first = await pool.enqueue_job(
+        "run_job",
+        "workflow_task",
+        "nope",
+        "wft:x:1",
+        _job_id="wft:x:1",
+        _queue_name="q-test",
+        _defer_by=60,
+    )
+    second = await pool.enqueue_job(
+        "run_job",
+        "workflow_task",
+        "nope",
+        "wft:x:1",
+        _job_id="wft:x:1",
+        _queue_name="q-test",
+        _defer_by=60,
+    )
     assert first is not None and second is None

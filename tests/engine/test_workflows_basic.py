@@ -71,7 +71,12 @@ async def waiter(ctx: WorkflowContext, _: Any) -> Any:
 
 
 REGISTRY = Registry.of(
-    [sequence, parallel, retrying, permanent, waiter], [add, flaky, broken, ]
+    [sequence, parallel, retrying, permanent, waiter],
+    [
+        add,
+        flaky,
+        broken,
+    ],
 )
 
 

@@ -1,0 +1,152 @@
+"""Ambiguous failures go through reconcile; operation ids name one effect;
+timeouts and deadlines end work that would otherwise hang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.engine.activity_context import ActivityContext
+from app.engine.context import WorkflowContext
+from app.engine.errors import ActivityError, AmbiguousError, DeadlineExceeded
+from app.engine.policy import RetryPolicy, Timeouts
+from app.engine.registry import Absent, Found, Registry, Unknown, activity, workflow
+
+# An external "world" the activities act on, so the tests can see effects.
+WORLD: dict[str, Any] = {}
+FAST = RetryPolicy(initial_interval=0.01, max_attempts=4)
+
+
+async def _reconcile(actx: ActivityContext, name: str) -> Any:
+    verdict = WORLD.get("verdict")
+    if verdict == "unknown":
+        return Unknown("the remote cannot say whether the ticket exists")
+    if name in WORLD.get("created", {}):
+        return Found(WORLD["created"][name])
+    return Absent()
+
+
+@activity("create", retry=FAST, reconcile=_reconcile)
+async def create(actx: ActivityContext, name: str) -> str:
+    WORLD.setdefault("calls", []).append(actx.attempt)
+    if WORLD.get("apply_then_lose") and actx.attempt == 1:
+        WORLD.setdefault("created", {})[name] = f"id-{name}"
+        raise AmbiguousError("connection dropped after the request was sent")
+    if WORLD.get("lose_before_apply") and actx.attempt == 1:
+        raise AmbiguousError("timed out before the request reached the server")
+    WORLD.setdefault("created", {})[name] = f"id-{name}"
+    return f"id-{name}"
+
+
+@activity("echo")
+async def echo(actx: ActivityContext, value: Any) -> Any:
+    return value
+
+
+@activity(
+    "slow",
+    retry=RetryPolicy(max_attempts=2, initial_interval=0.01),
+    timeouts=Timeouts(start_to_close=0.2),
+)
+async def slow(actx: ActivityContext, _: Any) -> None:
+    import asyncio
+
+    await asyncio.sleep(5)
+
+
+@activity("unheard", timeouts=Timeouts(schedule_to_start=0.2, start_to_close=5))
+async def unheard(actx: ActivityContext, _: Any) -> None:
+    return None
+
+
+@workflow("create-one")
+async def create_one(ctx: WorkflowContext, name: str) -> Any:
+    return await ctx.activity(create, name, step="create")
+
+
+@workflow("reuse-op")
+async def reuse_op(ctx: WorkflowContext, same: bool) -> Any:
+    first = await ctx.activity(echo, "a", step="echo")
+    try:
+        second = await ctx.activity(echo, "a" if same else "b", operation_id=f"{ctx.run_id}:echo")
+    except ActivityError as exc:
+        return {"error": exc.error_type}
+    return [first, second]
+
+
+@workflow("times-out")
+async def times_out(ctx: WorkflowContext, _: Any) -> Any:
+    try:
+        await ctx.activity(slow, None, step="slow")
+    except ActivityError as exc:
+        return {"type": exc.error_type, "attempts": exc.attempts}
+    return None
+
+
+@workflow("deadline")
+async def deadline(ctx: WorkflowContext, _: Any) -> Any:
+    try:
+        await ctx.sleep(3600)
+    except DeadlineExceeded:
+        return "reported the deadline"
+    return "slept"
+
+
+REGISTRY = Registry.of([create_one, reuse_op, times_out, deadline], [create, echo, slow, unheard])
+
+
+def setup_function() -> None:
+    WORLD.clear()
+
+
+async def test_ambiguous_then_found_accepts_the_effect(make_runtime: Any) -> None:
+    WORLD["apply_then_lose"] = True
+    rt = await make_runtime(REGISTRY)
+    await rt.start_workflow("create-one", "amb-found", "t1")
+    run = await rt.wait_for("amb-found")
+    assert (run.status, run.result) == ("completed", "id-t1")
+    assert WORLD["calls"] == [1]  # reconcile found it: the mutation never ran twice
+    outcomes = [a["outcome"] for a in rt.store.activity_attempts(run.run_id)]
+    assert outcomes == ["failed:ambiguous", "reconciled-found"]
+
+
+async def test_ambiguous_then_absent_retries(make_runtime: Any) -> None:
+    WORLD["lose_before_apply"] = True
+    rt = await make_runtime(REGISTRY)
+    await rt.start_workflow("create-one", "amb-absent", "t2")
+    run = await rt.wait_for("amb-absent")
+    assert run.result == "id-t2"
+    assert WORLD["calls"] == [1, 2]
+
+
+async def test_ambiguous_then_unknown_parks_for_a_human(make_runtime: Any) -> None:
+    WORLD["lose_before_apply"] = True
+    WORLD["verdict"] = "unknown"
+    rt = await make_runtime(REGISTRY)
+    await rt.start_workflow("create-one", "amb-unknown", "t3")
+    run = await rt.wait_for("amb-unknown")
+    assert run.status == "needs-human"
+    assert "cannot say" in run.error["reason"]
+    assert WORLD["calls"] == [1]
+
+
+async def test_operation_id_reuse_with_other_parameters_is_an_error(make_runtime: Any) -> None:
+    rt = await make_runtime(REGISTRY)
+    await rt.start_workflow("reuse-op", "op-diff", False)
+    await rt.start_workflow("reuse-op", "op-same", True)
+    assert (await rt.wait_for("op-diff")).result == {"error": "OperationIdConflict"}
+    # The same operation with the same parameters is the same effect: its result.
+    assert (await rt.wait_for("op-same")).result == ["a", "a"]
+
+
+async def test_start_to_close_timeout_retries_then_fails(make_runtime: Any) -> None:
+    rt = await make_runtime(REGISTRY)
+    await rt.start_workflow("times-out", "stc")
+    run = await rt.wait_for("stc", timeout=15)
+    assert run.result == {"type": "StartToCloseTimeout", "attempts": 2}
+
+
+async def test_workflow_deadline_is_delivered_to_the_code(make_runtime: Any) -> None:
+    rt = await make_runtime(REGISTRY)
+    await rt.start_workflow("deadline", "dl", deadline_seconds=0.2)
+    run = await rt.wait_for("dl", timeout=10)
+    assert (run.status, run.result) == ("completed", "reported the deadline")
