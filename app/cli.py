@@ -1,0 +1,150 @@
+"""The ``repairbot`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from app import logs
+from app.config import ConfigError, Settings
+from app.engine.db import make_engine
+from app.engine.history import export_history
+from app.engine.store import Store
+from app.migrate import upgrade
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    upgrade(settings.database_url)
+    print(f"database at {settings.database_url} is at the latest schema")
+    return 0
+
+
+def _store(settings: Settings) -> Store:
+    return Store(make_engine(settings.database_url))
+
+
+def cmd_runs_list(args: argparse.Namespace, settings: Settings) -> int:
+    runs = _store(settings).list_runs(limit=args.limit, status=args.status)
+    if not runs:
+        print("no runs")
+        return 0
+    print(f"{'RUN':44} {'WORKFLOW':22} {'STATUS':24} {'EVENTS':>6}  STARTED")
+    for run in runs:
+        status = run.status + (f" ({run.cancel_phase})" if run.status == "cancelling" else "")
+        workflow = f"{run.workflow_name}@{run.workflow_version}"
+        print(
+            f"{run.run_id:44} {workflow:22} {status:24} {run.history_length:>6}  "
+            f"{_when(run.created_at)}"
+        )
+    return 0
+
+
+def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
+    store = _store(settings)
+    run = store.find_run(args.run)
+    if run is None:
+        print(f"no run or workflow id {args.run!r}", file=sys.stderr)
+        return 1
+    print(f"run       {run.run_id}")
+    print(f"workflow  {run.workflow_name}@{run.workflow_version}  (id {run.workflow_id})")
+    print(f"status    {run.status}" + (f" / {run.cancel_phase}" if run.cancel_phase else ""))
+    print(f"started   {_when(run.created_at)}   closed {_when(run.closed_at)}")
+    if run.result is not None:
+        print(f"result    {json.dumps(run.result)}")
+    if run.error is not None:
+        print(f"error     {json.dumps(run.error)}")
+    print("\nhistory:")
+    for event in store.load_events(run.run_id):
+        data = {k: v for k, v in event.data.items() if k not in ("input_hash",)}
+        print(f"  {event.seq:>4} {event.type:20} {json.dumps(data, default=str)[:160]}")
+    attempts = store.activity_attempts(run.run_id)
+    if attempts:
+        print("\nattempts:")
+        for a in attempts:
+            print(
+                f"  {a['operation_id']:40} #{a['attempt']} token {a['fencing_token']} "
+                f"by {a['worker_id']} ({a['code_version']}): {a['outcome'] or 'running'}"
+            )
+    return 0
+
+
+def cmd_runs_export(args: argparse.Namespace, settings: Settings) -> int:
+    print(json.dumps(export_history(_store(settings), args.run), indent=1))
+    return 0
+
+
+def cmd_example(args: argparse.Namespace, settings: Settings) -> int:
+    from app.example_run import run_example
+
+    return asyncio.run(run_example(settings, items=args.items))
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from app.worker import run_worker
+
+    return asyncio.run(run_worker(settings))
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    parser = argparse.ArgumentParser(
+        prog="repairbot", description="Coding-agent bug repairs as durable workflows."
+    )
+    parser.add_argument("--log-level", default="WARNING")
+    sub = parser.add_subparsers(dest="command", required=True)
+    handlers: dict[str, Command] = {}
+
+    def add(name: str, fn: Command, help_: str) -> argparse.ArgumentParser:
+        handlers[name] = fn
+        return sub.add_parser(name, help=help_)
+
+    add("migrate", cmd_migrate, "apply database migrations")
+    example = add("example", cmd_example, "run a small durable workflow end to end")
+    example.add_argument("items", nargs="*", default=["durable", "replayed", "fenced"])
+    add("worker", cmd_worker, "run a worker (arq over Redis if REDIS_URL is set)")
+    runs = add("runs", lambda a, s: 0, "inspect runs")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    lst = runs_sub.add_parser("list", help="recent runs")
+    lst.add_argument("--limit", type=int, default=30)
+    lst.add_argument("--status")
+    handlers["runs list"] = cmd_runs_list
+    for name, fn, help_ in (
+        ("show", cmd_runs_show, "a run's phase, history and attempts"),
+        ("export", cmd_runs_export, "a run's history as JSON (for tests/histories/)"),
+    ):
+        p = runs_sub.add_parser(name, help=help_)
+        p.add_argument("run", help="run id or workflow id")
+        handlers[f"runs {name}"] = fn
+    return parser, handlers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, handlers = build_parser()
+    args = parser.parse_args(argv)
+    logs.configure(args.log_level)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    key = args.command
+    sub_command: Any = getattr(args, f"{args.command}_command", None)
+    if sub_command:
+        key = f"{key} {sub_command}"
+    return handlers[key](args, settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Worker processes: arq over Redis (production) or in-process (embedded)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from arq import create_pool
+from arq.connections import RedisSettings
+
+from app.config import Settings
+from app.engine.activity_context import Dependencies
+from app.engine.arq_dispatch import ArqDispatcher, arq_workers
+from app.engine.db import make_engine
+from app.engine.runtime import Runtime
+from app.registry import build_registry
+
+log = logging.getLogger("repairbot.worker")
+
+
+def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runtime:
+    """The runtime with shared clients built once for the whole process."""
+    return Runtime(
+        make_engine(settings.database_url),
+        build_registry(),
+        worker_id=settings.worker_id,
+        code_version=settings.code_version,
+        deps=deps or Dependencies(settings),
+        fault_point=settings.fault_point,
+        max_history_events=settings.max_history_events,
+        concurrency=settings.concurrency,
+        reconcile_interval=settings.reconcile_interval,
+    )
+
+
+async def run_worker(settings: Settings) -> int:
+    runtime = build_runtime(settings)
+    if not settings.redis_url:
+        log.info("no REDIS_URL: running jobs in this process")
+        await runtime.start_in_process()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runtime.stop()
+        return 0
+    redis_settings = RedisSettings.from_dsn(settings.redis_url)
+    pool = await create_pool(redis_settings)
+    runtime.use_dispatcher(ArqDispatcher(pool))
+    workers = arq_workers(runtime, redis_settings, max_jobs=settings.concurrency)
+    log.info("arq workers on queues %s", [w.queue_name for w in workers])
+    try:
+        await asyncio.gather(*(w.async_run() for w in workers))
+    finally:
+        for worker in workers:
+            await worker.close()
+        await pool.aclose()
+    return 0
