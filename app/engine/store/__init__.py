@@ -1,0 +1,26 @@
+"""Every durable state change of the runtime, each in one short transaction.
+
+The rules that make the runtime safe live here:
+
+- history is appended only through :meth:`Tx.append_event` (which bumps the
+  run's history length under the row lock) or by a workflow-task commit that
+  is guarded by the history length it replayed (optimistic concurrency);
+- activity completion, failure and heartbeats are accepted only with the
+  attempt's current fencing token; stale writes are rejected and counted;
+- every state change that needs work done writes its outbox row (a job) in
+  the same transaction.
+"""
+
+from app.engine.store.activities import ActivityAttempts
+from app.engine.store.maintenance import Maintenance
+from app.engine.store.reads import Reads
+from app.engine.store.rows import Claim, Failure, RunRow, StartResult
+from app.engine.store.schema import STALE_WRITES
+from app.engine.store.tx import Tx
+from app.engine.store.workflow_tasks import WorkflowTasks
+
+__all__ = ["STALE_WRITES", "Claim", "Failure", "RunRow", "StartResult", "Store", "Tx"]
+
+
+class Store(Reads, WorkflowTasks, ActivityAttempts, Maintenance):
+    """Every durable state change of the runtime, one short transaction each."""

@@ -1,0 +1,305 @@
+"""Activity attempts: claim with a fencing token, heartbeat, complete, fail, park."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from app.engine import commands as ev
+from app.engine.errors import StaleLease
+from app.engine.jobs import Job, activity_job
+from app.engine.policy import ActivityOptions
+from app.engine.store.base import StoreBase
+from app.engine.store.rows import Claim, Failure
+from app.engine.store.schema import (
+    EARLY_TOLERANCE,
+    STALE_WRITES,
+    attempts,
+    events,
+    lease_expiry,
+    outbox,
+    runs,
+    tasks,
+)
+from app.engine.store.tx import Tx
+from app.engine.tables import (
+    OPEN_STATUSES,
+)
+
+
+class ActivityAttempts(StoreBase):
+    def claim_activity(self, task_id: int, *, worker_id: str, code_version: str) -> Claim | None:
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                select(tasks, runs.c.workflow_id)
+                .join(runs, runs.c.run_id == tasks.c.run_id)
+                .where(tasks.c.id == task_id)
+            ).first()
+            if row is None or row.status != "scheduled":
+                return None
+            if row.next_attempt_at > tx.now + EARLY_TOLERANCE:
+                return None
+            options = ActivityOptions.from_json(row.options)
+            token = row.fencing_token + 1
+            attempt = row.attempt + 1
+            claimed = tx.conn.execute(
+                update(tasks)
+                .where(
+                    tasks.c.id == task_id,
+                    tasks.c.status == "scheduled",
+                    tasks.c.fencing_token == row.fencing_token,
+                )
+                .values(
+                    status="running",
+                    attempt=attempt,
+                    fencing_token=token,
+                    started_at=tx.now,
+                    heartbeat_at=tx.now,
+                    lease_expires_at=lease_expiry(options, started_at=tx.now, now=tx.now),
+                    worker_id=worker_id,
+                    code_version=code_version,
+                )
+            ).rowcount
+            if not claimed:
+                return None
+            tx.conn.execute(
+                insert(attempts).values(
+                    task_id=task_id,
+                    attempt=attempt,
+                    fencing_token=token,
+                    worker_id=worker_id,
+                    code_version=code_version,
+                    started_at=tx.now,
+                )
+            )
+            tx.conn.execute(
+                delete(outbox).where(outbox.c.kind == "activity", outbox.c.ref == str(task_id))
+            )
+            return Claim(
+                task_id=task_id,
+                run_id=row.run_id,
+                workflow_id=row.workflow_id,
+                activity=row.activity,
+                operation_id=row.operation_id,
+                input=row.input,
+                attempt=attempt,
+                token=token,
+                needs_reconcile=bool(row.needs_reconcile),
+                options=options,
+                started_at=tx.now,
+            )
+
+    def heartbeat(self, task_id: int, token: int, details: Any = None) -> bool:
+        """Extend the lease; returns whether cancellation was requested.
+
+        Raises :class:`StaleLease` when this attempt no longer holds the lease.
+        """
+        answer = self._heartbeat(task_id, token, details)
+        if answer is None:
+            raise StaleLease(f"activity task {task_id}: token {token} is no longer current")
+        return answer
+
+    def _heartbeat(self, task_id: int, token: int, details: Any) -> bool | None:
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                select(tasks.c.options, tasks.c.started_at, tasks.c.cancel_requested).where(
+                    tasks.c.id == task_id,
+                    tasks.c.fencing_token == token,
+                    tasks.c.status == "running",
+                )
+            ).first()
+            if row is None:
+                self._reject_stale(tx, task_id, token, "heartbeat")
+                return None
+            options = ActivityOptions.from_json(row.options)
+            tx.conn.execute(
+                update(tasks)
+                .where(tasks.c.id == task_id, tasks.c.fencing_token == token)
+                .values(
+                    heartbeat_at=tx.now,
+                    heartbeat_details=details,
+                    lease_expires_at=lease_expiry(options, started_at=row.started_at, now=tx.now),
+                )
+            )
+            return bool(row.cancel_requested)
+
+    def complete_activity(
+        self, task_id: int, token: int, result: Any, *, outcome: str = "completed"
+    ) -> list[Job]:
+        """Accept an attempt's result, only from the current token holder."""
+        jobs = self._complete(task_id, token, result, outcome)
+        if jobs is None:
+            raise StaleLease(f"activity task {task_id}: completion with stale token {token}")
+        return jobs
+
+    def _complete(self, task_id: int, token: int, result: Any, outcome: str) -> list[Job] | None:
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                update(tasks)
+                .where(
+                    tasks.c.id == task_id,
+                    tasks.c.fencing_token == token,
+                    tasks.c.status == "running",
+                )
+                .values(status="completed", result=result, closed_at=tx.now)
+                .returning(
+                    tasks.c.run_id,
+                    tasks.c.cmd,
+                    tasks.c.activity,
+                    tasks.c.attempt,
+                    tasks.c.worker_id,
+                    tasks.c.code_version,
+                )
+            ).first()
+            if row is None:
+                self._reject_stale(tx, task_id, token, "completion")
+                return None
+            self._finish_attempt(tx, task_id, token, outcome, None)
+            tx.append_event(
+                row.run_id,
+                ev.ACTIVITY_COMPLETED,
+                {
+                    "cmd": row.cmd,
+                    "activity": row.activity,
+                    "result": result,
+                    "attempts": row.attempt,
+                    "worker_id": row.worker_id,
+                    "code_version": row.code_version,
+                },
+            )
+            return tx.jobs
+
+    def fail_activity(self, task_id: int, token: int, failure: Failure) -> list[Job]:
+        """Record a failed attempt: retry later, or fail the activity for good."""
+        jobs = self._fail(task_id, token, failure)
+        if jobs is None:
+            raise StaleLease(f"activity task {task_id}: failure with stale token {token}")
+        return jobs
+
+    def _fail(self, task_id: int, token: int, failure: Failure) -> list[Job] | None:
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                select(tasks).where(
+                    tasks.c.id == task_id,
+                    tasks.c.fencing_token == token,
+                    tasks.c.status == "running",
+                )
+            ).first()
+            if row is None:
+                self._reject_stale(tx, task_id, token, "failure")
+                return None
+            options = ActivityOptions.from_json(row.options)
+            retry = options.retry
+            delay = (
+                failure.next_retry_delay
+                if failure.next_retry_delay is not None
+                else retry.delay_before(row.attempt + 1)
+            )
+            deadline = row.schedule_to_close_deadline
+            final = (
+                failure.failure_class in ("permanent", "cancelled")
+                or failure.error_type in retry.non_retryable_error_types
+                or row.attempt >= retry.max_attempts
+                or bool(row.cancel_requested)
+                or (deadline is not None and tx.now + delay >= deadline)
+            )
+            self._finish_attempt(tx, task_id, token, f"failed:{failure.failure_class}", failure)
+            if not final:
+                tx.conn.execute(
+                    update(tasks)
+                    .where(tasks.c.id == task_id, tasks.c.fencing_token == token)
+                    .values(
+                        status="scheduled",
+                        next_attempt_at=tx.now + delay,
+                        needs_reconcile=failure.failure_class == "ambiguous",
+                        last_failure=failure.to_json(),
+                        lease_expires_at=None,
+                    )
+                )
+                tx.add_job(activity_job(task_id, row.attempt + 1, tx.now + delay))
+                return tx.jobs
+            status = "cancelled" if failure.failure_class == "cancelled" else "failed"
+            tx.conn.execute(
+                update(tasks)
+                .where(tasks.c.id == task_id, tasks.c.fencing_token == token)
+                .values(status=status, last_failure=failure.to_json(), closed_at=tx.now)
+            )
+            tx.append_event(
+                row.run_id,
+                ev.ACTIVITY_FAILED,
+                {"cmd": row.cmd, "activity": row.activity, "attempts": row.attempt}
+                | failure.to_json(),
+            )
+            return tx.jobs
+
+    def park_for_human(self, task_id: int, token: int, reason: str) -> None:
+        """Reconcile could not tell whether the effect happened: stop and ask."""
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                update(tasks)
+                .where(
+                    tasks.c.id == task_id,
+                    tasks.c.fencing_token == token,
+                    tasks.c.status == "running",
+                )
+                .values(
+                    status="failed",
+                    closed_at=tx.now,
+                    last_failure={"failure_class": "needs-human", "message": reason},
+                )
+                .returning(tasks.c.run_id, tasks.c.operation_id, tasks.c.activity)
+            ).first()
+            if row is None:
+                self._reject_stale(tx, task_id, token, "park")
+                return
+            failure = Failure("needs-human", "Unknown", reason)
+            self._finish_attempt(tx, task_id, token, "needs-human", failure)
+            run = tx.conn.execute(select(runs).where(runs.c.run_id == row.run_id)).first()
+            if run is None or run.status not in OPEN_STATUSES:
+                return
+            record = {
+                "reason": reason,
+                "operation_id": row.operation_id,
+                "activity": row.activity,
+            }
+            tx.conn.execute(
+                insert(events).values(
+                    run_id=row.run_id,
+                    seq=run.history_length + 1,
+                    type=ev.RUN_PARKED,
+                    data={"status": "needs-human", "error": record},
+                    created_at=tx.now,
+                )
+            )
+            tx.conn.execute(
+                update(runs)
+                .where(runs.c.run_id == row.run_id)
+                .values(history_length=run.history_length + 1)
+            )
+            tx.close_run(row.run_id, "needs-human", error=record)
+
+    def _finish_attempt(
+        self, tx: Tx, task_id: int, token: int, outcome: str, failure: Failure | None
+    ) -> None:
+        tx.conn.execute(
+            update(attempts)
+            .where(attempts.c.task_id == task_id, attempts.c.fencing_token == token)
+            .values(
+                finished_at=tx.now,
+                outcome=outcome,
+                error=failure.to_json() if failure else None,
+            )
+        )
+
+    def _reject_stale(self, tx: Tx, task_id: int, token: int, what: str) -> None:
+        tx.bump_counter(STALE_WRITES)
+        tx.conn.execute(
+            update(attempts)
+            .where(
+                attempts.c.task_id == task_id,
+                attempts.c.fencing_token == token,
+                attempts.c.outcome.is_(None),
+            )
+            .values(outcome=f"stale-{what}-rejected", finished_at=tx.now)
+        )

@@ -1,0 +1,182 @@
+"""Timers and the reconciler's queries (all indexed; none scans every run)."""
+
+from __future__ import annotations
+
+from sqlalchemy import and_, delete, select, update
+
+from app.engine import commands as ev
+from app.engine.jobs import Job, workflow_queue, workflow_task_job
+from app.engine.policy import ActivityOptions
+from app.engine.store.base import StoreBase
+from app.engine.store.rows import Failure
+from app.engine.store.schema import EARLY_TOLERANCE, outbox, runs, tasks, timers
+from app.engine.tables import (
+    OPEN_STATUSES,
+)
+
+
+class Maintenance(StoreBase):
+    def fire_timer(self, run_id: str, cmd: int) -> list[Job]:
+        with self.transaction() as tx:
+            fired = tx.conn.execute(
+                update(timers)
+                .where(
+                    timers.c.run_id == run_id,
+                    timers.c.cmd == cmd,
+                    timers.c.status == "pending",
+                    timers.c.fire_at <= tx.now + EARLY_TOLERANCE,
+                )
+                .values(status="fired")
+            ).rowcount
+            tx.conn.execute(
+                delete(outbox).where(outbox.c.kind == "timer", outbox.c.ref == f"{run_id}|{cmd}")
+            )
+            if fired:
+                tx.append_event(run_id, ev.TIMER_FIRED, {"cmd": cmd})
+            return tx.jobs
+
+    # -- reconciler queries (all indexed; none scans every run) ---------------
+
+    def expired_leases(self, now: float, limit: int = 100) -> list[tuple[int, int, Failure]]:
+        """Running attempts whose lease ran out: their worker is gone or too slow."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    tasks.c.id,
+                    tasks.c.fencing_token,
+                    tasks.c.options,
+                    tasks.c.started_at,
+                    tasks.c.has_reconcile,
+                )
+                .where(tasks.c.status == "running", tasks.c.lease_expires_at < now)
+                .limit(limit)
+            ).all()
+        out = []
+        for row in rows:
+            options = ActivityOptions.from_json(row.options)
+            overran = row.started_at + options.timeouts.start_to_close <= now
+            kind = "StartToCloseTimeout" if overran else "HeartbeatTimeout"
+            # The lost attempt may have had its effect: with a reconcile function
+            # that is an ambiguous failure, resolved before any retry.
+            failure_class = "ambiguous" if row.has_reconcile else "transient"
+            message = f"attempt lease expired ({kind}); the worker died or stalled"
+            out.append((row.id, row.fencing_token, Failure(failure_class, kind, message)))
+        return out
+
+    def expired_schedules(self, now: float, limit: int = 100) -> list[tuple[int, str]]:
+        """Tasks past schedule-to-start (never started) or schedule-to-close."""
+        with self.engine.connect() as conn:
+            to_start = conn.execute(
+                select(tasks.c.id)
+                .where(
+                    tasks.c.status == "scheduled",
+                    tasks.c.attempt == 0,
+                    tasks.c.schedule_to_start_deadline < now,
+                )
+                .limit(limit)
+            ).scalars()
+            to_close = conn.execute(
+                select(tasks.c.id)
+                .where(
+                    tasks.c.status.in_(("scheduled", "running")),
+                    tasks.c.schedule_to_close_deadline < now,
+                )
+                .limit(limit)
+            ).scalars()
+            return [(i, "ScheduleToStartTimeout") for i in to_start] + [
+                (i, "ScheduleToCloseTimeout") for i in to_close
+            ]
+
+    def time_out_task(self, task_id: int, error_type: str) -> list[Job]:
+        """Fail a task for good on a schedule timeout, whatever attempt holds it."""
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                update(tasks)
+                .where(tasks.c.id == task_id, tasks.c.status.in_(("scheduled", "running")))
+                .values(
+                    status="failed",
+                    closed_at=tx.now,
+                    cancel_requested=True,
+                    last_failure={"failure_class": "timeout", "error_type": error_type},
+                )
+                .returning(tasks.c.run_id, tasks.c.cmd, tasks.c.activity, tasks.c.attempt)
+            ).first()
+            if row is None:
+                return []
+            tx.append_event(
+                row.run_id,
+                ev.ACTIVITY_FAILED,
+                {
+                    "cmd": row.cmd,
+                    "activity": row.activity,
+                    "attempts": row.attempt,
+                    "failure_class": "timeout",
+                    "error_type": error_type,
+                    "message": f"activity {row.activity} hit its {error_type}",
+                },
+            )
+            return tx.jobs
+
+    def due_timers(self, now: float, limit: int = 100) -> list[tuple[str, int]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(timers.c.run_id, timers.c.cmd)
+                .where(timers.c.status == "pending", timers.c.fire_at <= now)
+                .limit(limit)
+            ).all()
+        return [(r.run_id, r.cmd) for r in rows]
+
+    def enforce_deadlines(self, now: float, limit: int = 100) -> list[Job]:
+        with self.transaction() as tx:
+            overdue = (
+                tx.conn.execute(
+                    select(runs.c.run_id)
+                    .where(
+                        runs.c.deadline_at < now,
+                        runs.c.deadline_notified.is_(False),
+                        runs.c.status.in_(OPEN_STATUSES),
+                    )
+                    .limit(limit)
+                )
+                .scalars()
+                .all()
+            )
+            for run_id in overdue:
+                tx.conn.execute(
+                    update(runs).where(runs.c.run_id == run_id).values(deadline_notified=True)
+                )
+                tx.append_event(run_id, ev.DEADLINE_EXCEEDED, {"deadline_passed_at": now})
+            return tx.jobs
+
+    def lingering_jobs(self, older_than: float, limit: int = 500) -> list[Job]:
+        """Outbox rows nobody consumed: the relay dispatches them again."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(outbox)
+                .where(and_(outbox.c.created_at < older_than, outbox.c.not_before < older_than))
+                .order_by(outbox.c.id)
+                .limit(limit)
+            ).all()
+        return [Job(r.job_id, r.kind, r.ref, r.queue, r.not_before) for r in rows]
+
+    def runnable_without_job(self, older_than: float, limit: int = 100) -> list[Job]:
+        """Runs that wait for a workflow task but have no outbox row left."""
+        with self.transaction() as tx:
+            rows = tx.conn.execute(
+                select(
+                    runs.c.run_id,
+                    runs.c.history_length,
+                    runs.c.workflow_name,
+                    runs.c.workflow_version,
+                )
+                .where(
+                    runs.c.pending_task.is_(True),
+                    runs.c.status.in_(OPEN_STATUSES),
+                    runs.c.updated_at < older_than,
+                )
+                .limit(limit)
+            ).all()
+            for row in rows:
+                queue = workflow_queue(row.workflow_name, row.workflow_version)
+                tx.add_job(workflow_task_job(row.run_id, row.history_length, queue))
+            return tx.jobs

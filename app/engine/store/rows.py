@@ -1,0 +1,68 @@
+"""Plain records the store hands out: runs, claims, failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.policy import ActivityOptions
+
+
+@dataclass(frozen=True)
+class StartResult:
+    run_id: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    workflow_id: str
+    workflow_name: str
+    workflow_version: int
+    status: str
+    cancel_phase: str | None
+    history_length: int
+    pending_task: bool
+    input: Any
+    result: Any
+    error: Any
+    created_at: float
+    updated_at: float
+    closed_at: float | None
+    deadline_at: float | None
+    continued_from: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    task_id: int
+    run_id: str
+    workflow_id: str
+    activity: str
+    operation_id: str
+    input: Any
+    attempt: int
+    token: int
+    needs_reconcile: bool
+    options: ActivityOptions
+    started_at: float
+
+
+@dataclass(frozen=True)
+class Failure:
+    failure_class: str  # transient | permanent | ambiguous | cancelled | timeout
+    error_type: str
+    message: str
+    next_retry_delay: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "failure_class": self.failure_class,
+            "error_type": self.error_type,
+            "message": self.message,
+        }
+
+
+def run_row(row: Any) -> RunRow:
+    return RunRow(**{name: getattr(row, name) for name in RunRow.__dataclass_fields__})

@@ -1,0 +1,265 @@
+"""One transaction and the operations clients run inside it (start, signal, cancel, terminate)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+
+from app.engine import commands as ev
+from app.engine.jobs import Job, workflow_queue, workflow_task_job
+from app.engine.store.rows import RunRow, StartResult, run_row
+from app.engine.store.schema import counters, events, outbox, runs, signals, tasks, timers
+from app.engine.tables import (
+    OPEN_STATUSES,
+    PARKED_STATUSES,
+)
+
+
+@dataclass
+class Tx:
+    """One transaction plus the jobs it wrote, to dispatch after commit."""
+
+    conn: Connection
+    now: float
+    jobs: list[Job] = field(default_factory=list)
+
+    # -- outbox ----------------------------------------------------------------
+
+    def add_job(self, job: Job) -> None:
+        values = {
+            "job_id": job.job_id,
+            "kind": job.kind,
+            "ref": job.ref,
+            "queue": job.queue,
+            "not_before": job.not_before,
+            "created_at": self.now,
+        }
+        dialect = self.conn.dialect.name
+        stmt: Any
+        if dialect == "postgresql":
+            stmt = pg_insert(outbox).values(**values).on_conflict_do_nothing()
+        elif dialect == "sqlite":
+            stmt = sqlite_insert(outbox).values(**values).on_conflict_do_nothing()
+        else:  # pragma: no cover - only SQLite and PostgreSQL are supported
+            stmt = insert(outbox).values(**values)
+        self.conn.execute(stmt)
+        self.jobs.append(job)
+
+    # -- history ---------------------------------------------------------------
+
+    def append_event(self, run_id: str, type_: str, data: dict[str, Any]) -> int | None:
+        """Append an event from outside the workflow task; None if the run is not open."""
+        row = self.conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id, runs.c.status.in_(OPEN_STATUSES))
+            .values(
+                history_length=runs.c.history_length + 1,
+                pending_task=True,
+                updated_at=self.now,
+            )
+            .returning(runs.c.history_length, runs.c.workflow_name, runs.c.workflow_version)
+        ).first()
+        if row is None:
+            return None
+        seq = int(row.history_length)
+        self.conn.execute(
+            insert(events).values(
+                run_id=run_id, seq=seq, type=type_, data=data, created_at=self.now
+            )
+        )
+        queue = workflow_queue(row.workflow_name, row.workflow_version)
+        self.add_job(workflow_task_job(run_id, seq, queue))
+        return seq
+
+    # -- client operations (usable inside a caller's transaction) -------------
+
+    def active_run(self, workflow_id: str) -> RunRow | None:
+        row = self.conn.execute(select(runs).where(runs.c.active_key == workflow_id)).first()
+        return run_row(row) if row else None
+
+    def start_run(
+        self,
+        *,
+        workflow_name: str,
+        workflow_version: int,
+        workflow_id: str,
+        input: Any,
+        deadline_seconds: float | None = None,
+        continued_from: str | None = None,
+    ) -> StartResult:
+        """Start a run unless one is active for ``workflow_id`` (then return it)."""
+        existing = self.active_run(workflow_id)
+        if existing is not None:
+            return StartResult(existing.run_id, created=False)
+        count = self.conn.execute(
+            select(func.count()).select_from(runs).where(runs.c.workflow_id == workflow_id)
+        ).scalar_one()
+        run_id = f"{workflow_id}/{int(count) + 1}"
+        try:
+            with self.conn.begin_nested():
+                self.conn.execute(
+                    insert(runs).values(
+                        run_id=run_id,
+                        workflow_id=workflow_id,
+                        active_key=workflow_id,
+                        workflow_name=workflow_name,
+                        workflow_version=workflow_version,
+                        status="running",
+                        input=input,
+                        history_length=1,
+                        pending_task=True,
+                        deadline_at=self.now + deadline_seconds if deadline_seconds else None,
+                        continued_from=continued_from,
+                        created_at=self.now,
+                        updated_at=self.now,
+                    )
+                )
+        except IntegrityError:
+            # A concurrent start won the race for this workflow id.
+            raced = self.active_run(workflow_id)
+            if raced is None:
+                raise
+            return StartResult(raced.run_id, created=False)
+        started = {
+            "input": input,
+            "workflow": workflow_name,
+            "version": workflow_version,
+            "workflow_id": workflow_id,
+        }
+        self.conn.execute(
+            insert(events).values(
+                run_id=run_id, seq=1, type=ev.WORKFLOW_STARTED, data=started, created_at=self.now
+            )
+        )
+        self.add_job(workflow_task_job(run_id, 1, workflow_queue(workflow_name, workflow_version)))
+        return StartResult(run_id, created=True)
+
+    def signal(self, workflow_id: str, name: str, payload: Any, dedupe_key: str) -> bool:
+        """Deliver a signal once per dedupe key; False if duplicate or no open run."""
+        run = self.active_run(workflow_id)
+        if run is None or run.status not in OPEN_STATUSES:
+            return False
+        try:
+            with self.conn.begin_nested():
+                self.conn.execute(
+                    insert(signals).values(
+                        workflow_id=workflow_id,
+                        run_id=run.run_id,
+                        name=name,
+                        dedupe_key=dedupe_key,
+                        payload=payload,
+                        received_at=self.now,
+                    )
+                )
+        except IntegrityError:
+            return False
+        data = {"name": name, "payload": payload, "dedupe_key": dedupe_key}
+        return self.append_event(run.run_id, ev.SIGNAL_RECEIVED, data) is not None
+
+    def request_cancel(self, workflow_id: str, reason: str) -> bool:
+        run = self.active_run(workflow_id)
+        if run is None:
+            return False
+        if run.status in PARKED_STATUSES:
+            # Parked runs run no code: close them as cancelled straight away.
+            self.close_run(run.run_id, "cancelled", error={"reason": reason})
+            return True
+        moved = self.conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run.run_id, runs.c.status == "running")
+            .values(status="cancelling", cancel_phase="cancel-requested", cancel_reason=reason)
+        ).rowcount
+        if not moved:
+            return False
+        return self.append_event(run.run_id, ev.CANCEL_REQUESTED, {"reason": reason}) is not None
+
+    def terminate(self, workflow_id: str, reason: str) -> dict[str, Any] | None:
+        """End the active run now, without running workflow code; report what is uncertain."""
+        run = self.active_run(workflow_id)
+        if run is None:
+            return None
+        in_flight = self.conn.execute(
+            select(tasks).where(
+                tasks.c.run_id == run.run_id, tasks.c.status.in_(("scheduled", "running"))
+            )
+        ).all()
+        uncertain = [
+            {
+                "operation_id": t.operation_id,
+                "activity": t.activity,
+                "status": t.status,
+                "attempt": t.attempt,
+                "worker_id": t.worker_id,
+                # An attempt that started may have had its effect; we cannot know.
+                "effect": "unknown" if t.attempt > 0 else "not-started",
+            }
+            for t in in_flight
+        ]
+        record = {"reason": reason, "uncertain": uncertain}
+        self.conn.execute(
+            insert(events).values(
+                run_id=run.run_id,
+                seq=run.history_length + 1,
+                type=ev.WORKFLOW_TERMINATED,
+                data=record,
+                created_at=self.now,
+            )
+        )
+        self.conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run.run_id)
+            .values(history_length=run.history_length + 1)
+        )
+        self.close_run(run.run_id, "terminated", error=record)
+        return record
+
+    def close_run(self, run_id: str, status: str, *, result: Any = None, error: Any = None) -> None:
+        parked = status in PARKED_STATUSES
+        values: dict[str, Any] = {
+            "status": status,
+            "result": result,
+            "error": error,
+            "pending_task": False,
+            "updated_at": self.now,
+        }
+        if not parked:
+            values |= {"active_key": None, "closed_at": self.now}
+        self.conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
+        if parked:
+            return
+        # Nothing may keep running for a closed run: stop its tasks and timers.
+        self.conn.execute(
+            update(tasks)
+            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled")
+            .values(status="cancelled", closed_at=self.now)
+        )
+        self.conn.execute(
+            update(tasks)
+            .where(tasks.c.run_id == run_id, tasks.c.status == "running")
+            .values(cancel_requested=True)
+        )
+        self.conn.execute(
+            update(timers)
+            .where(timers.c.run_id == run_id, timers.c.status == "pending")
+            .values(status="cancelled")
+        )
+
+    def bump_counter(self, name: str, by: int = 1) -> None:
+        moved = self.conn.execute(
+            update(counters).where(counters.c.name == name).values(value=counters.c.value + by)
+        ).rowcount
+        if not moved:
+            try:
+                with self.conn.begin_nested():
+                    self.conn.execute(insert(counters).values(name=name, value=by))
+            except IntegrityError:
+                self.conn.execute(
+                    update(counters)
+                    .where(counters.c.name == name)
+                    .values(value=counters.c.value + by)
+                )

@@ -1,0 +1,227 @@
+"""Committing a workflow task: commands, outcome, cancellation, guarded by history length."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from app.engine import commands as ev
+from app.engine.commands import Command
+from app.engine.jobs import Job, activity_job, timer_job
+from app.engine.policy import ActivityOptions
+from app.engine.replay import Outcome, StepResult
+from app.engine.store.base import StoreBase
+from app.engine.store.rows import RunRow
+from app.engine.store.schema import (
+    TERMINAL_EVENT,
+    events,
+    outbox,
+    parse_timestamp,
+    runs,
+    tasks,
+    timers,
+)
+from app.engine.store.tx import Tx
+from app.engine.tables import (
+    OPEN_STATUSES,
+)
+
+
+class WorkflowTasks(StoreBase):
+    def commit_workflow_task(
+        self, run: RunRow, step: StepResult, *, max_history_events: int = 2000
+    ) -> list[Job] | None:
+        """Commit a workflow task's commands; None if history moved meanwhile."""
+        del max_history_events  # the cap is enforced by the workflow (should_continue_as_new)
+        with self.transaction() as tx:
+            written = len(step.commands) + (1 if step.outcome is not None else 0)
+            new_length = run.history_length + written
+            values: dict[str, Any] = {
+                "history_length": new_length,
+                "pending_task": False,
+                "updated_at": tx.now,
+            }
+            if step.cancel_phase:
+                values["cancel_phase"] = step.cancel_phase
+            guarded = tx.conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == run.run_id,
+                    runs.c.history_length == run.history_length,
+                    runs.c.status.in_(OPEN_STATUSES),
+                )
+                .values(**values)
+            ).rowcount
+            if not guarded:
+                return None  # nothing written yet: the empty transaction commits harmlessly
+            tx.conn.execute(
+                delete(outbox).where(outbox.c.kind == "workflow_task", outbox.c.ref == run.run_id)
+            )
+            follow_ups: list[tuple[str, dict[str, Any]]] = []
+            seq = run.history_length
+            for command in step.commands:
+                seq += 1
+                self._write_command(tx, run, seq, command, follow_ups)
+            if step.outcome is not None:
+                seq += 1
+                self._write_outcome(tx, run, seq, step.outcome)
+            if step.cancel_delivered:
+                follow_ups.extend(self._stop_active_work(tx, run.run_id))
+            for type_, data in follow_ups:
+                tx.append_event(run.run_id, type_, data)
+            self.faults.hit("workflow_task.mid_commit")
+            return tx.jobs
+
+    def _write_command(
+        self,
+        tx: Tx,
+        run: RunRow,
+        seq: int,
+        command: Command,
+        follow_ups: list[tuple[str, dict[str, Any]]],
+    ) -> None:
+        data = command.to_event_data()
+        if command.type == ev.ACTIVITY_SCHEDULED:
+            # The input lives in the task row; history keeps its hash only.
+            data = {k: v for k, v in data.items() if k not in ("input", "options")}
+        tx.conn.execute(
+            insert(events).values(
+                run_id=run.run_id, seq=seq, type=command.type, data=data, created_at=tx.now
+            )
+        )
+        attrs = command.attrs
+        if command.type == ev.ACTIVITY_SCHEDULED:
+            conflict = self._schedule_activity(tx, run, command)
+            if conflict is not None:
+                follow_ups.append(conflict)
+        elif command.type == ev.TIMER_STARTED:
+            fire_at = parse_timestamp(attrs["fire_at"])
+            tx.conn.execute(
+                insert(timers).values(run_id=run.run_id, cmd=command.cmd, fire_at=fire_at)
+            )
+            tx.add_job(timer_job(run.run_id, command.cmd, fire_at))
+        elif command.type == ev.TIMER_CANCELLED:
+            tx.conn.execute(
+                update(timers)
+                .where(
+                    timers.c.run_id == run.run_id,
+                    timers.c.cmd == attrs["timer"],
+                    timers.c.status == "pending",
+                )
+                .values(status="cancelled")
+            )
+
+    def _schedule_activity(
+        self, tx: Tx, run: RunRow, command: Command
+    ) -> tuple[str, dict[str, Any]] | None:
+        attrs = command.attrs
+        op = attrs["operation_id"]
+        existing = tx.conn.execute(select(tasks).where(tasks.c.operation_id == op)).first()
+        if existing is not None:
+            base = {"cmd": command.cmd, "activity": attrs["activity"], "attempts": 0}
+            if existing.input_hash == attrs["input_hash"] and existing.status == "completed":
+                # The same operation, already done: its result is the answer.
+                return ev.ACTIVITY_COMPLETED, base | {"result": existing.result, "reused": op}
+            reason = (
+                "with different parameters"
+                if existing.input_hash != attrs["input_hash"]
+                else f"while the first use is {existing.status}"
+            )
+            return ev.ACTIVITY_FAILED, base | {
+                "failure_class": "permanent",
+                "error_type": "OperationIdConflict",
+                "message": f"operation id {op!r} reused {reason}; an operation id names one effect",
+            }
+        options = ActivityOptions.from_json(attrs["options"])
+        timeouts = options.timeouts
+        now = tx.now
+        task_id = tx.conn.execute(
+            insert(tasks)
+            .values(
+                run_id=run.run_id,
+                cmd=command.cmd,
+                activity=attrs["activity"],
+                operation_id=op,
+                input=attrs["input"],
+                input_hash=attrs["input_hash"],
+                options=attrs["options"],
+                has_reconcile=bool(attrs.get("has_reconcile")),
+                status="scheduled",
+                scheduled_at=now,
+                next_attempt_at=now,
+                schedule_to_start_deadline=(
+                    now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
+                ),
+                schedule_to_close_deadline=(
+                    now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
+                ),
+            )
+            .returning(tasks.c.id)
+        ).scalar_one()
+        tx.add_job(activity_job(int(task_id), 1))
+        return None
+
+    def _write_outcome(self, tx: Tx, run: RunRow, seq: int, outcome: Outcome) -> None:
+        data: dict[str, Any] = {"status": outcome.status}
+        if outcome.result is not None:
+            data["result"] = outcome.result
+        if outcome.error is not None:
+            data["error"] = outcome.error
+        tx.conn.execute(
+            insert(events).values(
+                run_id=run.run_id,
+                seq=seq,
+                type=TERMINAL_EVENT[outcome.status],
+                data=data,
+                created_at=tx.now,
+            )
+        )
+        tx.close_run(run.run_id, outcome.status, result=outcome.result, error=outcome.error)
+        if outcome.status == "continued-as-new":
+            tx.start_run(
+                workflow_name=run.workflow_name,
+                workflow_version=run.workflow_version,
+                workflow_id=run.workflow_id,
+                input=outcome.continue_input,
+                continued_from=run.run_id,
+            )
+
+    def _stop_active_work(self, tx: Tx, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """Cancellation reached the code: stop queued activities, tell running ones."""
+        queued = tx.conn.execute(
+            update(tasks)
+            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled")
+            .values(status="cancelled", cancel_requested=True, closed_at=tx.now)
+            .returning(tasks.c.cmd, tasks.c.activity, tasks.c.attempt)
+        ).all()
+        tx.conn.execute(
+            update(tasks)
+            .where(tasks.c.run_id == run_id, tasks.c.status == "running")
+            .values(cancel_requested=True)
+        )
+        return [
+            (
+                ev.ACTIVITY_FAILED,
+                {
+                    "cmd": row.cmd,
+                    "activity": row.activity,
+                    "attempts": row.attempt,
+                    "failure_class": "cancelled",
+                    "error_type": "ActivityCancelled",
+                    "message": "cancelled before it started",
+                },
+            )
+            for row in queued
+        ]
+
+    def discard_workflow_task_jobs(self, run_id: str) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute(
+                delete(outbox).where(outbox.c.kind == "workflow_task", outbox.c.ref == run_id)
+            )
+            tx.conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run_id, runs.c.status.not_in(OPEN_STATUSES))
+                .values(pending_task=False)
+            )
