@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import OperationalError
 from sqlmodel import SQLModel
 
 import app.models  # noqa: F401
@@ -35,8 +37,17 @@ def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this session, migrated with Alembic."""
     name = f"repairbot_test_{uuid.uuid4().hex[:8]}"
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    for attempt in range(20):
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+            break
+        except OperationalError:
+            # "template1 is being accessed by other users": another session is
+            # creating a database at this instant; try again shortly.
+            if attempt == 19:
+                raise
+            time.sleep(0.25)
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     upgrade(url)
     yield url
