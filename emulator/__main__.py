@@ -1,0 +1,40 @@
+"""``python -m emulator --port 8000 --webhook-url URL --webhook-secret S``: a real server."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from pathlib import Path
+
+import uvicorn
+
+from emulator.app import Emulator
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m emulator", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--base-path", default="", help='REST prefix, e.g. "/api/v3"')
+    parser.add_argument("--root", type=Path, help="where bare repositories live (default: temp)")
+    parser.add_argument("--public-url", help="origin for URLs in webhook payloads")
+    parser.add_argument("--webhook-url", help="default webhook URL for apps registered without one")
+    parser.add_argument("--webhook-secret", help="default webhook secret")
+    parser.add_argument(
+        "--token-ttl", type=int, default=3600, help="installation token lifetime, s"
+    )
+    args = parser.parse_args(argv)
+
+    with Emulator(
+        root=args.root,
+        base_path=args.base_path,
+        public_url=args.public_url or f"http://{args.host}:{args.port}",
+        webhook_url=args.webhook_url,
+        webhook_secret=args.webhook_secret,
+        token_ttl=timedelta(seconds=args.token_ttl),
+    ) as emu:
+        uvicorn.run(emu.asgi(), host=args.host, port=args.port, log_level="info")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""GitHub App endpoints: the app itself, its installations, tokens and hook deliveries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.render import base, repos
+from emulator.rest.http import ApiError, Ctx, Reply, Spec, not_found, paginate, validation
+from emulator.state import LEVEL_RANK, App, Installation, Token
+
+
+def _app(ctx: Ctx) -> App:
+    assert ctx.principal.app is not None
+    return ctx.principal.app
+
+
+def get_app(ctx: Ctx) -> Reply:
+    out = base.app(ctx.urls, _app(ctx))
+    out["installations_count"] = sum(
+        1 for i in ctx.emu.store.installations.values() if i.app_id == _app(ctx).id
+    )
+    return Reply(200, out)
+
+
+def _own_installation(ctx: Ctx, installation_id: int) -> Installation:
+    inst = ctx.emu.store.installations.get(installation_id)
+    if inst is None or inst.app_id != _app(ctx).id:
+        raise not_found()
+    return inst
+
+
+def list_installations(ctx: Ctx) -> Reply:
+    app = _app(ctx)
+    found = [i for i in ctx.emu.store.installations.values() if i.app_id == app.id]
+    return paginate(ctx, [base.installation(ctx.urls, i, app) for i in found])
+
+
+def get_installation(ctx: Ctx) -> Reply:
+    inst = _own_installation(ctx, ctx.int_param("installation_id"))
+    return Reply(200, base.installation(ctx.urls, inst, _app(ctx)))
+
+
+def repo_installation(ctx: Ctx) -> Reply:
+    repo = ctx.emu.store.repo(ctx.params["owner"], ctx.params["repo"])
+    app = _app(ctx)
+    if repo is None:
+        raise not_found()
+    for inst in ctx.emu.store.installations_for(repo):
+        if inst.app_id == app.id:
+            return Reply(200, base.installation(ctx.urls, inst, app))
+    raise not_found()
+
+
+def create_access_token(ctx: Ctx) -> Reply:
+    store = ctx.emu.store
+    inst = _own_installation(ctx, ctx.int_param("installation_id"))
+    if inst.suspended_at is not None:
+        raise ApiError(403, "This installation has been suspended")
+    body = ctx.json()
+    covered = [r for r in store.repos.values() if inst in store.installations_for(r)]
+    repo_ids: set[int] | None = None
+    names, ids = body.get("repositories"), body.get("repository_ids")
+    if names or ids:
+        wanted = {str(n).lower() for n in names or []}
+        repo_ids = {r.id for r in covered if r.name.lower() in wanted or r.id in (ids or [])}
+        if len(repo_ids) < len(wanted) + len(ids or []):
+            raise validation(
+                "There is at least one repository that does not exist"
+                " or is not accessible to the parent installation."
+            )
+    permissions: dict[str, str] = {}
+    requested: Any = body.get("permissions") or {}
+    for name, level in dict(requested).items():
+        if LEVEL_RANK.get(str(level), 99) > LEVEL_RANK.get(inst.permissions.get(name, "none"), 0):
+            raise validation("The permissions requested are not granted to this installation.")
+        permissions[name] = str(level)
+    token = store.mint_token(
+        Token(
+            value=store.new_token_value("ghs_"),
+            kind="installation",
+            expires_at=store.now() + store.token_ttl,
+            installation_id=inst.id,
+            permissions=permissions,
+            repo_ids=repo_ids,
+        )
+    )
+    shown = [r for r in covered if repo_ids is None or r.id in repo_ids]
+    out: dict[str, Any] = {
+        "token": token.value,
+        "expires_at": base.ts(token.expires_at),
+        "permissions": permissions or dict(inst.permissions),
+        "repository_selection": "selected" if repo_ids is not None else inst.repository_selection,
+    }
+    if repo_ids is not None:
+        out["repositories"] = [repos.repository(ctx.urls, r) for r in shown]
+    return Reply(201, out)
+
+
+def installation_repositories(ctx: Ctx) -> Reply:
+    store = ctx.emu.store
+    inst, token = ctx.principal.installation, ctx.principal.token
+    if inst is None:
+        raise ApiError(403, "This endpoint requires an installation token")
+    found = [
+        r
+        for r in store.repos.values()
+        if inst in store.installations_for(r)
+        and (token is None or token.repo_ids is None or r.id in token.repo_ids)
+    ]
+    every = [repos.repository(ctx.urls, r) for r in found]
+    return paginate(
+        ctx,
+        every,
+        wrap=lambda chunk: {
+            "total_count": len(every),
+            "repositories": chunk,
+            "repository_selection": inst.repository_selection,
+        },
+    )
+
+
+# -- hook deliveries (GitHub lets an app inspect and redeliver its own) --------------
+
+
+def list_deliveries(ctx: Ctx) -> Reply:
+    app = _app(ctx)
+    mine = [d for d in ctx.emu.dispatcher.list() if d.app_id == app.id]
+    out = []
+    for d in reversed(mine):
+        item = d.to_json()
+        del item["request"], item["response"], item["url"]
+        out.append(item)
+    return paginate(ctx, out)
+
+
+def get_delivery(ctx: Ctx) -> Reply:
+    d = ctx.emu.dispatcher.get(ctx.int_param("delivery_id"))
+    if d is None or d.app_id != _app(ctx).id:
+        raise not_found()
+    return Reply(200, d.to_json())
+
+
+def redeliver(ctx: Ctx) -> Reply:
+    d = ctx.emu.dispatcher.get(ctx.int_param("delivery_id"))
+    if d is None or d.app_id != _app(ctx).id:
+        raise not_found()
+    ctx.emu.dispatcher.redeliver(d.id)
+    return Reply(202, {})
+
+
+ROUTES = [
+    Spec("GET", "/app", get_app, auth="jwt"),
+    Spec("GET", "/app/installations", list_installations, auth="jwt"),
+    Spec("GET", "/app/installations/{installation_id}", get_installation, auth="jwt"),
+    Spec(
+        "POST",
+        "/app/installations/{installation_id}/access_tokens",
+        create_access_token,
+        auth="jwt",
+    ),
+    Spec("GET", "/repos/{owner}/{repo}/installation", repo_installation, auth="jwt"),
+    Spec("GET", "/installation/repositories", installation_repositories),
+    Spec("GET", "/app/hook/deliveries", list_deliveries, auth="jwt"),
+    Spec("GET", "/app/hook/deliveries/{delivery_id}", get_delivery, auth="jwt"),
+    Spec("POST", "/app/hook/deliveries/{delivery_id}/attempts", redeliver, auth="jwt"),
+]

@@ -1,0 +1,312 @@
+"""The emulator's world: users, apps, installations, repositories and their objects.
+
+Everything lives in memory except git data, which lives in bare repositories on
+disk (see ``emulator.git``). One re-entrant lock guards the whole world: REST
+handlers, the control API and git push callbacks each take it for the duration
+of one request, so every request sees and leaves a consistent state, as GitHub's
+per-request atomicity promises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
+
+Role = Literal["read", "triage", "write", "maintain", "admin"]
+ROLE_RANK: dict[str, int] = {
+    "none": 0,
+    "read": 1,
+    "triage": 2,
+    "write": 3,
+    "maintain": 4,
+    "admin": 5,
+}
+#: Installation permission levels, ordered.
+LEVEL_RANK: dict[str, int] = {"none": 0, "read": 1, "write": 2, "admin": 3}
+
+DEFAULT_APP_PERMISSIONS: dict[str, str] = {
+    "metadata": "read",
+    "contents": "write",
+    "issues": "write",
+    "pull_requests": "write",
+    "checks": "write",
+}
+DEFAULT_APP_EVENTS: list[str] = [
+    "check_run",
+    "issue_comment",
+    "issues",
+    "pull_request",
+    "pull_request_review",
+    "push",
+]
+
+
+class Clock:
+    """Wall clock plus an offset the control API can advance (to expire tokens)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def now(self) -> datetime:
+        return (datetime.now(UTC) + self.offset).replace(microsecond=0)
+
+
+@dataclass
+class User:
+    id: int
+    login: str
+    type: Literal["User", "Organization", "Bot"] = "User"
+    name: str | None = None
+    email: str | None = None
+    site_admin: bool = False
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass
+class App:
+    id: int
+    slug: str
+    name: str
+    owner: User
+    public_key: RSAPublicKey
+    permissions: dict[str, str]
+    events: list[str]
+    webhook_url: str | None
+    webhook_secret: str | None
+    created_at: datetime
+    description: str = ""
+    client_id: str = ""
+
+
+@dataclass
+class Installation:
+    id: int
+    app_id: int
+    account: User
+    #: None means "all repositories of the account".
+    repo_ids: set[int] | None
+    permissions: dict[str, str]
+    events: list[str]
+    created_at: datetime
+    updated_at: datetime
+    suspended_at: datetime | None = None
+
+    @property
+    def repository_selection(self) -> str:
+        return "all" if self.repo_ids is None else "selected"
+
+
+@dataclass
+class Token:
+    value: str
+    kind: Literal["installation", "user"]
+    expires_at: datetime | None
+    installation_id: int | None = None
+    user_login: str | None = None
+    permissions: dict[str, str] = field(default_factory=dict)
+    #: Installation tokens may be narrowed to some repositories; None = the installation's.
+    repo_ids: set[int] | None = None
+
+
+@dataclass
+class Label:
+    id: int
+    name: str
+    color: str = "ededed"
+    description: str | None = None
+    default: bool = False
+
+
+@dataclass
+class Issue:
+    id: int
+    number: int
+    title: str
+    body: str | None
+    user: User
+    created_at: datetime
+    updated_at: datetime
+    state: Literal["open", "closed"] = "open"
+    state_reason: str | None = None
+    closed_at: datetime | None = None
+    closed_by: User | None = None
+    labels: list[str] = field(default_factory=list)
+    locked: bool = False
+    #: Set when the issue is the conversation of a pull request.
+    pull: PullRequest | None = None
+    performed_via_app: int | None = None
+
+
+@dataclass
+class PullRequest:
+    id: int
+    issue: Issue
+    head_ref: str
+    base_ref: str
+    draft: bool
+    #: Last head sha seen in git; what the PR shows once its branch is gone.
+    head_sha: str
+    base_sha: str
+    merged: bool = False
+    merged_at: datetime | None = None
+    merged_by: User | None = None
+    merge_commit_sha: str | None = None
+    maintainer_can_modify: bool = False
+    #: (base_sha, head_sha) -> mergeable, computed from git and cached.
+    mergeable_cache: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        return self.issue.number
+
+
+@dataclass
+class Comment:
+    id: int
+    issue_number: int
+    user: User
+    body: str
+    created_at: datetime
+    updated_at: datetime
+    performed_via_app: int | None = None
+
+
+@dataclass
+class Review:
+    id: int
+    pull_number: int
+    user: User
+    body: str
+    state: str
+    commit_id: str
+    submitted_at: datetime
+
+
+@dataclass
+class CheckRun:
+    id: int
+    suite_id: int
+    app_id: int
+    name: str
+    head_sha: str
+    status: str
+    conclusion: str | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    details_url: str | None
+    external_id: str | None
+    output: dict[str, Any]
+
+
+@dataclass
+class Repo:
+    id: int
+    owner: User
+    name: str
+    path: Path
+    default_branch: str
+    private: bool
+    created_at: datetime
+    updated_at: datetime
+    pushed_at: datetime
+    description: str | None = None
+    collaborators: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, Label] = field(default_factory=dict)
+    issues: dict[int, Issue] = field(default_factory=dict)
+    comments: dict[int, Comment] = field(default_factory=dict)
+    reviews: dict[int, Review] = field(default_factory=dict)
+    check_runs: dict[int, CheckRun] = field(default_factory=dict)
+    next_number: int = 1
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner.login}/{self.name}"
+
+    def pulls(self) -> list[PullRequest]:
+        return [i.pull for i in self.issues.values() if i.pull is not None]
+
+    def role_of(self, login: str) -> str:
+        if login.lower() == self.owner.login.lower():
+            return "admin"
+        return self.collaborators.get(login.lower(), "none")
+
+
+class Store:
+    """All emulator state, guarded by ``lock``; ids are unique per kind."""
+
+    def __init__(self, *, root: Path, token_ttl: timedelta = timedelta(hours=1)) -> None:
+        self.root = root
+        self.lock = threading.RLock()
+        self.clock = Clock()
+        self.token_ttl = token_ttl
+        self.users: dict[str, User] = {}
+        self.apps: dict[int, App] = {}
+        self.installations: dict[int, Installation] = {}
+        self.tokens: dict[str, Token] = {}
+        self.repos: dict[str, Repo] = {}
+        # Distinct ranges per kind make a wrong id fail loudly instead of hitting
+        # another object by coincidence.
+        self._ids: dict[str, itertools.count[int]] = {}
+        self._bases = {
+            "user": 1001,
+            "app": 101,
+            "installation": 5001,
+            "repo": 200_001,
+            "label": 300_001,
+            "issue": 400_001,
+            "pull": 500_001,
+            "comment": 600_001,
+            "review": 700_001,
+            "check_run": 800_001,
+            "check_suite": 900_001,
+        }
+
+    def next_id(self, kind: str) -> int:
+        if kind not in self._ids:
+            self._ids[kind] = itertools.count(self._bases.get(kind, 1))
+        return next(self._ids[kind])
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    # -- users and tokens ------------------------------------------------------
+
+    def user(self, login: str) -> User | None:
+        return self.users.get(login.lower())
+
+    def add_user(self, login: str, **kwargs: Any) -> User:
+        user = User(id=self.next_id("user"), login=login, **kwargs)
+        self.users[login.lower()] = user
+        return user
+
+    def mint_token(self, token: Token) -> Token:
+        self.tokens[token.value] = token
+        return token
+
+    def new_token_value(self, prefix: str) -> str:
+        return prefix + secrets.token_hex(18)
+
+    # -- repositories ----------------------------------------------------------
+
+    def repo(self, owner: str, name: str) -> Repo | None:
+        return self.repos.get(f"{owner}/{name}".lower())
+
+    def repo_by_id(self, repo_id: int) -> Repo | None:
+        return next((r for r in self.repos.values() if r.id == repo_id), None)
+
+    def installations_for(self, repo: Repo) -> list[Installation]:
+        """Installations whose repository set includes ``repo``."""
+        found = []
+        for inst in self.installations.values():
+            if inst.account.id != repo.owner.id or inst.suspended_at is not None:
+                continue
+            if inst.repo_ids is None or repo.id in inst.repo_ids:
+                found.append(inst)
+        return found

@@ -1,0 +1,100 @@
+"""Pull request merges happen in git, pinned by ``sha``; PR heads follow pushes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from emu_helpers import WebhookSink, World
+from githubkit.exception import RequestFailed
+
+FIX = {"calc.py": "def add(a, b):\n    return a + b\n"}
+
+
+async def _pr(
+    world: World, gh: Any, files: dict[str, str | None] = FIX, branch: str = "fix"
+) -> Any:
+    await world.client.push_as("alice", "octo", "demo", branch, files)
+    created = await gh.rest.pulls.async_create(
+        "octo", "demo", title="Fix add", head=branch, base="main"
+    )
+    return created.parsed_data
+
+
+@pytest.mark.parametrize("method,parents", [("merge", 2), ("squash", 1), ("rebase", 1)])
+async def test_merge_methods_make_real_commits(world: World, method: str, parents: int) -> None:
+    gh = world.github()
+    pr = await _pr(world, gh)
+    result = (
+        await gh.rest.pulls.async_merge(
+            "octo", "demo", pr.number, sha=pr.head.sha, merge_method=method
+        )
+    ).parsed_data
+    main = (await gh.rest.git.async_get_ref("octo", "demo", "heads/main")).parsed_data
+    assert main.object_.sha == result.sha
+    commit = (await gh.rest.git.async_get_commit("octo", "demo", result.sha)).parsed_data
+    assert len(commit.parents) == parents and commit.parents[0].sha == world.head
+    from emulator.gitview import open_git
+
+    repo = world.emulator.store.repo("octo", "demo")
+    assert repo is not None
+    assert open_git(repo).read_file(result.sha, "calc.py") == FIX["calc.py"].encode()
+
+
+async def test_stale_sha_is_409_and_pr_head_follows_push(world: World, sink: WebhookSink) -> None:
+    gh = world.github()
+    pr = await _pr(world, gh)
+    moved = await world.client.push_as("alice", "octo", "demo", "fix", {"more.txt": "x"})
+    again = (await gh.rest.pulls.async_get("octo", "demo", pr.number)).parsed_data
+    assert again.head.sha == moved["sha"]
+    with pytest.raises(RequestFailed) as err:
+        await gh.rest.pulls.async_merge("octo", "demo", pr.number, sha=pr.head.sha)
+    assert err.value.response.status_code == 409
+    assert (
+        err.value.response.json()["message"]
+        == "Head branch was modified. Review and try the merge again."
+    )
+    await world.client.deliveries.wait()
+    (sync,) = sink.events("pull_request", "synchronize")
+    assert (sync["before"], sync["after"]) == (pr.head.sha, moved["sha"])
+
+
+async def test_conflicting_pr_is_405(world: World) -> None:
+    gh = world.github()
+    pr = await _pr(world, gh, {"calc.py": "mine\n"})
+    await world.client.push_as("octo", "octo", "demo", "main", {"calc.py": "theirs\n"})
+    got = (await gh.rest.pulls.async_get("octo", "demo", pr.number)).parsed_data
+    assert got.mergeable is False and got.mergeable_state == "dirty"
+    with pytest.raises(RequestFailed) as err:
+        await gh.rest.pulls.async_merge("octo", "demo", pr.number, sha=pr.head.sha)
+    assert err.value.response.status_code == 405
+    assert err.value.response.json()["message"] == "Pull Request is not mergeable"
+
+
+async def test_draft_cannot_merge_until_ready(world: World) -> None:
+    gh = world.github()
+    await world.client.push_as("alice", "octo", "demo", "fix", FIX)
+    pr = (
+        await gh.rest.pulls.async_create(
+            "octo", "demo", title="t", head="fix", base="main", draft=True
+        )
+    ).parsed_data
+    with pytest.raises(RequestFailed) as err:
+        await gh.rest.pulls.async_merge("octo", "demo", pr.number)
+    assert err.value.response.status_code == 405
+    await world.client.mark_ready("octo", "demo", pr.number, as_user="alice")
+    assert (await gh.rest.pulls.async_merge("octo", "demo", pr.number)).parsed_data.merged
+
+
+async def test_review_defaults_to_current_head_and_own_approval_refused(world: World) -> None:
+    gh = world.github()
+    pr = await _pr(world, gh)
+    review = await world.client.review("octo", "demo", pr.number, as_user="octo", event="APPROVE")
+    assert review["commit_id"] == pr.head.sha
+    with pytest.raises(RequestFailed) as err:  # the bot opened the PR: no self-approval
+        await gh.rest.pulls.async_create_review("octo", "demo", pr.number, event="APPROVE")
+    assert err.value.response.status_code == 422
+    bot = await gh.rest.pulls.async_create_review(
+        "octo", "demo", pr.number, event="COMMENT", body="evidence"
+    )
+    assert bot.parsed_data.state == "COMMENTED"
