@@ -38,6 +38,17 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
 
 
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every knob repairbot has. Field docs name the environment variable."""
@@ -67,8 +78,14 @@ class Settings:
     github_private_key: str = field(default="", repr=False)
     #: GITHUB_WEBHOOK_SECRET
     github_webhook_secret: str = field(default="", repr=False)
+    #: GITHUB_APP_SLUG: the App's slug; its bot user is ``<slug>[bot]``.
+    github_app_slug: str = "repairbot"
     #: REPAIRBOT_TRIGGER_LABEL
     trigger_label: str = "repairbot"
+    #: REPAIRBOT_CANCEL_ON_CLOSE: closing the issue cancels its run.
+    cancel_on_close: bool = True
+    #: REPAIRBOT_CANCEL_ON_UNLABEL: removing the trigger label cancels its run.
+    cancel_on_unlabel: bool = True
 
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
@@ -113,7 +130,10 @@ class Settings:
             "github_app_id": env.get("GITHUB_APP_ID", ""),
             "github_private_key": key,
             "github_webhook_secret": env.get("GITHUB_WEBHOOK_SECRET", ""),
+            "github_app_slug": env.get("GITHUB_APP_SLUG", "repairbot"),
             "trigger_label": env.get("REPAIRBOT_TRIGGER_LABEL", "repairbot"),
+            "cancel_on_close": _bool(env, "REPAIRBOT_CANCEL_ON_CLOSE", True),
+            "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
         }
         if env.get("REPAIRBOT_WORKER_ID"):

@@ -1,1 +1,19 @@
+"""Webhook handlers, one module per event family, combined into one router."""
 
+from __future__ import annotations
+
+from handlers import installation, issue_comment, issues, pull_request, pull_request_review
+from handlers.router import HandlerContext, Router
+
+
+def build_router() -> Router:
+    return Router(
+        installation.router,
+        issues.router,
+        issue_comment.router,
+        pull_request.router,
+        pull_request_review.router,
+    )
+
+
+__all__ = ["HandlerContext", "Router", "build_router"]

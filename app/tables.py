@@ -1,0 +1,58 @@
+"""The app's own tables (the runtime's are in app/engine/tables.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, LargeBinary
+from sqlmodel import Field, SQLModel
+
+
+def _github_id() -> Column[int]:
+    # GitHub ids outgrow 32 bits; store them as 64-bit integers.
+    return Column(BigInteger, primary_key=True, autoincrement=False)
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """Every delivery that passed the signature check, with how it was handled.
+
+    Recorded in the same transaction as the state changes its handler made, so a
+    redelivery (same ``X-GitHub-Delivery``) finds it and changes nothing. A
+    delivery whose handler failed stays here as ``failed`` and can be retried
+    from the CLI (``repairbot deliveries retry <id>``).
+    """
+
+    __tablename__ = "webhook_deliveries"
+
+    delivery_id: str = Field(primary_key=True)
+    event: str = Field(index=True)
+    action: str | None = None
+    status: str = Field(index=True)  # handled | ignored | failed | malformed
+    detail: str | None = None
+    body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    received_at: float
+    handled_at: float | None = None
+    attempts: int = 1
+
+
+class Installation(SQLModel, table=True):
+    __tablename__ = "installations"
+
+    id: int = Field(sa_column=_github_id())
+    account_login: str
+    account_type: str
+    status: str  # active | suspended | deleted
+    updated_at: float
+
+
+class InstallationRepository(SQLModel, table=True):
+    __tablename__ = "installation_repositories"
+
+    installation_id: int = Field(
+        sa_column=Column(BigInteger, primary_key=True, autoincrement=False)
+    )
+    repository_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    full_name: str = Field(index=True)
+    active: bool = True
+    updated_at: float
+    details: Any = Field(default=None, sa_column=Column(JSON, nullable=True))

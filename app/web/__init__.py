@@ -1,0 +1,29 @@
+"""The Starlette application: webhook intake, health, metrics, API, dashboard.
+
+The web process only verifies, records and enqueues; workers do the work.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from app.config import Settings
+from app.engine.runtime import Runtime
+from app.intake import Intake
+from app.web.observe import dashboard, health_endpoint, metrics_endpoint, run_api, runs_api
+from app.web.webhooks import webhook_endpoint
+from handlers import build_router
+
+
+def create_app(settings: Settings, runtime: Runtime) -> Starlette:
+    intake = Intake(runtime.store, runtime.registry, build_router(), settings)
+    routes = [
+        Route("/webhooks/github", webhook_endpoint(intake, runtime), methods=["POST"]),
+        Route("/healthz", health_endpoint(runtime)),
+        Route("/metrics", metrics_endpoint(runtime)),
+        Route("/api/runs", runs_api(runtime)),
+        Route("/api/runs/{run_id:path}", run_api(runtime)),
+        Route("/", dashboard(runtime)),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,30 @@
+"""The work a run is asked to do, as handlers know it from the event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.webhooks.events import IssueCommentEvent, IssuesEvent
+
+
+def repair_request(
+    event: IssuesEvent | IssueCommentEvent, *, trigger: str, requested_by: str, delivery_id: str
+) -> dict[str, Any]:
+    """The repair run's input. The base commit and budgets are resolved and
+    fixed by the run itself, at its start (the work contract)."""
+    assert event.installation is not None
+    repo = event.repository
+    return {
+        "repo": repo.full_name,
+        "repo_id": repo.id,
+        "owner": repo.owner.login,
+        "name": repo.name,
+        "default_branch": repo.default_branch,
+        "installation_id": event.installation.id,
+        "issue_number": event.issue.number,
+        "issue_title": event.issue.title,
+        "issue_body": event.issue.body,
+        "trigger": trigger,
+        "requested_by": requested_by,
+        "delivery_id": delivery_id,
+    }

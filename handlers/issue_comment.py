@@ -1,0 +1,50 @@
+"""``issue_comment``: slash commands in issues and in repairbot's pull requests.
+
+Whether the author may command the bot is a GitHub question (their permission
+on the repository), so the handler only starts a small durable command
+workflow that checks permission through the API and then acts or politely
+refuses. A redelivered comment maps to the same command workflow id.
+"""
+
+from __future__ import annotations
+
+from app.webhooks.events import IssueCommentEvent
+from app.workflows.ids import COMMAND_WORKFLOW, command_workflow_id
+from handlers.commands import Command, parse_command
+from handlers.inputs import repair_request
+from handlers.router import HandlerContext, Router
+
+router = Router()
+
+
+@router.on("issue_comment", "created")
+def created(event: IssueCommentEvent, ctx: HandlerContext) -> None:
+    if event.sender.is_bot or event.comment.user.is_bot:
+        return  # never obey bots, our own status comments included
+    parsed = parse_command(event.comment.body)
+    if parsed is None:
+        return
+    if event.installation is None:
+        ctx.notes.append("no installation in the payload: cannot act")
+        return
+    command = (
+        {"verb": parsed.verb.value, "args": parsed.args}
+        if isinstance(parsed, Command)
+        else {"verb": "unknown", "args": parsed.word}
+    )
+    ctx.start(
+        COMMAND_WORKFLOW,
+        command_workflow_id(ctx.delivery_id),
+        {
+            "command": command,
+            "author": event.comment.user.login,
+            "comment_id": event.comment.id,
+            "on_pull_request": event.issue.is_pull_request,
+            "request": repair_request(
+                event,
+                trigger="comment",
+                requested_by=event.comment.user.login,
+                delivery_id=ctx.delivery_id,
+            ),
+        },
+    )

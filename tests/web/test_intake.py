@@ -1,0 +1,148 @@
+"""Webhook intake over HTTP: verify, record, route, answer; redeliveries are no-ops."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from app.engine.store.schema import runs, signals
+from app.tables import Installation
+from tests.web.support import EXAMPLES, example
+
+ALL_EXAMPLES = sorted(p for p in EXAMPLES.glob("*/*.json"))
+
+
+@pytest.mark.parametrize("path", ALL_EXAMPLES, ids=lambda p: f"{p.parent.name}.{p.stem}")
+async def test_every_real_example_is_accepted_and_routed(
+    web: Any, deliveries: Any, path: Any
+) -> None:
+    poster, _ = web
+    response = await poster.post(path.parent.name, json.loads(path.read_text()))
+    assert response.status_code == 202, response.text
+    [row] = deliveries()
+    assert row.status in ("handled", "ignored"), row.detail
+    assert row.event == path.parent.name
+
+
+async def test_wrong_signature_is_refused_and_nothing_recorded(web: Any, deliveries: Any) -> None:
+    poster, _ = web
+    response = await poster.post("issues", example("issues", "labeled"), secret="not-the-secret")
+    assert response.status_code == 401
+    assert deliveries() == []
+
+
+async def test_malformed_bodies_get_400(web: Any, deliveries: Any) -> None:
+    poster, _ = web
+    assert (await poster.post("issues", b"{not json")).status_code == 400
+    assert (await poster.post("issues", b"[1, 2]")).status_code == 400
+    missing_issue = example("issues", "labeled")
+    del missing_issue["issue"]
+    response = await poster.post("issues", missing_issue)
+    assert response.status_code == 400
+    assert "issue" in response.json()["message"]
+    # Signed, so kept for inspection, but never routed.
+    assert {r.status for r in deliveries()} == {"malformed"}
+
+
+async def test_unknown_event_is_acknowledged_and_ignored(web: Any, deliveries: Any) -> None:
+    poster, _ = web
+    response = await poster.post("star", {"action": "created", "sender": {"login": "a", "id": 1}})
+    assert response.status_code == 202
+    assert deliveries()[0].status == "ignored"
+
+
+def _labeled(label: str = "repairbot") -> dict[str, Any]:
+    payload = example("issues", "labeled")
+    payload["label"]["name"] = label
+    payload["installation"] = {"id": 4242}
+    return payload
+
+
+async def test_trigger_label_starts_one_run_per_issue(web: Any, db_engine: Any) -> None:
+    poster, runtime = web
+    payload = _labeled()
+    first = await poster.post("issues", payload, delivery="d-1")
+    again = await poster.post("issues", payload, delivery="d-1")  # GitHub redelivery
+    relabel = await poster.post("issues", payload, delivery="d-2")  # a new labelling
+    assert (first.status_code, again.status_code, relabel.status_code) == (202, 200, 202)
+    with db_engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(runs)).scalar_one() == 1
+    repo, number = payload["repository"]["full_name"], payload["issue"]["number"]
+    run = runtime.store.find_run(f"repair:{repo.lower()}#{number}")
+    assert run.input["installation_id"] == 4242
+    assert run.input["issue_title"] == payload["issue"]["title"]
+    assert "already running" in relabel.json()["message"]
+
+
+async def test_other_labels_do_nothing(web: Any, db_engine: Any) -> None:
+    poster, _ = web
+    response = await poster.post("issues", _labeled("bug"))
+    assert "not the trigger label" in response.json()["message"]
+    with db_engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(runs)).scalar_one() == 0
+
+
+async def test_unlabel_and_close_cancel_the_run(web: Any) -> None:
+    poster, runtime = web
+    await poster.post("issues", _labeled())
+    unlabel = _labeled()
+    unlabel["action"] = "unlabeled"
+    await poster.post("issues", unlabel)
+    payload = _labeled()
+    run = runtime.store.find_run(
+        f"repair:{payload['repository']['full_name'].lower()}#{payload['issue']['number']}"
+    )
+    assert run.status == "cancelling" and run.cancel_phase == "cancel-requested"
+
+
+async def test_reviews_on_bot_prs_become_deduplicated_signals(web: Any, db_engine: Any) -> None:
+    poster, _ = web
+    await poster.post("issues", _labeled())
+    labeled = _labeled()
+    review = example("pull_request_review", "submitted")
+    review["repository"] = labeled["repository"]
+    review["pull_request"]["head"]["ref"] = f"repairbot/issue-{labeled['issue']['number']}"
+    await poster.post("pull_request_review", review, delivery="r-1")
+    await poster.post("pull_request_review", review, delivery="r-2")  # same review, new delivery
+    with db_engine.connect() as conn:
+        rows = conn.execute(select(signals.c.name, signals.c.dedupe_key, signals.c.payload)).all()
+    assert len(rows) == 1
+    assert rows[0].dedupe_key == f"review:{review['review']['id']}:submitted"
+    assert rows[0].payload["commit_id"] == review["review"]["commit_id"]
+    assert rows[0].payload["state"] == review["review"]["state"].lower()
+
+
+async def test_installation_events_keep_installations_current(web: Any, db_engine: Any) -> None:
+    poster, _ = web
+    created = example("installation", "created")
+    await poster.post("installation", created)
+    await poster.post("installation", created | {"action": "suspend"})
+    await poster.post("installation", created | {"action": "deleted"})
+    table = Installation.__table__  # type: ignore[attr-defined]
+    with db_engine.connect() as conn:
+        [row] = conn.execute(select(table)).all()
+    assert row.status == "deleted"
+
+
+async def test_comment_with_command_starts_a_command_workflow(web: Any) -> None:
+    poster, runtime = web
+    payload = example("issue_comment", "created")
+    payload["comment"]["body"] = "Thanks!\n\n/repair cancel\n"
+    payload["installation"] = {"id": 1}
+    response = await poster.post("issue_comment", payload, delivery="c-1")
+    assert response.status_code == 202
+    run = runtime.store.find_run("command:c-1")
+    assert run.input["command"] == {"verb": "cancel", "args": ""}
+    assert run.input["author"] == payload["comment"]["user"]["login"]
+
+
+async def test_quoted_or_fenced_commands_are_not_commands(web: Any) -> None:
+    poster, runtime = web
+    payload = example("issue_comment", "created")
+    payload["comment"]["body"] = "> /repair cancel\n\n```\n/repair\n```\n"
+    payload["installation"] = {"id": 1}
+    await poster.post("issue_comment", payload, delivery="c-2")
+    assert runtime.store.find_run("command:c-2") is None
