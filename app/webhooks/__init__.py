@@ -1,0 +1,1 @@
+"""Webhook intake building blocks: signature check and lenient event parsing."""
