@@ -92,6 +92,46 @@ def cmd_example(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(run_example(settings, items=args.items))
 
 
+def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
+    from app.server import run_web
+
+    return asyncio.run(run_web(settings, host=args.host, port=args.port, with_worker=False))
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from app.server import run_web
+
+    return asyncio.run(run_web(settings, host=args.host, port=args.port, with_worker=True))
+
+
+def _intake(settings: Settings) -> Any:
+    from app.intake import Intake
+    from app.registry import build_registry
+    from handlers import build_router
+
+    return Intake(_store(settings), build_registry(), build_router(), settings)
+
+
+def cmd_deliveries_list(args: argparse.Namespace, settings: Settings) -> int:
+    from app.deliveries import list_deliveries
+
+    rows = list_deliveries(_store(settings), status=args.status, limit=args.limit)
+    for row in rows:
+        action = f".{row.action}" if row.action else ""
+        print(f"{row.delivery_id:38} {row.event + action:34} {row.status:9} {row.detail or ''}")
+    if not rows:
+        print("no deliveries")
+    return 0
+
+
+def cmd_deliveries_retry(args: argparse.Namespace, settings: Settings) -> int:
+    result = _intake(settings).retry(args.delivery)
+    print(f"{result.status_code} {result.message}")
+    if result.jobs:
+        print(f"{len(result.jobs)} job(s) recorded; a running worker's relay dispatches them")
+    return 0 if result.status_code < 400 else 1
+
+
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.worker import run_worker
 
@@ -114,6 +154,22 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     example = add("example", cmd_example, "run a small durable workflow end to end")
     example.add_argument("items", nargs="*", default=["durable", "replayed", "fenced"])
     add("worker", cmd_worker, "run a worker (arq over Redis if REDIS_URL is set)")
+    for name, fn, help_ in (
+        ("web", cmd_web, "serve webhooks, API and dashboard (workers run elsewhere)"),
+        ("serve", cmd_serve, "web and an in-process worker in one process (embedded mode)"),
+    ):
+        p = add(name, fn, help_)
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--port", type=int, default=8000)
+    deliveries = add("deliveries", lambda a, s: 0, "inspect and retry webhook deliveries")
+    deliveries_sub = deliveries.add_subparsers(dest="deliveries_command", required=True)
+    dl = deliveries_sub.add_parser("list", help="recent deliveries")
+    dl.add_argument("--status", help="handled, ignored, failed or malformed")
+    dl.add_argument("--limit", type=int, default=50)
+    handlers["deliveries list"] = cmd_deliveries_list
+    dr = deliveries_sub.add_parser("retry", help="run a recorded delivery's handlers again")
+    dr.add_argument("delivery")
+    handlers["deliveries retry"] = cmd_deliveries_retry
     runs = add("runs", lambda a, s: 0, "inspect runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     lst = runs_sub.add_parser("list", help="recent runs")
