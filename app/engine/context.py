@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -65,8 +65,9 @@ class WorkflowContext:
         self.run_id = execution.run_id
         self.workflow_id = execution.workflow_id
         self._queries: dict[str, Callable[[], Any]] = {}
-        self._signal_buffers: dict[str, deque[Signal]] = {}
-        self._signal_waiters: dict[str, deque[tuple[WorkflowFuture, int | None]]] = {}
+        # Signals nobody waited for yet, and waiters, both in arrival order.
+        self._signal_buffer: deque[Signal] = deque()
+        self._signal_waiters: list[_SignalWaiter] = []
         self._timers: dict[int, WorkflowFuture] = {}
         self._activities: dict[int, WorkflowFuture] = {}
         self._uuid_count = 0
@@ -116,29 +117,30 @@ class WorkflowContext:
         self._timers[cmd] = WorkflowFuture(label=f"timer {cmd}")
         return cmd
 
-    def wait_signal(self, name: str, *, timeout: float | None = None) -> WorkflowFuture:
-        """Resolves with the next :class:`Signal` named ``name``, or ``None`` on timeout."""
-        buffered = self._signal_buffers.get(name)
-        future = WorkflowFuture(label=f"signal {name}")
-        if buffered:
-            future.set_result(buffered.popleft())
-            return future
+    def wait_signal(
+        self, name: str | Sequence[str], *, timeout: float | None = None
+    ) -> WorkflowFuture:
+        """Resolves with the next :class:`Signal` whose name is ``name`` (or one of
+        the names), in the order signals arrived; ``None`` on timeout."""
+        names = frozenset([name] if isinstance(name, str) else name)
+        future = WorkflowFuture(label=f"signal {'|'.join(sorted(names))}")
+        for signal in self._signal_buffer:
+            if signal.name in names:
+                self._signal_buffer.remove(signal)
+                future.set_result(signal)
+                return future
         timer_cmd = self._start_timer(timeout) if timeout is not None else None
-        self._signal_waiters.setdefault(name, deque()).append((future, timer_cmd))
+        waiter = _SignalWaiter(future, names, timer_cmd)
+        self._signal_waiters.append(waiter)
         if timer_cmd is not None:
 
             def timed_out(_timer: WorkflowFuture) -> None:
-                self._signal_timed_out(name, future)
+                if waiter in self._signal_waiters:
+                    self._signal_waiters.remove(waiter)
+                future.set_result(None)
 
             self._timers[timer_cmd].add_done_callback(timed_out)
         return future
-
-    def _signal_timed_out(self, name: str, future: WorkflowFuture) -> None:
-        waiters = self._signal_waiters.get(name, deque())
-        for entry in list(waiters):
-            if entry[0] is future:
-                waiters.remove(entry)
-        future.set_result(None)
 
     def gather(self, *awaitables: Awaitable[Any]) -> WorkflowFuture:
         """Wait for all; results in argument order; the first error (in order) is raised."""
@@ -249,19 +251,27 @@ class WorkflowContext:
             future.set_result(None)
 
     def _deliver_signal(self, signal: Signal) -> None:
-        waiters = self._signal_waiters.get(signal.name)
-        if waiters:
-            future, timer_cmd = waiters.popleft()
-            future.set_result(signal)
-            if timer_cmd is not None and not self._timers[timer_cmd].done:
-                cancel_cmd = self._x.next_command_number()
-                self._x.issue(cancel_cmd, TIMER_CANCELLED, {"timer": timer_cmd})
-                self._timers[timer_cmd].set_result(None)
-        else:
-            self._signal_buffers.setdefault(signal.name, deque()).append(signal)
+        for waiter in self._signal_waiters:
+            if signal.name in waiter.names:
+                self._signal_waiters.remove(waiter)
+                waiter.future.set_result(signal)
+                timer_cmd = waiter.timer_cmd
+                if timer_cmd is not None and not self._timers[timer_cmd].done:
+                    cancel_cmd = self._x.next_command_number()
+                    self._x.issue(cancel_cmd, TIMER_CANCELLED, {"timer": timer_cmd})
+                    self._timers[timer_cmd].set_result(None)
+                return
+        self._signal_buffer.append(signal)
 
     def pending_signals(self, name: str) -> int:
-        return len(self._signal_buffers.get(name, ()))
+        return sum(1 for signal in self._signal_buffer if signal.name == name)
+
+
+@dataclass(eq=False)
+class _SignalWaiter:
+    future: WorkflowFuture
+    names: frozenset[str]
+    timer_cmd: int | None
 
 
 def _settle_all(futures: list[WorkflowFuture]) -> WorkflowFuture:

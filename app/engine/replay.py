@@ -8,6 +8,7 @@ so a run of N steps costs O(N) in total, not O(N^2).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -53,6 +54,15 @@ class StepResult:
     outcome: Outcome | None = None
     cancel_phase: str | None = None
     cancel_delivered: bool = False
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored as JSON, or None if it can."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        return f"is not JSON-serializable: {exc}"
+    return None
 
 
 def error_info(exc: BaseException) -> dict[str, Any]:
@@ -204,6 +214,12 @@ class WorkflowExecution:
         error = root.future.error
         if error is None:
             status = "cancelled" if self.ctx.cancel_requested else "completed"
+            problem = json_problem(root.future.result)
+            if problem:
+                return Outcome(
+                    status="failed",
+                    error={"type": "TypeError", "message": f"workflow result {problem}"},
+                )
             return Outcome(status=status, result=root.future.result)
         if isinstance(error, ReplayAborted) and self._nondeterminism is not None:
             return Outcome(

@@ -19,7 +19,7 @@ from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job
 from app.engine.registry import Absent, Found, Registry, Unknown
-from app.engine.replay import WorkflowExecution
+from app.engine.replay import WorkflowExecution, json_problem
 from app.engine.store import Claim, Failure, RunRow, Store
 from app.engine.tables import OPEN_STATUSES
 
@@ -221,6 +221,11 @@ class Worker:
         except Exception as exc:  # any other error is transient unless declared otherwise
             log.exception("activity %s attempt %s raised", claim.operation_id, claim.attempt)
             await self._record_failure(claim, Failure("transient", type(exc).__name__, str(exc)))
+            return
+        problem = json_problem(result)
+        if problem:
+            failure = Failure("permanent", "TypeError", f"activity result {problem}")
+            await self._record_failure(claim, failure)
             return
         self.faults.hit("activity.before_complete")
         await self._record_result(claim, result)

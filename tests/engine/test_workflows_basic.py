@@ -124,3 +124,38 @@ async def test_start_is_idempotent_per_workflow_id(make_runtime: Any) -> None:
     first = await rt.start_workflow("waiter", "once")
     second = await rt.start_workflow("waiter", "once")
     assert first.created and not second.created and first.run_id == second.run_id
+
+
+@workflow("any-signal")
+async def any_signal(ctx: WorkflowContext, _: Any) -> list[Any]:
+    got = []
+    for _ in range(3):
+        signal = await ctx.wait_signal(["a", "b"], timeout=30)
+        got.append(signal.name if signal else None)
+    late = await ctx.wait_signal("c", timeout=0.05)
+    got.append(late.name if late else None)
+    return got
+
+
+@workflow("returns-an-object")
+async def returns_an_object(ctx: WorkflowContext, _: Any) -> Any:
+    return object()
+
+
+async def test_a_result_that_is_not_json_fails_the_run_clearly(make_runtime: Any) -> None:
+    rt = await make_runtime(Registry.of([returns_an_object], []))
+    await rt.start_workflow("returns-an-object", "obj")
+    run = await rt.wait_for("obj")
+    assert run.status == "failed"
+    assert "not JSON-serializable" in run.error["message"]
+
+
+async def test_wait_for_any_of_several_signals_in_arrival_order(make_runtime: Any) -> None:
+    rt = await make_runtime(Registry.of([any_signal], []))
+    await rt.start_workflow("any-signal", "any-1")
+    for key, name in (("1", "b"), ("2", "c"), ("3", "a"), ("4", "b")):
+        await rt.signal("any-1", name, None, dedupe_key=key)
+    run = await rt.wait_for("any-1")
+    # "c" arrived second but nobody waited for it until the end: it stays buffered.
+    assert run.result[:3] == ["b", "a", "b"]
+    assert run.result[3] == "c"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import case, delete, func, insert, or_, select, update
 
 from app.engine import commands as ev
 from app.engine.errors import StaleLease
@@ -294,12 +294,22 @@ class ActivityAttempts(StoreBase):
 
     def _reject_stale(self, tx: Tx, task_id: int, token: int, what: str) -> None:
         tx.bump_counter(STALE_WRITES)
+        # A stale attempt has usually ended already (its lease expired and the
+        # reconciler recorded that): keep that outcome and add the refused late
+        # write to it, once, so the attempt's record shows the stale worker.
+        stale = f"stale-{what}-rejected"
         tx.conn.execute(
             update(attempts)
             .where(
                 attempts.c.task_id == task_id,
                 attempts.c.fencing_token == token,
-                attempts.c.outcome.is_(None),
+                or_(attempts.c.outcome.is_(None), attempts.c.outcome.not_like(f"%{stale}%")),
             )
-            .values(outcome=f"stale-{what}-rejected", finished_at=tx.now)
+            .values(
+                outcome=case(
+                    (attempts.c.outcome.is_(None), stale),
+                    else_=attempts.c.outcome + f"; {stale}",
+                ),
+                finished_at=func.coalesce(attempts.c.finished_at, tx.now),
+            )
         )
