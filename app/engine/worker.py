@@ -224,8 +224,8 @@ class Worker:
             return
         problem = json_problem(result)
         if problem:
-            failure = Failure("permanent", "TypeError", f"activity result {problem}")
-            await self._record_failure(claim, failure)
+            unstorable = Failure("permanent", "TypeError", f"activity result {problem}")
+            await self._record_failure(claim, unstorable)
             return
         self.faults.hit("activity.before_complete")
         await self._record_result(claim, result)
