@@ -1,0 +1,177 @@
+"""GitHub App authentication: the App JWT and cached installation tokens.
+
+The App JWT (RS256, signed with the App's private key) comes from githubkit's
+:class:`~githubkit.AppAuthStrategy`. Installation tokens are minted with it
+and cached here rather than by githubkit's ``AppInstallationAuthStrategy``,
+because that strategy (0.16.1) keeps tokens in a process-wide default cache
+with a fixed one-minute margin, mints twice when two requests race on an empty
+cache, and never refreshes on a 401. This module makes each of those explicit:
+
+- a token is reused until ``refresh_margin`` before it expires (default five
+  minutes, enough for a git push that starts just before the margin);
+- one mint at a time per installation (concurrent callers wait and share it);
+- a request answered 401 invalidates the token it used, mints once, and is
+  sent once more; a second 401 reaches the caller (see ``errors.classify``).
+
+The private key never appears in a repr, a log line or an exception message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from githubkit import AppAuthStrategy
+from githubkit.auth.app import AppAuth
+from githubkit.auth.base import BaseAuthStrategy
+
+if TYPE_CHECKING:
+    from githubkit import GitHubCore
+
+DEFAULT_REFRESH_MARGIN = timedelta(minutes=5)
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class CredentialsError(ValueError):
+    """The App id or private key is missing or unusable (the message never holds the key)."""
+
+
+@dataclass(frozen=True)
+class AppCredentials:
+    app_id: str
+    private_key: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.app_id:
+            raise CredentialsError("GitHub App id is not set (GITHUB_APP_ID)")
+        if not self.private_key:
+            raise CredentialsError("GitHub App private key is not set (GITHUB_PRIVATE_KEY)")
+        # Fail at start-up, not at the first request, and without echoing the key.
+        try:
+            key = load_pem_private_key(self.private_key.encode(), password=None)
+        except (ValueError, TypeError):
+            raise CredentialsError("GitHub App private key is not a PEM private key") from None
+        if not isinstance(key, RSAPrivateKey):
+            raise CredentialsError("GitHub App private key must be an RSA key (JWTs use RS256)")
+
+
+class _QuietAppAuth(AppAuth):
+    def __repr__(self) -> str:
+        return f"AppAuth(app_id={self.app_id!r}, private_key=<hidden>)"
+
+
+class AppJWTAuthStrategy(AppAuthStrategy):
+    """githubkit's App strategy with the private key kept out of reprs."""
+
+    def __repr__(self) -> str:
+        return f"AppJWTAuthStrategy(app_id={self.app_id!r}, private_key=<hidden>)"
+
+    def get_auth_flow(self, github: GitHubCore[AppJWTAuthStrategy]) -> httpx.Auth:
+        return _QuietAppAuth(github, self.app_id, self.private_key)
+
+
+@dataclass(frozen=True)
+class InstallationToken:
+    token: str = field(repr=False)
+    expires_at: datetime
+
+    def fresh(self, now: datetime, margin: timedelta) -> bool:
+        return now + margin < self.expires_at
+
+
+Mint = Callable[[int], Awaitable[InstallationToken]]
+
+
+class InstallationTokenCache:
+    """Installation tokens per installation id, minted on demand (single-flight)."""
+
+    def __init__(
+        self,
+        mint: Mint,
+        *,
+        refresh_margin: timedelta = DEFAULT_REFRESH_MARGIN,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._mint = mint
+        self.refresh_margin = refresh_margin
+        self._clock = clock
+        self._tokens: dict[int, InstallationToken] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+        #: Tokens minted so far (tests and metrics read it).
+        self.mints = 0
+
+    async def get(self, installation_id: int) -> InstallationToken:
+        cached = self._tokens.get(installation_id)
+        if cached is not None and cached.fresh(self._clock(), self.refresh_margin):
+            return cached
+        lock = self._locks.setdefault(installation_id, asyncio.Lock())
+        async with lock:
+            cached = self._tokens.get(installation_id)  # minted while we waited?
+            if cached is not None and cached.fresh(self._clock(), self.refresh_margin):
+                return cached
+            token = await self._mint(installation_id)
+            self.mints += 1
+            self._tokens[installation_id] = token
+            return token
+
+    def invalidate(self, installation_id: int, token: InstallationToken) -> None:
+        """Forget ``token`` if it is still the cached one (a newer token stays)."""
+        if self._tokens.get(installation_id) is token:
+            del self._tokens[installation_id]
+
+
+class _InstallationAuth(httpx.Auth):
+    # The body must be replayable for the one retry after a 401.
+    requires_request_body = True
+
+    def __init__(self, cache: InstallationTokenCache, installation_id: int) -> None:
+        self._cache = cache
+        self._installation_id = installation_id
+
+    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response]:
+        raise RuntimeError("repairbot's installation clients are async only")
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        token = await self._cache.get(self._installation_id)
+        request.headers["Authorization"] = f"token {token.token}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        # Revoked or expired early: a 401 means GitHub did not act on the request,
+        # so sending it again with a fresh token cannot double an effect.
+        self._cache.invalidate(self._installation_id, token)
+        token = await self._cache.get(self._installation_id)
+        request.headers["Authorization"] = f"token {token.token}"
+        yield request
+
+    def __repr__(self) -> str:
+        return f"InstallationAuth(installation_id={self._installation_id})"
+
+
+@dataclass(frozen=True)
+class InstallationAuthStrategy(BaseAuthStrategy):
+    """Authenticate as one installation, with tokens from a shared cache."""
+
+    cache: InstallationTokenCache = field(repr=False)
+    installation_id: int
+
+    def get_auth_flow(self, github: GitHubCore[InstallationAuthStrategy]) -> httpx.Auth:
+        return _InstallationAuth(self.cache, self.installation_id)
+
+
+def parse_expiry(expires_at: str) -> datetime:
+    """GitHub's ``expires_at`` (``2016-07-11T22:14:10Z``) as an aware datetime."""
+    return datetime.fromisoformat(expires_at.replace("Z", "+00:00")).astimezone(UTC)

@@ -1,0 +1,137 @@
+"""The GitHub client factory: built once per worker, hands out authenticated clients.
+
+One factory holds the App credentials, one installation-token cache and one
+githubkit client per installation, so every job on the worker shares tokens
+instead of minting its own. githubkit's automatic retries are off: retrying
+is the runtime's job (it knows budgets, and a rate limit that asks for an
+hour must not hold a worker), and a blind retry of a 5xx mutation would skip
+the reconcile step that keeps effects single.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+from githubkit import GitHub
+from githubkit.cache import MemCacheStrategy
+from githubkit.config import get_config
+
+from app.config import Settings
+from app.github.auth import (
+    DEFAULT_REFRESH_MARGIN,
+    AppCredentials,
+    AppJWTAuthStrategy,
+    Clock,
+    CredentialsError,
+    InstallationAuthStrategy,
+    InstallationToken,
+    InstallationTokenCache,
+    parse_expiry,
+    utcnow,
+)
+from app.github.errors import classified
+
+DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+
+InstallationGitHub = GitHub[InstallationAuthStrategy]
+AppGitHub = GitHub[AppJWTAuthStrategy]
+
+
+class GitHubClientFactory:
+    """Authenticated githubkit clients for the App and its installations.
+
+    Keyword arguments:
+
+    - ``base_url``: REST base URL (``Settings.github_api_url``; the emulator's in tests).
+    - ``credentials``: App id and private key.
+    - ``refresh_margin``: an installation token is replaced this long before it expires.
+    - ``timeout``: per-request timeouts.
+    - ``transport``: an httpx transport to use instead of the network (tests).
+    - ``user_agent``: sent with every request; GitHub asks for one naming the app.
+    - ``clock``: for token expiry decisions (tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        credentials: AppCredentials,
+        refresh_margin: timedelta = DEFAULT_REFRESH_MARGIN,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+        user_agent: str = "repairbot",
+        clock: Clock = utcnow,
+    ) -> None:
+        self.base_url = base_url
+        self._config = get_config(
+            base_url=base_url,
+            timeout=timeout,
+            user_agent=user_agent,
+            async_transport=transport,
+            auto_retry=False,
+            # Reconciliation must read what GitHub holds now, not a cached copy.
+            http_cache=False,
+            # Our own JWT cache: githubkit's default cache is shared by every
+            # client in the process, so two factories (two emulators in one test
+            # run, or two Apps) would otherwise read each other's entries.
+            cache_strategy=MemCacheStrategy(),
+        )
+        self._app = GitHub(
+            AppJWTAuthStrategy(credentials.app_id, credentials.private_key), config=self._config
+        )
+        self.tokens = InstallationTokenCache(self._mint, refresh_margin=refresh_margin, clock=clock)
+        self._installations: dict[int, InstallationGitHub] = {}
+        self._bot_login: str | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> GitHubClientFactory:
+        credentials = AppCredentials(settings.github_app_id, settings.github_private_key)
+        return cls(base_url=settings.github_api_url, credentials=credentials, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"GitHubClientFactory(base_url={self.base_url!r})"
+
+    def app(self) -> AppGitHub:
+        """A client authenticated as the App itself (JWT): ``/app/...`` endpoints."""
+        return self._app
+
+    def for_installation(self, installation_id: int) -> InstallationGitHub:
+        """A client acting as one installation; tokens come from the shared cache."""
+        client = self._installations.get(installation_id)
+        if client is None:
+            strategy = InstallationAuthStrategy(self.tokens, installation_id)
+            client = GitHub(strategy, config=self._config)
+            self._installations[installation_id] = client
+        return client
+
+    async def bot_login(self) -> str:
+        """``<app-slug>[bot]``, the account our comments and pull requests are written by.
+
+        Searches for our markers filter on it: anyone can paste a marker into
+        their own comment. Read once from ``GET /app`` and kept.
+        """
+        if self._bot_login is None:
+            with classified(mutation=False):
+                response = await self._app.rest.apps.async_get_authenticated()
+            app = response.parsed_data
+            if app is None or not app.slug:
+                raise CredentialsError("GET /app did not name the App (no slug)")
+            self._bot_login = f"{app.slug}[bot]"
+        return self._bot_login
+
+    async def installation_token(self, installation_id: int) -> InstallationToken:
+        """A token with at least ``refresh_margin`` to live, for git over HTTPS."""
+        return await self.tokens.get(installation_id)
+
+    async def _mint(self, installation_id: int) -> InstallationToken:
+        # Minting is idempotent in effect (a new token each time, nothing to undo),
+        # so it counts as a read for classification.
+        with classified(mutation=False):
+            response = await self._app.rest.apps.async_create_installation_access_token(
+                installation_id
+            )
+        data = response.parsed_data
+        return InstallationToken(token=data.token, expires_at=parse_expiry(data.expires_at))

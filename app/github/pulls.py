@@ -1,0 +1,146 @@
+"""One draft pull request per operation: found by head branch and marker before creating.
+
+GitHub refuses a second open pull request for the same head and base (422
+"A pull request already exists"), which makes creation safe under a race:
+the loser reads the winner's pull request back. A lost answer to the create
+is reconciled the same way, by listing pull requests for the head branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from githubkit.exception import GitHubException, RequestFailed
+from githubkit.rest.paginator import Paginator
+from githubkit_schemas.v2026_03_10.models import PullRequest, PullRequestSimple
+
+from app.engine.errors import PermanentError
+from app.github.client import InstallationGitHub
+from app.github.errors import classified, classify, github_message, no_answer
+from app.github.markers import Marker, OpId, find_marked, with_marker
+from app.github.repos import RepoRef
+
+_ALREADY_EXISTS = "a pull request already exists"
+
+
+@dataclass(frozen=True)
+class PullResult:
+    number: int
+    html_url: str
+    head_sha: str
+    #: "open" or "closed". A closed pull request is returned, never reopened or
+    #: replaced: a human closed it and the workflow decides what that means.
+    state: str
+    draft: bool
+    merged: bool
+    #: This call created it.
+    created: bool
+
+
+def _result(pr: PullRequest | PullRequestSimple, *, created: bool) -> PullResult:
+    merged = pr.merged if isinstance(pr, PullRequest) else pr.merged_at is not None
+    return PullResult(
+        number=pr.number,
+        html_url=pr.html_url,
+        head_sha=pr.head.sha,
+        state=pr.state,
+        draft=pr.draft is True,
+        merged=merged,
+        created=created,
+    )
+
+
+async def find_pull_requests(
+    gh: InstallationGitHub,
+    repo: RepoRef,
+    head: str,
+    op: OpId,
+    *,
+    bot_login: str | None = None,
+) -> list[PullRequestSimple]:
+    """Pull requests (any state) from branch ``head`` marked for ``op``, oldest first."""
+    pages: Paginator[PullRequestSimple] = gh.rest.paginate(
+        gh.rest.pulls.async_list,
+        owner=repo.owner,
+        repo=repo.name,
+        state="all",
+        # GitHub ignores a head filter without the "owner:" prefix.
+        head=f"{repo.owner}:{head}",
+        per_page=100,
+    )
+    with classified(mutation=False):
+        pulls = [
+            pr
+            async for pr in pages
+            if pr.head.ref == head
+            and (bot_login is None or (pr.user is not None and pr.user.login == bot_login))
+        ]
+    return sorted(find_marked(pulls, op), key=lambda pr: pr.number)
+
+
+async def _reconcile(
+    gh: InstallationGitHub,
+    repo: RepoRef,
+    pr: PullRequestSimple,
+    title: str,
+    body: str,
+    *,
+    created: bool,
+) -> PullResult:
+    if pr.state != "open" or (pr.title == title and pr.body == body):
+        return _result(pr, created=created)
+    with classified(mutation=True):
+        response = await gh.rest.pulls.async_update(
+            repo.owner, repo.name, pr.number, title=title, body=body
+        )
+    return _result(response.parsed_data, created=created)
+
+
+async def ensure_pull_request(
+    gh: InstallationGitHub,
+    repo: RepoRef,
+    *,
+    head: str,
+    base: str,
+    title: str,
+    body: str,
+    op: OpId,
+    fields: Mapping[str, str] | None = None,
+    bot_login: str | None,
+) -> PullResult:
+    """The pull request for ``op`` from ``head`` into ``base``, created as a draft if absent.
+
+    ``head`` and ``base`` are branch names in ``repo``. An existing open pull
+    request gets ``title`` and ``body`` (the evidence summary) if they changed.
+    ``bot_login`` (``GitHubClientFactory.bot_login()``) restricts the search to
+    pull requests the App opened; ``None`` trusts any author.
+    """
+    text = with_marker(body, Marker(op, dict(fields or {})))
+    found = await find_pull_requests(gh, repo, head, op, bot_login=bot_login)
+    if found:
+        return await _reconcile(gh, repo, found[0], title, text, created=False)
+    try:
+        response = await gh.rest.pulls.async_create(
+            repo.owner, repo.name, head=head, base=base, title=title, body=text, draft=True
+        )
+    except GitHubException as exc:
+        lost = no_answer(exc)
+        exists = (
+            isinstance(exc, RequestFailed)
+            and exc.response.status_code == 422
+            and _ALREADY_EXISTS in github_message(exc).lower()
+        )
+        if not (lost or exists):
+            raise classify(exc, mutation=True) from exc
+        # Lost answer, or a twin won the race: read back what GitHub holds now.
+        found = await find_pull_requests(gh, repo, head, op, bot_login=bot_login)
+        if found:
+            return await _reconcile(gh, repo, found[0], title, text, created=lost)
+        if exists:
+            raise PermanentError(
+                f"an open pull request from {head} exists in {repo} without our marker "
+                f"for {op}; not adopting somebody else's pull request"
+            ) from exc
+        raise classify(exc, mutation=True) from exc
+    return _result(response.parsed_data, created=True)

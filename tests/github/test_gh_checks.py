@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from gh_scene import Scene
+
+from app.engine.errors import PermanentError, TransientError
+from app.github.checks import CheckRunView, ensure_check_run
+from app.github.markers import OpId
+
+OP = OpId("run-1", "check")
+CREATE = "POST /repos/{owner}/{repo}/check-runs"
+RUNNING = CheckRunView("repairbot", "Reproducing", "Running the reproduction")
+PASSED = CheckRunView("repairbot", "Fix verified", "All tests pass", conclusion="success")
+
+
+def runs_in(scene: Scene) -> list[tuple[int, str | None, str, str | None, str | None]]:
+    """(id, external id, status, conclusion, title) of every check run the emulator holds."""
+    return sorted(
+        (r.id, r.external_id, r.status, r.conclusion, r.output.get("title"))
+        for r in scene.state().check_runs.values()
+    )
+
+
+async def test_created_in_progress_then_completed_in_place(scene: Scene) -> None:
+    first = await ensure_check_run(
+        scene.gh, scene.repo, scene.head, OP, RUNNING, app_id=scene.app.id
+    )
+    done = await ensure_check_run(scene.gh, scene.repo, scene.head, OP, PASSED, app_id=scene.app.id)
+    assert first.created and not done.created and first.id == done.id
+    assert runs_in(scene) == [(first.id, OP.token, "completed", "success", "Fix verified")]
+
+
+async def test_created_completed_directly(scene: Scene) -> None:
+    result = await ensure_check_run(scene.gh, scene.repo, scene.head, OP, PASSED)
+    assert runs_in(scene) == [(result.id, OP.token, "completed", "success", "Fix verified")]
+
+
+async def test_lost_answer_is_read_back(scene: Scene) -> None:
+    await scene.client.faults.add(CREATE, "drop")
+    result = await ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING)
+    assert [run[0] for run in runs_in(scene)] == [result.id]
+
+
+async def test_racing_twins_converge_on_the_oldest_run(scene: Scene) -> None:
+    results = await asyncio.gather(
+        *(ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING) for _ in range(2))
+    )
+    runs = runs_in(scene)
+    counting = [run for run in runs if run[3] != "skipped"]
+    assert len(counting) == 1 and {r.id for r in results} == {counting[0][0]}
+    assert counting[0][0] == runs[0][0]  # the oldest one counts; any twin is marked skipped
+
+
+async def test_other_operations_do_not_match(scene: Scene) -> None:
+    await ensure_check_run(scene.gh, scene.repo, scene.head, OpId("run-2", "check"), RUNNING)
+    await ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING)
+    assert len(runs_in(scene)) == 2
+
+
+async def test_failures_are_classified(scene: Scene) -> None:
+    await scene.client.faults.add(CREATE, "fail", status=503)
+    with pytest.raises(TransientError):
+        await ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING)
+    with pytest.raises(PermanentError):
+        await ensure_check_run(scene.gh, scene.repo, "f" * 40, OP, RUNNING)
+    assert runs_in(scene) == []

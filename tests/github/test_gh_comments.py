@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from gh_scene import Scene
+
+from app.engine.errors import AmbiguousError, PermanentError, TransientError
+from app.github.client import InstallationGitHub
+from app.github.comments import CommentResult, ensure_comment
+from app.github.markers import Marker, OpId, parse_marker
+
+OP = OpId("run-1", "status")
+CREATE = "POST /repos/{owner}/{repo}/issues/{issue_number}/comments"
+
+
+async def ensure(
+    scene: Scene, issue: int, body: str, *, gh: InstallationGitHub | None = None, **kw: Any
+) -> CommentResult:
+    return await ensure_comment(
+        gh or scene.gh, scene.repo, issue, OP, body, bot_login=scene.bot_login, **kw
+    )
+
+
+@pytest.fixture
+async def issue(scene: Scene) -> int:
+    created = await scene.client.create_issue("octo", "demo", as_user="alice", title="add is wrong")
+    return int(created["number"])
+
+
+def comments_on(scene: Scene, number: int) -> list[tuple[int, str, str]]:
+    """(id, author, body) of every comment on the issue, as the emulator holds them."""
+    return sorted(
+        (c.id, c.user.login, c.body)
+        for c in scene.state().comments.values()
+        if c.issue_number == number
+    )
+
+
+async def test_created_once_then_updated_in_place(scene: Scene, issue: int) -> None:
+    first = await ensure(scene, issue, "Running", fields={"sha": "abc"})
+    second = await ensure(scene, issue, "Done")
+    same = await ensure(scene, issue, "Done")
+    assert (first.created, second.created, second.updated, same.updated) == (
+        True,
+        False,
+        True,
+        False,
+    )
+    [(comment_id, author, body)] = comments_on(scene, issue)
+    assert comment_id == first.id == second.id == same.id
+    assert author == "repairbot[bot]"
+    assert body.startswith("Done") and parse_marker(body) == Marker(OP)
+
+
+async def test_lost_answer_is_read_back_not_repeated(scene: Scene, issue: int) -> None:
+    await scene.client.faults.add(CREATE, "drop")
+    result = await ensure(scene, issue, "Running")
+    assert result.created
+    assert [c[0] for c in comments_on(scene, issue)] == [result.id]
+
+
+async def test_server_error_is_transient_and_the_retry_creates_one(
+    scene: Scene, issue: int
+) -> None:
+    await scene.client.faults.add(CREATE, "fail", status=502)
+    with pytest.raises(TransientError):
+        await ensure(scene, issue, "Running")
+    assert comments_on(scene, issue) == []
+    await ensure(scene, issue, "Running")
+    assert len(comments_on(scene, issue)) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "style"), [(403, "retry-after"), (429, "retry-after"), (403, "x-ratelimit")]
+)
+async def test_rate_limit_asks_for_the_delay_github_gave(
+    scene: Scene, issue: int, status: int, style: str
+) -> None:
+    await scene.client.faults.add(
+        CREATE, "rate_limit", status=status, rate_limit_style=style, retry_after=42
+    )
+    with pytest.raises(TransientError) as caught:
+        await ensure(scene, issue, "Running")
+    assert caught.value.next_retry_delay == pytest.approx(42, abs=2)
+    assert comments_on(scene, issue) == []
+
+
+async def test_racing_twins_leave_exactly_one_comment(scene: Scene, issue: int) -> None:
+    results = await asyncio.gather(*(ensure(scene, issue, "Running") for _ in range(3)))
+    [(comment_id, _, _)] = comments_on(scene, issue)
+    assert {r.id for r in results} == {comment_id}
+
+
+async def test_a_pasted_marker_in_a_users_comment_is_not_ours(scene: Scene, issue: int) -> None:
+    forged = "look: " + Marker(OP).render()
+    await scene.client.comment("octo", "demo", issue, forged, as_user="alice")
+    result = await ensure(scene, issue, "Running")
+    assert result.created
+    authors = [(author, body) for _, author, body in comments_on(scene, issue)]
+    assert authors[0] == ("alice", forged)  # untouched
+    assert authors[1][0] == "repairbot[bot]"
+
+
+async def test_the_marker_is_found_beyond_the_first_page(scene: Scene, issue: int) -> None:
+    first = await ensure(scene, issue, "Running")
+    await asyncio.gather(
+        *(scene.client.comment("octo", "demo", issue, f"+{i}", as_user="alice") for i in range(100))
+    )
+    # Move ours to the second page: delete it and recreate it after the others.
+    await scene.gh.rest.issues.async_delete_comment("octo", "demo", first.id)
+    later = await ensure(scene, issue, "Running")
+    assert later.created
+    again = await ensure(scene, issue, "Done")
+    assert (again.id, again.created) == (later.id, False)
+    assert len(comments_on(scene, issue)) == 101
+
+
+async def test_other_failures_are_permanent(scene: Scene) -> None:
+    with pytest.raises(PermanentError, match="404"):
+        await ensure(scene, 999, "Running")
+
+
+async def test_timeout_with_nothing_to_read_back_is_ambiguous(
+    scene: Scene, issue: int, served: str
+) -> None:
+    # Over real HTTP (in-process transports have no timeouts): the emulator holds
+    # the request longer than we wait, so our read-back finds nothing: ambiguous,
+    # since the request may still land.
+    impatient = scene.new_factory(served, timeout=httpx.Timeout(0.1))
+    gh = impatient.for_installation(scene.installation_id)
+    await gh.rest.repos.async_get("octo", "demo")  # mint the token before the fault
+    await scene.client.faults.add(CREATE, "delay", delay=0.3)
+    with pytest.raises(AmbiguousError):
+        await ensure(scene, issue, "Running", gh=gh)
+    # The runtime's reconcile is the same call: one comment, whatever the held request did.
+    result = await ensure(scene, issue, "Running")
+    assert [c[0] for c in comments_on(scene, issue)] == [result.id]

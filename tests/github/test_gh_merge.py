@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from gh_scene import Scene
+
+from app.engine.errors import TransientError
+from app.github.markers import OpId
+from app.github.merge import HeadMoved, Merged, NotMergeable, merge_pinned
+from app.github.pulls import ensure_pull_request
+
+MERGE = "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"
+BRANCH = "repairbot/issue-1"
+FIXED = {"calc.py": "def add(a, b):\n    return a + b\n"}
+PushBranch = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def proposal(scene: Scene, push_branch: PushBranch) -> tuple[int, str]:
+    """A ready-for-review pull request from our branch: (number, proposed commit)."""
+    sha = await push_branch(BRANCH, FIXED)
+    pr = await ensure_pull_request(
+        scene.gh,
+        scene.repo,
+        head=BRANCH,
+        base="main",
+        title="Fix",
+        body="b",
+        op=OpId("r", "pr"),
+        bot_login=scene.bot_login,
+    )
+    await scene.client.mark_ready("octo", "demo", pr.number, as_user="alice")
+    return pr.number, sha
+
+
+def main_head(scene: Scene) -> str:
+    from emulator.gitview import open_git
+
+    sha = open_git(scene.state()).resolve("refs/heads/main")
+    assert sha is not None
+    return sha
+
+
+def merged_in_emulator(scene: Scene, number: int) -> bool:
+    return scene.state().issues[number].pull.merged  # type: ignore[union-attr]
+
+
+async def test_merges_the_approved_commit(scene: Scene, proposal: tuple[int, str]) -> None:
+    number, sha = proposal
+    outcome = await merge_pinned(scene.gh, scene.repo, number, sha)
+    assert outcome == Merged(main_head(scene))
+    assert merged_in_emulator(scene, number)
+
+
+async def test_a_draft_is_not_merged(scene: Scene, push_branch: PushBranch) -> None:
+    sha = await push_branch(BRANCH, FIXED)
+    pr = await ensure_pull_request(
+        scene.gh,
+        scene.repo,
+        head=BRANCH,
+        base="main",
+        title="Fix",
+        body="b",
+        op=OpId("r", "pr"),
+        bot_login=scene.bot_login,
+    )
+    outcome = await merge_pinned(scene.gh, scene.repo, pr.number, sha)
+    assert isinstance(outcome, NotMergeable) and "draft" in outcome.reason
+    assert main_head(scene) == scene.head
+
+
+async def test_head_moved_before_we_looked(
+    scene: Scene, proposal: tuple[int, str], push_branch: PushBranch
+) -> None:
+    number, approved = proposal
+    moved = await push_branch(BRANCH, {"calc.py": "def add(a, b):\n    return b + a\n"})
+    assert await merge_pinned(scene.gh, scene.repo, number, approved) == HeadMoved(approved, moved)
+    assert not merged_in_emulator(scene, number)
+
+
+async def test_head_moved_between_read_and_merge_is_refused_by_github(
+    scene: Scene, proposal: tuple[int, str], push_branch: PushBranch
+) -> None:
+    number, approved = proposal
+    fault = await scene.client.faults.add(MERGE, "delay", delay=0.5)
+    merging = asyncio.create_task(merge_pinned(scene.gh, scene.repo, number, approved))
+    while not any(f["fired"] for f in await scene.client.faults.list() if f["id"] == fault["id"]):
+        await asyncio.sleep(0.01)  # our PUT is in, held by the emulator
+    moved = await push_branch(BRANCH, {"calc.py": "def add(a, b):\n    return b + a\n"})
+    assert await merging == HeadMoved(approved, moved)  # GitHub answered 409
+    assert not merged_in_emulator(scene, number)
+
+
+async def test_lost_answer_is_read_back_as_merged(scene: Scene, proposal: tuple[int, str]) -> None:
+    number, sha = proposal
+    await scene.client.faults.add(MERGE, "drop")
+    outcome = await merge_pinned(scene.gh, scene.repo, number, sha)
+    assert outcome == Merged(main_head(scene), already=True)
+    assert merged_in_emulator(scene, number)
+
+
+async def test_racing_twins_merge_once(scene: Scene, proposal: tuple[int, str]) -> None:
+    number, sha = proposal
+    before = main_head(scene)
+    outcomes = await asyncio.gather(
+        *(merge_pinned(scene.gh, scene.repo, number, sha) for _ in range(2))
+    )
+    after = main_head(scene)
+    assert all(isinstance(o, Merged) and o.merge_commit_sha == after for o in outcomes)
+    from emulator.gitview import open_git
+
+    assert open_git(scene.state()).commit_info(after).parents == (before,)  # one squash commit
+
+
+async def test_conflict_is_not_mergeable(
+    scene: Scene, proposal: tuple[int, str], push_branch: PushBranch
+) -> None:
+    number, sha = proposal
+    await push_branch("main", {"calc.py": "def add(a, b):\n    return sum((a, b))\n"})
+    outcome = await merge_pinned(scene.gh, scene.repo, number, sha)
+    assert isinstance(outcome, NotMergeable) and "not mergeable" in outcome.reason
+    assert not merged_in_emulator(scene, number)
+
+
+async def test_a_closed_pull_request_is_not_merged(scene: Scene, proposal: tuple[int, str]) -> None:
+    number, sha = proposal
+    await scene.client.rest(
+        "PATCH", f"/repos/octo/demo/pulls/{number}", as_user="alice", body={"state": "closed"}
+    )
+    assert await merge_pinned(scene.gh, scene.repo, number, sha) == NotMergeable(
+        "the pull request is closed"
+    )
+
+
+@pytest.mark.parametrize(
+    "fault", [{"kind": "fail", "status": 502}, {"kind": "rate_limit", "status": 403}]
+)
+async def test_server_trouble_is_transient(
+    scene: Scene, proposal: tuple[int, str], fault: dict[str, object]
+) -> None:
+    number, sha = proposal
+    await scene.client.faults.add(MERGE, **fault)  # type: ignore[arg-type]
+    with pytest.raises(TransientError):
+        await merge_pinned(scene.gh, scene.repo, number, sha)
+    assert not merged_in_emulator(scene, number)
+    assert isinstance(await merge_pinned(scene.gh, scene.repo, number, sha), Merged)

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from gh_scene import Scene
+
+from app.engine.errors import PermanentError, TransientError
+from app.github.markers import Marker, OpId, parse_marker
+from app.github.pulls import PullResult, ensure_pull_request
+
+OP = OpId("run-1", "pull-request")
+CREATE = "POST /repos/{owner}/{repo}/pulls"
+FIXED = {"calc.py": "def add(a, b):\n    return a + b\n"}
+PushBranch = Callable[..., Awaitable[str]]
+
+
+def pulls_in(scene: Scene) -> list[tuple[int, str, str, bool, str]]:
+    """(number, head branch, state, draft, body) of every PR the emulator holds."""
+    return sorted(
+        (pr.issue.number, pr.head_ref, pr.issue.state, pr.draft, pr.issue.body or "")
+        for pr in scene.state().pulls()
+    )
+
+
+async def ensure(
+    scene: Scene, *, body: str = "Evidence: ...", title: str = "Fix add"
+) -> PullResult:
+    return await ensure_pull_request(
+        scene.gh,
+        scene.repo,
+        head="repairbot/issue-1",
+        base="main",
+        title=title,
+        body=body,
+        op=OP,
+        fields={"sha": "abc"},
+        bot_login=scene.bot_login,
+    )
+
+
+@pytest.fixture
+async def branch(push_branch: PushBranch) -> str:
+    return await push_branch("repairbot/issue-1", FIXED)
+
+
+async def test_created_as_a_draft_with_marker_then_found(scene: Scene, branch: str) -> None:
+    first = await ensure(scene)
+    again = await ensure(scene)
+    assert first.created and not again.created
+    [(number, head, state, draft, body)] = pulls_in(scene)
+    assert (number, head, state, draft) == (first.number, "repairbot/issue-1", "open", True)
+    assert parse_marker(body) == Marker(OP, {"sha": "abc"})
+    assert first.head_sha == branch
+
+
+async def test_new_evidence_updates_the_body_in_place(scene: Scene, branch: str) -> None:
+    await ensure(scene, body="attempt 1")
+    await ensure(scene, body="attempt 2", title="Fix add (2)")
+    [(_, _, _, _, body)] = pulls_in(scene)
+    assert body.startswith("attempt 2")
+    assert scene.state().pulls()[0].issue.title == "Fix add (2)"
+
+
+async def test_lost_answer_is_read_back(scene: Scene, branch: str) -> None:
+    await scene.client.faults.add(CREATE, "drop")
+    result = await ensure(scene)
+    assert result.created
+    assert len(pulls_in(scene)) == 1
+
+
+async def test_racing_twins_open_one_pull_request(scene: Scene, branch: str) -> None:
+    results = await asyncio.gather(ensure(scene), ensure(scene))
+    [(number, *_)] = pulls_in(scene)
+    assert {r.number for r in results} == {number}
+
+
+async def test_server_error_then_retry(scene: Scene, branch: str) -> None:
+    await scene.client.faults.add(CREATE, "fail", status=500)
+    with pytest.raises(TransientError):
+        await ensure(scene)
+    assert pulls_in(scene) == []
+    await ensure(scene)
+    assert len(pulls_in(scene)) == 1
+
+
+async def test_rate_limited_create(scene: Scene, branch: str) -> None:
+    await scene.client.faults.add(CREATE, "rate_limit", status=429, retry_after=30)
+    with pytest.raises(TransientError) as caught:
+        await ensure(scene)
+    assert caught.value.next_retry_delay == pytest.approx(30, abs=2)
+
+
+async def test_someone_elses_open_pull_request_is_not_adopted(scene: Scene, branch: str) -> None:
+    await scene.client.rest(
+        "POST",
+        "/repos/octo/demo/pulls",
+        as_user="alice",
+        body={"head": "repairbot/issue-1", "base": "main", "title": "mine"},
+    )
+    with pytest.raises(PermanentError, match="without our marker"):
+        await ensure(scene)
+    assert len(pulls_in(scene)) == 1
+
+
+async def test_a_closed_pull_request_is_returned_not_replaced(scene: Scene, branch: str) -> None:
+    first = await ensure(scene)
+    await scene.client.rest(
+        "PATCH", f"/repos/octo/demo/pulls/{first.number}", as_user="alice", body={"state": "closed"}
+    )
+    again = await ensure(scene)
+    assert (again.number, again.state, again.created) == (first.number, "closed", False)
+    assert len(pulls_in(scene)) == 1
+
+
+async def test_no_commits_is_permanent(scene: Scene) -> None:
+    await scene.gh.rest.git.async_create_ref(
+        "octo", "demo", ref="refs/heads/repairbot/issue-1", sha=scene.head
+    )
+    with pytest.raises(PermanentError, match="No commits between"):
+        await ensure(scene)
