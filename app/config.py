@@ -72,6 +72,9 @@ class Settings:
 
     #: GITHUB_API_URL: REST base URL (the emulator's in tests and the demo).
     github_api_url: str = "https://api.github.com"
+    #: GITHUB_GIT_URL: where repositories are cloned from and pushed to
+    #: (``<url>/<owner>/<repo>.git``).
+    github_git_url: str = "https://github.com"
     #: GITHUB_APP_ID
     github_app_id: str = ""
     #: GITHUB_PRIVATE_KEY (PEM text) or GITHUB_PRIVATE_KEY_FILE (path).
@@ -127,6 +130,7 @@ class Settings:
             "reconcile_interval": _float(env, "REPAIRBOT_RECONCILE_INTERVAL", 1.0),
             "concurrency": _int(env, "REPAIRBOT_CONCURRENCY", 8),
             "github_api_url": env.get("GITHUB_API_URL", "https://api.github.com"),
+            "github_git_url": env.get("GITHUB_GIT_URL", "https://github.com"),
             "github_app_id": env.get("GITHUB_APP_ID", ""),
             "github_private_key": key,
             "github_webhook_secret": env.get("GITHUB_WEBHOOK_SECRET", ""),

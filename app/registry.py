@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from activities import github, runs
 from app.engine.registry import Registry
-from app.workflows import example
+from app.workflows import command, example
 
 
 def build_registry() -> Registry:
-    return Registry.of(example.WORKFLOWS, example.ACTIVITIES)
+    return Registry.of(
+        [*example.WORKFLOWS, *command.WORKFLOWS],
+        [*example.ACTIVITIES, *github.ACTIVITIES, *runs.ACTIVITIES],
+    )

@@ -24,18 +24,16 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
     pool = None
     if with_worker:
         upgrade(settings.database_url)
-        await runtime.start_in_process()
     elif settings.redis_url:
         pool = await create_pool(RedisSettings.from_dsn(settings.redis_url))
         runtime.use_dispatcher(ArqDispatcher(pool))
     else:
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")
-    app = create_app(settings, runtime)
+    app = create_app(settings, runtime, run_worker=with_worker)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
     try:
         await uvicorn.Server(config).serve()
     finally:
-        await runtime.stop()
         if pool is not None:
             await pool.aclose()
     return 0

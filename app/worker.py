@@ -8,29 +8,44 @@ import logging
 from arq import create_pool
 from arq.connections import RedisSettings
 
+from activities.github import GitHubAccess
 from app.config import Settings
 from app.engine.activity_context import Dependencies
 from app.engine.arq_dispatch import ArqDispatcher, arq_workers
 from app.engine.db import make_engine
 from app.engine.runtime import Runtime
+from app.evidence import EvidenceStore
+from app.github.client import GitHubClientFactory
 from app.registry import build_registry
 
 log = logging.getLogger("repairbot.worker")
 
 
+def shared_clients(settings: Settings) -> Dependencies:
+    """Clients built once per process and handed to every activity."""
+    deps = Dependencies(settings, EvidenceStore(settings.evidence_dir))
+    if settings.github_app_id:
+        factory = GitHubClientFactory.from_settings(settings)
+        deps.add(GitHubAccess(factory, settings.github_git_url))
+    return deps
+
+
 def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runtime:
     """The runtime with shared clients built once for the whole process."""
-    return Runtime(
+    deps = deps or shared_clients(settings)
+    runtime = Runtime(
         make_engine(settings.database_url),
         build_registry(),
         worker_id=settings.worker_id,
         code_version=settings.code_version,
-        deps=deps or Dependencies(settings),
+        deps=deps,
         fault_point=settings.fault_point,
         max_history_events=settings.max_history_events,
         concurrency=settings.concurrency,
         reconcile_interval=settings.reconcile_interval,
     )
+    deps.add(runtime)  # activities that start or signal other runs use it
+    return runtime
 
 
 async def run_worker(settings: Settings) -> int:

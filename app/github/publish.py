@@ -210,6 +210,11 @@ async def build_commit(
     )
 
 
+def git_auth_config(remote_url: str, token: str | None) -> list[tuple[str, str]]:
+    """git config entries that authenticate to ``remote_url`` and nothing else."""
+    return _auth_config(remote_url, token)
+
+
 def _auth_config(remote_url: str, token: str | None) -> list[tuple[str, str]]:
     config = [
         # No helper may answer for us, and a redirect must not carry the header elsewhere.

@@ -1,9 +1,14 @@
 """The Starlette application: webhook intake, health, metrics, API, dashboard.
 
-The web process only verifies, records and enqueues; workers do the work.
+The web process only verifies, records and enqueues; workers do the work. In
+the embedded mode (``run_worker=True``) the same process also runs the
+runtime's in-process dispatcher and reconciler, started with the server.
 """
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.routing import Route
@@ -16,7 +21,7 @@ from app.web.webhooks import webhook_endpoint
 from handlers import build_router
 
 
-def create_app(settings: Settings, runtime: Runtime) -> Starlette:
+def create_app(settings: Settings, runtime: Runtime, *, run_worker: bool = False) -> Starlette:
     intake = Intake(runtime.store, runtime.registry, build_router(), settings)
     routes = [
         Route("/webhooks/github", webhook_endpoint(intake, runtime), methods=["POST"]),
@@ -26,4 +31,15 @@ def create_app(settings: Settings, runtime: Runtime) -> Starlette:
         Route("/api/runs/{run_id:path}", run_api(runtime)),
         Route("/", dashboard(runtime)),
     ]
-    return Starlette(routes=routes)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if run_worker:
+            await runtime.start_in_process()
+        try:
+            yield
+        finally:
+            if run_worker:
+                await runtime.stop()
+
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,114 @@
+"""An emulated GitHub with a repository, an installed App and scripted people,
+plus repairbot wired to it: the whole product on one machine, no network.
+
+Used by ``repairbot demo`` and by the end-to-end tests. The repairbot side can
+run in this process (embedded mode: web + in-process worker on a server
+thread) or be left to the caller (separate worker processes for crash tests).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.config import Settings
+from app.demo.serve import ServerThread, bind, url_of
+from app.engine.runtime import Runtime
+from app.migrate import upgrade
+from app.web import create_app
+from app.worker import build_runtime
+from emulator.app import Emulator
+from emulator.client import EmulatorClient
+
+BASE_PATH = "/api/v3"
+WEBHOOK_SECRET = "demo-webhook-secret"  # noqa: S105 (the emulated GitHub's, not a real one)
+
+
+@dataclass
+class People:
+    owner: str = "octo"
+    maintainer: str = "maya"  # write access: her approvals and commands count
+    reader: str = "rick"  # read access: ignored, politely
+
+
+@dataclass
+class LocalStack:
+    root: Path
+    repo_name: str = "slugify"
+    people: People = field(default_factory=People)
+    emulator: Emulator | None = None
+    client: EmulatorClient | None = None
+    settings: Settings | None = None
+    runtime: Runtime | None = None
+    installation_id: int = 0
+    _servers: list[ServerThread] = field(default_factory=list)
+    _app_socket: socket.socket | None = None
+
+    @property
+    def repo(self) -> str:
+        return f"{self.people.owner}/{self.repo_name}"
+
+    @property
+    def gh(self) -> EmulatorClient:
+        assert self.client is not None, "start_github() first"
+        return self.client
+
+    async def start_github(self, source: Path, *, database_url: str | None = None) -> Settings:
+        """Start the emulator, create the people, the repository and the App."""
+        emu_socket, self._app_socket = bind(), bind()
+        emu_url, app_url = url_of(emu_socket), url_of(self._app_socket)
+        self.emulator = Emulator(root=self.root / "github", base_path=BASE_PATH, public_url=emu_url)
+        self._servers.append(
+            ServerThread(self.emulator.asgi(), emu_socket, name="emulator").start()
+        )
+        self.client = EmulatorClient(emu_url, base_path=BASE_PATH)
+        people = self.people
+        await self.client.create_user(people.owner)
+        await self.client.create_user(people.maintainer, name="Maya Maintainer")
+        await self.client.create_user(people.reader, name="Rick Reader")
+        await self.client.create_repo_from_folder(people.owner, self.repo_name, source)
+        await self.client.set_permission(people.owner, self.repo_name, people.maintainer, "write")
+        await self.client.set_permission(people.owner, self.repo_name, people.reader, "read")
+        app = await self.client.create_app(
+            name="repairbot",
+            webhook_url=f"{app_url}/webhooks/github",
+            webhook_secret=WEBHOOK_SECRET,
+        )
+        assert app.private_key_pem is not None
+        self.installation_id = await self.client.create_installation(app.id, people.owner)
+        data_dir = self.root / "repairbot"
+        self.settings = Settings(
+            data_dir=data_dir,
+            database_url=database_url or "",
+            github_api_url=emu_url + BASE_PATH,
+            github_git_url=emu_url,
+            github_app_id=str(app.id),
+            github_private_key=app.private_key_pem,
+            github_webhook_secret=WEBHOOK_SECRET,
+            github_app_slug=app.slug,
+            reconcile_interval=0.2,
+            worker_id="demo-worker",
+        )
+        return self.settings
+
+    def start_repairbot(self, *, run_worker: bool = True, **overrides: Any) -> Runtime:
+        """Serve repairbot's web app on its socket; with ``run_worker`` also run
+        the in-process worker (the embedded default)."""
+        assert self.settings is not None and self._app_socket is not None
+        settings = self.settings.with_overrides(**overrides) if overrides else self.settings
+        upgrade(settings.database_url)
+        self.runtime = build_runtime(settings)
+        web = create_app(settings, self.runtime, run_worker=run_worker)
+        self._servers.append(ServerThread(web, self._app_socket, name="repairbot").start())
+        return self.runtime
+
+    async def stop(self) -> None:
+        for server in reversed(self._servers):
+            server.stop()
+        self._servers.clear()
+        if self.client is not None:
+            await self.client.aclose()
+        if self.emulator is not None:
+            self.emulator.close()

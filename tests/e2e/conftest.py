@@ -1,0 +1,28 @@
+"""End-to-end fixtures: the emulated GitHub and repairbot over real HTTP, with
+real webhooks between them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.demo.stack import LocalStack
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    folder = tmp_path / "seed"
+    (folder / "slugify").mkdir(parents=True)
+    (folder / "slugify" / "__init__.py").write_text("def slugify(text):\n    return text\n")
+    (folder / "README.md").write_text("# slugify\n")
+    return folder
+
+
+@pytest.fixture
+async def stack(tmp_path: Path, seed: Path, db_url: str) -> AsyncIterator[LocalStack]:
+    local = LocalStack(root=tmp_path)
+    await local.start_github(seed, database_url=db_url)
+    yield local
+    await local.stop()
