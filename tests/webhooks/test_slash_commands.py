@@ -137,3 +137,11 @@ def test_commands_only_come_from_lines_starting_with_the_trigger(body: str) -> N
     lines = body.splitlines()
     for item in parse_commands(body):
         assert lines[item.line - 1].lstrip(" ").lower().startswith("/repair")
+
+
+def test_the_help_text_issues_no_command_even_when_quoted_back() -> None:
+    from handlers.commands import HELP
+
+    assert parse_commands(HELP) == []
+    assert parse_commands("\n".join("> " + line for line in HELP.splitlines())) == []
+    assert all(f"`/repair {verb}`" in HELP for verb in ("status", "retry", "cancel", "help"))

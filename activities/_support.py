@@ -1,0 +1,73 @@
+"""What every activity family here needs: input parsing, optional shared
+clients, heartbeats around long awaits, and evidence reads.
+
+Failures keep their class: a malformed input or unusable evidence is
+permanent (no retry can fix it), cancellation stops the work in hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from app.commands import Sandbox
+from app.engine.activity_context import ActivityContext
+from app.engine.errors import ActivityCancelled, PermanentError
+from app.evidence import EvidenceError, EvidenceRef, EvidenceStore
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_evidence(store: EvidenceStore, ref: EvidenceRef) -> bytes:
+    """The artifact's bytes; missing or altered evidence never heals, so it is permanent."""
+    try:
+        return store.get(ref.sha256)
+    except EvidenceError as exc:
+        raise PermanentError(f"evidence {ref.name} ({ref.kind}) cannot be used: {exc}") from None
+
+
+def parse_input(model: type[M], raw: Any) -> M:
+    """The activity's input as ``model``; a malformed one is permanent."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise PermanentError(f"malformed {model.__name__}: {exc}") from None
+
+
+def optional_dep(actx: ActivityContext, kind: type[T]) -> T | None:
+    """A shared client this worker may or may not have been given."""
+    try:
+        return actx.dep(kind)
+    except LookupError:
+        return None
+
+
+def sandbox_of(actx: ActivityContext) -> Sandbox:
+    return optional_dep(actx, Sandbox) or Sandbox()
+
+
+async def keep_alive(actx: ActivityContext, work: Awaitable[T], *, doing: str) -> T:
+    """Await ``work`` while heartbeating; stop it if cancellation is requested.
+
+    For steps that are not repository commands (git fetches, API calls);
+    :func:`app.commands.run_command` heartbeats by itself.
+    """
+    task = asyncio.ensure_future(work)
+    every = sandbox_of(actx).heartbeat_interval
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+            if await actx.heartbeat({"doing": doing}):
+                raise ActivityCancelled(f"cancellation requested while {doing}")
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

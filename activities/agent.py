@@ -1,0 +1,241 @@
+"""The coding-agent activity: ask the configured agent for a fix.
+
+Budgets stay separate. Failures of the service behind an agent (HTTP 429,
+5xx, timeouts) are transient errors the runtime retries with backoff,
+honouring ``retry-after``: transport retries. An agent that runs but gives
+nothing usable (crashes, times out, answers without a diff that applies) is
+retried while the repository's ``tool_retries`` allow, and then reported
+as the outcome ``agent-failed``: tool retries. Whether to ask again with
+feedback is the workflow's decision: repair attempts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities._support import (
+    keep_alive,
+    optional_dep,
+    parse_input,
+    read_evidence,
+    sandbox_of,
+)
+from activities.commands import StepInput, run_step
+from activities.workspace import PatchRejectedError, WorkspaceSpec, open_workspace, read_patch
+from app.agent import (
+    AgentFailed,
+    AgentHttp,
+    AgentPolicy,
+    AgentProposal,
+    AgentRequest,
+    Feedback,
+    build_agent,
+)
+from app.engine.activity_context import ActivityContext
+from app.engine.errors import TransientError
+from app.engine.policy import RetryPolicy, Timeouts
+from app.engine.registry import activity
+from app.evidence import EvidenceRef, EvidenceStore
+from app.repo_config import AgentConfig, Command
+from app.workspace import PatchRejected, Workspace, apply_patch, snapshot
+
+log = logging.getLogger("repairbot.activities")
+
+#: Feedback evidence (a failing test log) is quoted up to this many bytes, from its end.
+FEEDBACK_EVIDENCE_BYTES = 8_000
+
+
+class FeedbackInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["verification", "review", "agent"]
+    text: str
+    #: A log to quote after the text (its end), e.g. the failing test output.
+    evidence: EvidenceRef | None = None
+
+
+class ProposeInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    #: Base commit, plus the previous candidate when refining it after a review.
+    workspace: WorkspaceSpec
+    #: The repository's agent; ``None`` uses the operator's default.
+    agent: AgentConfig | None = None
+    issue_title: str
+    issue_body: str = ""
+    reproduction: list[Command] = Field(default_factory=list)
+    #: The reproduction's failing log on the base.
+    reproduction_log: EvidenceRef | None = None
+    feedback: list[FeedbackInput] = Field(default_factory=list)
+    attempt: int = Field(default=1, ge=1)
+    setup: list[Command] = Field(default_factory=list)
+    time_limit_seconds: float = Field(gt=0)
+    tool_retries: int = Field(default=2, ge=0)
+
+
+class ProposeResult(BaseModel):
+    #: ``proposed``: a non-empty patch; ``no-change``: the agent changed nothing;
+    #: ``agent-failed``: it ran out of tool retries without a usable answer.
+    outcome: Literal["proposed", "no-change", "agent-failed"]
+    patch: EvidenceRef | None = None
+    files_changed: list[str] = Field(default_factory=list)
+    summary: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    backend: str = ""
+    transcript: EvidenceRef | None = None
+    error: str | None = None
+    #: The activity attempt that produced this (tool retries spent = this - 1).
+    tool_attempt: int = 1
+
+
+@activity(
+    "agent.propose_fix",
+    # Generous: tool retries are bounded by the repository's budget below,
+    # transport retries by this; backoff honours the server's retry-after.
+    retry=RetryPolicy(initial_interval=5.0, backoff=2.0, max_interval=300.0, max_attempts=8),
+    timeouts=Timeouts(start_to_close=3 * 3600, heartbeat=120),
+)
+async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    request = parse_input(ProposeInput, raw)
+    store = actx.dep(EvidenceStore)
+    # The base first, without the candidate: setup runs there and the
+    # snapshot after it is what the proposal is diffed from, so a refined
+    # candidate is proposed whole, and setup's by-products never are.
+    base = request.workspace.model_copy(update={"patch": None})
+    async with open_workspace(actx, base) as ws:
+        baseline = await _prepare(actx, ws, request, store)
+        agent_http = optional_dep(actx, AgentHttp)
+        agent = build_agent(
+            request.agent,
+            policy=optional_dep(actx, AgentPolicy) or AgentPolicy(),
+            http_client=agent_http.client if agent_http else None,
+            time_limit=request.time_limit_seconds,
+            sandbox=sandbox_of(actx),
+            heartbeat=actx.heartbeat,
+        )
+        agent_request = AgentRequest(
+            workspace=ws,
+            issue_title=request.issue_title,
+            issue_body=request.issue_body,
+            reproduction=[command.display() for command in request.reproduction],
+            reproduction_output=_text(store, request.reproduction_log),
+            feedback=[_feedback(store, item) for item in request.feedback],
+            attempt=request.attempt,
+            baseline=baseline,
+        )
+        try:
+            proposal = await keep_alive(
+                actx, agent.propose(agent_request), doing="asking the agent"
+            )
+        except AgentFailed as failure:
+            return _failed(actx, request, store, failure).model_dump(mode="json")
+    return _proposed(actx, request, store, proposal).model_dump(mode="json")
+
+
+async def _prepare(
+    actx: ActivityContext, ws: Workspace, request: ProposeInput, store: EvidenceStore
+) -> str:
+    """Run setup, take the baseline snapshot, apply the candidate; the baseline."""
+    if request.setup:
+        setup = await run_step(
+            actx,
+            ws,
+            StepInput(
+                workspace=request.workspace,
+                commands=request.setup,
+                time_limit_seconds=request.time_limit_seconds,
+            ),
+            kind="setup",
+            name=f"agent-setup-attempt-{request.attempt}.log",
+        )
+        if setup.status != "passed":
+            # It passed when the bug was reproduced: most likely a flaky download.
+            raise TransientError(f"setup failed before the agent ran (log {setup.log.sha256})")
+    baseline = await snapshot(ws)
+    candidate = read_patch(store, request.workspace.patch)
+    if candidate:
+        try:
+            await apply_patch(ws, candidate, index=True)
+        except PatchRejected as exc:
+            raise PatchRejectedError(f"the candidate patch does not apply: {exc}") from None
+    return baseline
+
+
+def _failed(
+    actx: ActivityContext, request: ProposeInput, store: EvidenceStore, failure: AgentFailed
+) -> ProposeResult:
+    """Retry while tool retries remain (raises), else report the failure.
+
+    Counted by activity attempt, so a transport retry before a tool failure
+    also spends one: conservative, and needs no state across attempts.
+    """
+    transcript = store.put(
+        failure.transcript,
+        kind="agent-transcript",
+        name=f"agent-attempt-{request.attempt}-try-{actx.attempt}.log",
+    )
+    if actx.attempt <= request.tool_retries:
+        raise TransientError(f"{failure.message} (transcript {transcript.sha256}); trying again")
+    return ProposeResult(
+        outcome="agent-failed",
+        transcript=transcript,
+        error=failure.message,
+        tool_attempt=actx.attempt,
+    )
+
+
+def _proposed(
+    actx: ActivityContext, request: ProposeInput, store: EvidenceStore, proposal: AgentProposal
+) -> ProposeResult:
+    transcript = store.put(
+        proposal.transcript, kind="agent-transcript", name=f"agent-attempt-{request.attempt}.log"
+    )
+    patch = None
+    if proposal.patch:
+        patch = store.put(
+            proposal.patch.encode(errors="surrogateescape"),
+            kind="patch",
+            name=f"candidate-attempt-{request.attempt}.patch",
+        )
+    log.info(
+        "agent %s changed %d file(s) for run %s (repair attempt %s)",
+        proposal.backend,
+        len(proposal.files_changed),
+        actx.run_id,
+        request.attempt,
+    )
+    return ProposeResult(
+        outcome="proposed" if patch is not None else "no-change",
+        patch=patch,
+        files_changed=proposal.files_changed,
+        summary=proposal.summary,
+        input_tokens=proposal.input_tokens,
+        output_tokens=proposal.output_tokens,
+        backend=proposal.backend,
+        transcript=transcript,
+        tool_attempt=actx.attempt,
+    )
+
+
+def _text(store: EvidenceStore, ref: EvidenceRef | None, limit: int | None = None) -> str:
+    if ref is None:
+        return ""
+    data = read_evidence(store, ref)
+    if limit is not None and len(data) > limit:
+        data = b"[... earlier output omitted ...]\n" + data[-limit:]
+    return data.decode(errors="replace")
+
+
+def _feedback(store: EvidenceStore, item: FeedbackInput) -> Feedback:
+    text = item.text
+    if item.evidence is not None:
+        quoted = _text(store, item.evidence, FEEDBACK_EVIDENCE_BYTES)
+        text = f"{text}\n\nLog ({item.evidence.name}):\n\n{quoted}"
+    return Feedback(kind=item.kind, text=text)
+
+
+ACTIVITIES = [propose_fix]

@@ -1,0 +1,239 @@
+"""Workspace activities, and how every activity gets a workspace.
+
+A :class:`WorkspaceSpec` is the recorded input a workspace is rebuilt from:
+repository, base commit, candidate patch (by evidence reference). Each
+activity that needs a checkout opens a fresh one with :func:`open_workspace`
+and removes it before it returns; the next attempt, on any worker, rebuilds
+it from the same spec.
+
+``prepare_workspace`` checks the base can be built and reads the
+repository's ``.github/repairbot.yml`` and the issue's repro block at that
+commit, so the workflow fixes its commands once, from the base it repairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from activities._support import (
+    keep_alive,
+    optional_dep,
+    parse_input,
+    read_evidence,
+)
+from app.config import Settings
+from app.engine.activity_context import ActivityContext
+from app.engine.errors import PermanentError, TransientError
+from app.engine.policy import RetryPolicy, Timeouts
+from app.engine.registry import activity
+from app.evidence import EvidenceRef, EvidenceStore
+from app.repo_config import (
+    CONFIG_PATH,
+    Command,
+    RepoConfig,
+    RepoConfigError,
+    parse_repo_config,
+    reproduction_commands,
+    reproduction_from_issue,
+)
+from app.workspace import (
+    CommitNotFound,
+    FetchFailed,
+    PatchRejected,
+    Workspace,
+    build_workspace,
+    remove_workspace,
+    token_auth_env,
+)
+
+log = logging.getLogger("repairbot.activities")
+
+
+class WorkspaceSpec(BaseModel):
+    """Everything a workspace is rebuilt from; recorded in history."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: ``owner/name``: for credentials and logs.
+    repo: str
+    clone_url: str
+    base_sha: str
+    installation_id: int | None = None
+    #: The candidate patch, applied (staged) on top of the base.
+    patch: EvidenceRef | None = None
+
+
+class GitCredentials:
+    """How a worker authenticates git fetches (a shared client, via ``actx.dep``).
+
+    This base sends no credentials: right for public and local (``file://``)
+    repositories, and what a worker without any registered uses.
+    """
+
+    async def auth_env(self, spec: WorkspaceSpec) -> Mapping[str, str]:
+        """``GIT_CONFIG_*`` environment for fetching ``spec.clone_url``."""
+        return {}
+
+
+class InstallationGit(GitCredentials):
+    """A GitHub App installation token per fetch, from ``token_for(installation_id)``."""
+
+    def __init__(self, token_for: Callable[[int], Awaitable[str]]) -> None:
+        self._token_for = token_for
+
+    async def auth_env(self, spec: WorkspaceSpec) -> Mapping[str, str]:
+        if spec.installation_id is None:
+            return {}
+        return token_auth_env(await self._token_for(spec.installation_id))
+
+
+class PatchRejectedError(PermanentError):
+    """The recorded candidate patch does not apply to the recorded base."""
+
+
+def read_patch(store: EvidenceStore, ref: EvidenceRef | None) -> str | None:
+    # surrogateescape: a patch of a non-UTF-8 file must reach git byte for byte.
+    return None if ref is None else read_evidence(store, ref).decode(errors="surrogateescape")
+
+
+@contextlib.asynccontextmanager
+async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIterator[Workspace]:
+    """A fresh workspace for ``spec``, removed when the block ends.
+
+    Build failures carry their retryability: an unreachable remote is
+    transient; a missing commit or a patch that does not apply never heals.
+    """
+    settings = actx.dep(Settings)
+    patch = read_patch(actx.dep(EvidenceStore), spec.patch)
+    auth = await (optional_dep(actx, GitCredentials) or GitCredentials()).auth_env(spec)
+    try:
+        ws = await keep_alive(
+            actx,
+            build_workspace(
+                settings.workspaces_dir,
+                clone_url=spec.clone_url,
+                base_sha=spec.base_sha,
+                patch=patch,
+                auth_env=auth,
+            ),
+            doing=f"fetching {spec.repo}@{spec.base_sha[:12]}",
+        )
+    except FetchFailed as exc:
+        raise TransientError(str(exc)) from None
+    except CommitNotFound as exc:
+        raise PermanentError(str(exc)) from None
+    except PatchRejected as exc:
+        raise PatchRejectedError(f"the candidate patch does not apply: {exc}") from None
+    log.info("workspace %s for %s (run %s)", ws.root.name, spec.repo, actx.run_id)
+    try:
+        yield ws
+    finally:
+        # In a thread: a big checkout takes a while to delete.
+        await asyncio.to_thread(remove_workspace, ws)
+
+
+# -- prepare_workspace --------------------------------------------------------
+
+
+class PrepareInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workspace: WorkspaceSpec
+    issue_body: str = ""
+
+
+class PrepareResult(BaseModel):
+    base_sha: str
+    #: The repository's config (defaults when it has no file); None if invalid.
+    config: RepoConfig | None
+    #: Why the config is unusable, worded for the issue.
+    config_error: str | None = None
+    #: The reproduction commands: the issue's repro block, else the config's.
+    reproduction: list[Command]
+    reproduction_source: Literal["issue", "config"] | None
+    reproduction_error: str | None = None
+
+
+@activity(
+    "workspace.prepare",
+    retry=RetryPolicy(initial_interval=2.0, max_interval=60.0, max_attempts=5),
+    timeouts=Timeouts(start_to_close=20 * 60, heartbeat=60, schedule_to_close=60 * 60),
+)
+async def prepare_workspace(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """Build the base, read the repository's config and the reproduction."""
+    request = parse_input(PrepareInput, raw)
+    async with open_workspace(actx, request.workspace) as ws:
+        config_text, config_error = read_config(ws)
+    result = resolve_commands(request.workspace.base_sha, config_text, request.issue_body)
+    if config_error is not None:
+        result = result.model_copy(update={"config": None, "config_error": config_error})
+    return result.model_dump(mode="json")
+
+
+def read_config(ws: Workspace) -> tuple[str | None, str | None]:
+    """The config file's text (``None``: no file), or why it cannot be read."""
+    path = ws.repo / CONFIG_PATH
+    # A symlink could point outside the checkout and leak the target's contents
+    # through our error messages: only a regular file in the tree counts.
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return None, f"{CONFIG_PATH} must be a regular file"
+    if not path.exists():
+        return None, None
+    return path.read_bytes().decode(errors="replace"), None
+
+
+def resolve_commands(base_sha: str, config_text: str | None, issue_body: str) -> PrepareResult:
+    """Parse config and repro block; errors become results the workflow can post."""
+    try:
+        config: RepoConfig | None = parse_repo_config(config_text)
+        config_error = None
+    except RepoConfigError as exc:
+        config, config_error = None, str(exc)
+    block = reproduction_from_issue(issue_body)
+    if block is not None:
+        try:
+            commands = reproduction_commands(block)
+        except RepoConfigError as exc:
+            return PrepareResult(
+                base_sha=base_sha,
+                config=config,
+                config_error=config_error,
+                reproduction=[],
+                reproduction_source=None,
+                reproduction_error=str(exc),
+            )
+        return PrepareResult(
+            base_sha=base_sha,
+            config=config,
+            config_error=config_error,
+            reproduction=commands,
+            reproduction_source="issue" if commands else None,
+        )
+    if config is not None and config.reproduce is not None:
+        return PrepareResult(
+            base_sha=base_sha,
+            config=config,
+            config_error=config_error,
+            reproduction=[config.reproduce],
+            reproduction_source="config",
+        )
+    return PrepareResult(
+        base_sha=base_sha,
+        config=config,
+        config_error=config_error,
+        reproduction=[],
+        reproduction_source=None,
+        reproduction_error=(
+            "no reproduction: add a ```repro block to the issue "
+            f"or a `reproduce` command to {CONFIG_PATH}"
+        ),
+    )
+
+
+ACTIVITIES = [prepare_workspace]

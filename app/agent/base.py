@@ -1,0 +1,86 @@
+"""The one interface every coding agent implements, and what goes in and out.
+
+An agent gets a workspace (a fresh checkout at the base commit, setup done)
+plus the issue, the failing reproduction and feedback on earlier attempts.
+It changes files in the workspace; the proposal is the diff it leaves,
+taken against ``request.baseline``. Both back ends compute the diff the same
+way, so a proposal never depends on how an agent describes its own work.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from app.workspace import Workspace
+
+
+class Feedback(BaseModel):
+    """Why an earlier attempt was not accepted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: ``verification``: the candidate failed the reproduction or the tests;
+    #: ``review``: a human asked for changes; ``agent``: the agent's last reply
+    #: could not be used.
+    kind: Literal["verification", "review", "agent"]
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentRequest:
+    workspace: Workspace
+    issue_title: str
+    issue_body: str
+    #: The reproduction as a human would type it, one entry per command.
+    reproduction: list[str]
+    #: Its output on the base commit (where it fails).
+    reproduction_output: str
+    feedback: list[Feedback] = field(default_factory=list)
+    #: 1 for the first proposal of a run, then 2, 3... (repair attempts).
+    attempt: int = 1
+    #: Tree or commit the proposal is diffed from: the workspace after setup
+    #: (so setup's by-products are not proposed), or the base commit.
+    baseline: str | None = None
+
+    @property
+    def diff_base(self) -> str:
+        return self.baseline or self.workspace.base_sha
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentProposal:
+    #: The proposed change: a binary-safe unified diff against the base (may be empty).
+    patch: str
+    summary: str
+    files_changed: list[str]
+    input_tokens: int
+    output_tokens: int
+    #: ``command:<program>`` or ``http:<provider>/<model>``.
+    backend: str
+    #: What the agent printed or answered: evidence, never history.
+    transcript: bytes = b""
+
+
+class AgentFailed(Exception):
+    """The agent ran but produced nothing usable (crashed, timed out, replied
+    without a diff that applies). The caller decides whether to try again:
+    that spends the tool-retry budget, not the repair budget."""
+
+    def __init__(self, message: str, *, transcript: bytes = b"") -> None:
+        super().__init__(message)
+        self.message = message
+        self.transcript = transcript
+
+
+class Agent(abc.ABC):
+    @abc.abstractmethod
+    async def propose(self, request: AgentRequest) -> AgentProposal:
+        """Change the workspace to fix the bug; return the diff it leaves.
+
+        Raises :class:`AgentFailed`, or the engine's ``TransientError`` /
+        ``PermanentError`` for failures of the service behind the agent.
+        """

@@ -1,0 +1,141 @@
+"""The command back end: any CLI agent, run in the workspace like a repository command.
+
+The agent gets its inputs as files in the workspace's scratch directory
+(outside the repository tree, so they never end up in the proposal) and
+their paths in the environment:
+
+========================== =====================================================
+``REPAIRBOT_ISSUE_FILE``   Markdown: the issue title and body
+``REPAIRBOT_REPRO_OUTPUT_FILE`` the reproduction's failing output
+``REPAIRBOT_FEEDBACK_FILE`` Markdown: feedback on earlier attempts (may be empty)
+``REPAIRBOT_REQUEST_FILE`` all of the above as JSON, plus the reproduction commands
+``REPAIRBOT_RESULT_FILE``  where the agent may write JSON ``{"summary": str,
+                           "input_tokens": int, "output_tokens": int}``
+``REPAIRBOT_ATTEMPT``      the repair attempt number (1, 2, ...)
+``REPAIRBOT_BASE_SHA``     the base commit
+========================== =====================================================
+
+Issue text and logs are never interpolated into a command line or a shell
+string: they are data in files. The command runs with the same scrubbed
+environment, limits and heartbeats as any repository command
+(:mod:`app.commands`); API keys a CLI agent needs are passed explicitly by
+the operator (``extra_env``), never inherited.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
+from app.commands import Heartbeat, Sandbox, run_command
+from app.repo_config import Command
+from app.workspace import changed_paths, diff_from
+
+log = logging.getLogger("repairbot.agent")
+
+
+class CommandAgent(Agent):
+    def __init__(
+        self,
+        command: Command,
+        *,
+        time_limit: float,
+        sandbox: Sandbox | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        heartbeat: Heartbeat | None = None,
+    ) -> None:
+        self.command = command
+        self.time_limit = time_limit
+        self.sandbox = sandbox
+        self.extra_env = dict(extra_env or {})
+        self.heartbeat = heartbeat
+
+    @property
+    def name(self) -> str:
+        program = self.command.to_argv()[0] if self.command.argv else "sh"
+        return f"command:{Path(program).name}"
+
+    async def propose(self, request: AgentRequest) -> AgentProposal:
+        ws = request.workspace
+        env = {**self.extra_env, **write_inputs(request)}
+        run = await run_command(
+            self.command,
+            cwd=ws.repo,
+            home=ws.home,
+            tmpdir=ws.tmp,
+            time_limit=self.time_limit,
+            extra_env=env,
+            sandbox=self.sandbox,
+            heartbeat=self.heartbeat,
+        )
+        if run.result.timed_out:
+            raise AgentFailed(
+                f"the agent did not finish within {self.time_limit:g}s", transcript=run.output
+            )
+        if run.result.exit_code != 0:
+            raise AgentFailed(
+                f"the agent exited with status {run.result.exit_code}", transcript=run.output
+            )
+        report = _read_report(Path(env["REPAIRBOT_RESULT_FILE"]))
+        patch = await diff_from(ws, request.diff_base)
+        return AgentProposal(
+            patch=patch,
+            summary=str(report.get("summary") or "").strip(),
+            files_changed=await changed_paths(ws, request.diff_base),
+            input_tokens=_count(report.get("input_tokens")),
+            output_tokens=_count(report.get("output_tokens")),
+            backend=self.name,
+            transcript=run.output,
+        )
+
+
+def write_inputs(request: AgentRequest) -> dict[str, str]:
+    """Write the request into the scratch directory; return the environment naming it."""
+    scratch = request.workspace.scratch
+    scratch.mkdir(parents=True, exist_ok=True)
+    issue = scratch / "issue.md"
+    issue.write_text(f"# {request.issue_title}\n\n{request.issue_body}\n")
+    repro = scratch / "reproduction-output.txt"
+    repro.write_text(request.reproduction_output)
+    feedback = scratch / "feedback.md"
+    feedback.write_text("\n\n".join(f"## {item.kind}\n\n{item.text}" for item in request.feedback))
+    result = scratch / "result.json"
+    result.unlink(missing_ok=True)
+    payload = {
+        "attempt": request.attempt,
+        "base_sha": request.workspace.base_sha,
+        "issue": {"title": request.issue_title, "body": request.issue_body},
+        "reproduction": {"commands": request.reproduction, "output_file": str(repro)},
+        "feedback": [item.model_dump() for item in request.feedback],
+    }
+    req = scratch / "request.json"
+    req.write_text(json.dumps(payload, indent=2))
+    return {
+        "REPAIRBOT_ISSUE_FILE": str(issue),
+        "REPAIRBOT_REPRO_OUTPUT_FILE": str(repro),
+        "REPAIRBOT_FEEDBACK_FILE": str(feedback),
+        "REPAIRBOT_REQUEST_FILE": str(req),
+        "REPAIRBOT_RESULT_FILE": str(result),
+        "REPAIRBOT_ATTEMPT": str(request.attempt),
+        "REPAIRBOT_BASE_SHA": request.workspace.base_sha,
+    }
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    # Optional: an agent that writes nothing still proposes its diff.
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("agent result file %s is unreadable: %s", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0

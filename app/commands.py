@@ -1,0 +1,387 @@
+"""Run one repository command (setup, reproduce, test, a CLI agent) in a sandbox.
+
+What the sandbox promises:
+
+- Environment: built from an allow-list, never inherited. Only ``PATH``,
+  ``LANG`` and ``LC_ALL`` are read from the worker; ``HOME`` and ``TMPDIR``
+  point at directories of the workspace; anything else must be passed
+  explicitly. The app's secrets (tokens, keys, database URLs) are therefore
+  absent, and the few names that must never reach a command are refused
+  even as explicit extras.
+- Time: a wall-clock limit. The command runs in its own session, so on
+  timeout or cancellation the whole process group (children and
+  grandchildren) is killed with SIGKILL, not only the direct child.
+- Output: stdout and stderr interleaved into one stream; the first and last
+  bytes are kept up to a cap, the total is counted, truncation is recorded.
+- Resources: ``setrlimit`` in the child before exec (CPU seconds, address
+  space, file size, processes, open files, no core dumps).
+- Liveness: an async heartbeat callback is awaited every few seconds with
+  progress; if it answers True (cancellation requested) the process group is
+  killed and :class:`ActivityCancelled` raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from app.engine.errors import ActivityCancelled
+from app.repo_config import Command
+
+Heartbeat = Callable[[dict[str, Any]], Awaitable[bool]]
+
+#: Names that never reach a command, even when a caller passes them on purpose.
+FORBIDDEN_ENV = frozenset(
+    {
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "GITHUB_PRIVATE_KEY",
+        "GITHUB_PRIVATE_KEY_FILE",
+        "GITHUB_WEBHOOK_SECRET",
+        "DATABASE_URL",
+        "REDIS_URL",
+    }
+)
+
+_GiB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceLimits:
+    """Per-process limits applied with ``setrlimit`` (``None`` = leave as is).
+
+    Address space is generous because runtimes (JVM, Go, Node) reserve far
+    more virtual memory than they touch. ``processes`` is the kernel's
+    per-user count (RLIMIT_NPROC): it bounds fork bombs, and is not enforced
+    for root.
+    """
+
+    cpu_seconds: int | None = 1800
+    address_space_bytes: int | None = 8 * _GiB
+    file_size_bytes: int | None = 2 * _GiB
+    processes: int | None = 4096
+    open_files: int | None = 4096
+    core_file_bytes: int | None = 0
+
+    def apply(self) -> None:
+        """Lower the limits of the calling process (runs in the child, pre-exec)."""
+        for kind, value in (
+            (resource.RLIMIT_CPU, self.cpu_seconds),
+            (resource.RLIMIT_AS, self.address_space_bytes),
+            (resource.RLIMIT_FSIZE, self.file_size_bytes),
+            (resource.RLIMIT_NPROC, self.processes),
+            (resource.RLIMIT_NOFILE, self.open_files),
+            (resource.RLIMIT_CORE, self.core_file_bytes),
+        ):
+            if value is not None:
+                _lower(kind, value)
+
+
+def _lower(kind: int, value: int) -> None:
+    # An unprivileged process may only lower a hard limit, so never ask above it.
+    _, hard = resource.getrlimit(kind)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(kind, (value, value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputLimits:
+    """How much output is kept: for evidence, and for the small excerpt in history."""
+
+    #: Bytes kept from the start and from the end of the output (evidence).
+    head_bytes: int = 1024 * 1024
+    tail_bytes: int = 1024 * 1024
+    #: Bytes of each end quoted in :class:`CommandResult` (goes into history).
+    excerpt_head_bytes: int = 1024
+    excerpt_tail_bytes: int = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sandbox:
+    """Everything about how commands run that is not the command itself."""
+
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    output: OutputLimits = field(default_factory=OutputLimits)
+    #: Seconds between heartbeats while a command runs.
+    heartbeat_interval: float = 10.0
+
+
+class CommandResult(BaseModel):
+    """What is recorded about a finished command (small: history holds it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    command: Command
+    #: The process's exit status; negative is the signal that ended it.
+    exit_code: int
+    duration_seconds: float
+    timed_out: bool
+    total_bytes: int
+    truncated: bool
+    output_head: str
+    output_tail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    result: CommandResult
+    #: The capped output (head, an omission marker, tail), for the evidence store.
+    output: bytes
+
+
+def scrubbed_env(
+    *,
+    home: Path,
+    tmpdir: Path,
+    extra: Mapping[str, str] | None = None,
+    parent: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The whole environment a command sees; nothing else leaks from ``parent``."""
+    parent = os.environ if parent is None else parent
+    env = {
+        "PATH": parent.get("PATH") or os.defpath,
+        "HOME": str(home),
+        "TMPDIR": str(tmpdir),
+        "LANG": parent.get("LANG") or "C.UTF-8",
+        "LC_ALL": parent.get("LC_ALL") or "C.UTF-8",
+        # Never let git block on a credential prompt; there is no terminal.
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+    for name, value in (extra or {}).items():
+        if name in FORBIDDEN_ENV:
+            raise ValueError(f"{name} must never be passed to a repository command")
+        env[name] = value
+    return env
+
+
+class _Capture:
+    """Keeps the first and last bytes of a stream and counts the rest.
+
+    The tail is a queue of chunks trimmed from the front, so a command that
+    prints gigabytes costs a pop per chunk, not a copy of the whole tail.
+    """
+
+    def __init__(self, head_limit: int, tail_limit: int) -> None:
+        self.head = bytearray()
+        self.total = 0
+        self._head_limit = head_limit
+        self._tail_limit = tail_limit
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self._head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk or self._tail_limit <= 0:
+            return
+        self._tail.append(chunk)
+        self._tail_size += len(chunk)
+        while self._tail_size - len(self._tail[0]) >= self._tail_limit:
+            self._tail_size -= len(self._tail.popleft())
+
+    @property
+    def tail(self) -> bytes:
+        joined = b"".join(self._tail)
+        return joined[max(0, len(joined) - self._tail_limit) :]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + min(self._tail_size, self._tail_limit)
+
+    def captured(self) -> bytes:
+        tail = self.tail
+        if not self.truncated:
+            return bytes(self.head) + tail
+        omitted = self.total - len(self.head) - len(tail)
+        marker = f"\n\n[... {omitted} bytes omitted by repairbot ...]\n\n".encode()
+        return bytes(self.head) + marker + tail
+
+    def excerpts(self, head: int, tail: int) -> tuple[str, str]:
+        """The last ``tail`` bytes (where errors are), and before them up to
+        ``head`` bytes from the start that the tail does not already hold."""
+        kept_tail = self.tail
+        end_size = min(tail, self.total)
+        source = kept_tail if len(kept_tail) >= end_size else bytes(self.head) + kept_tail
+        end = source[len(source) - end_size :]
+        start = bytes(self.head[: min(head, self.total - end_size)])
+        return start.decode(errors="replace"), end.decode(errors="replace")
+
+
+class _Protocol(asyncio.SubprocessProtocol):
+    """Feeds output to a capture; tells when the child exits and when its pipes close.
+
+    The two are separate events: a command may exit while a child it left
+    behind still holds the pipe, and we must not wait for that child.
+    """
+
+    def __init__(self, capture: _Capture, loop: asyncio.AbstractEventLoop) -> None:
+        self.capture = capture
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self.capture.feed(data.encode() if isinstance(data, str) else data)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+async def run_command(
+    command: Command,
+    *,
+    cwd: Path,
+    home: Path,
+    tmpdir: Path,
+    time_limit: float,
+    extra_env: Mapping[str, str] | None = None,
+    sandbox: Sandbox | None = None,
+    heartbeat: Heartbeat | None = None,
+) -> CommandRun:
+    """Run ``command`` in ``cwd`` and return what happened.
+
+    A non-zero exit or a timeout is a result, not an exception. Raises
+    :class:`ActivityCancelled` if ``heartbeat`` reports cancellation, and
+    re-raises whatever ``heartbeat`` raises (a lost lease); in every case the
+    process group is dead before this returns or raises.
+    """
+    sandbox = sandbox or Sandbox()
+    _make_dirs(home, tmpdir)
+    env = scrubbed_env(home=home, tmpdir=tmpdir, extra=extra_env)
+    capture = _Capture(sandbox.output.head_bytes, sandbox.output.tail_bytes)
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    try:
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _Protocol(capture, loop),
+            *command.to_argv(),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=sandbox.limits.apply,
+        )
+    except (FileNotFoundError, PermissionError) as exc:
+        # What a shell would report (127 / 126): the repository's command is
+        # wrong, which is a result to show, not an infrastructure failure.
+        return _not_started(command, exc, 127 if isinstance(exc, FileNotFoundError) else 126)
+    timed_out = False
+    try:
+        timed_out = await _supervise(
+            protocol.exited,
+            deadline=started + time_limit,
+            interval=sandbox.heartbeat_interval,
+            heartbeat=heartbeat,
+            progress=lambda: {
+                "command": command.display(),
+                "elapsed_seconds": round(time.monotonic() - started, 1),
+                "output_bytes": capture.total,
+            },
+        )
+    finally:
+        # Always: a command that exited may have left children behind, and an
+        # exception (cancellation, lost lease) must not leave anything running.
+        _kill_group(transport.get_pid())
+        await _settle(transport, protocol)
+    exit_code = transport.get_returncode()
+    assert exit_code is not None
+    head, tail = capture.excerpts(
+        sandbox.output.excerpt_head_bytes, sandbox.output.excerpt_tail_bytes
+    )
+    result = CommandResult(
+        command=command,
+        exit_code=exit_code,
+        duration_seconds=round(time.monotonic() - started, 3),
+        timed_out=timed_out,
+        total_bytes=capture.total,
+        truncated=capture.truncated,
+        output_head=head,
+        output_tail=tail,
+    )
+    return CommandRun(result=result, output=capture.captured())
+
+
+def _not_started(command: Command, exc: OSError, code: int) -> CommandRun:
+    message = f"repairbot: cannot run {command.to_argv()[0]!r}: {exc.strerror}\n"
+    result = CommandResult(
+        command=command,
+        exit_code=code,
+        duration_seconds=0.0,
+        timed_out=False,
+        total_bytes=len(message),
+        truncated=False,
+        output_head=message,
+        output_tail="",
+    )
+    return CommandRun(result=result, output=message.encode())
+
+
+async def _supervise(
+    exited: asyncio.Future[None],
+    *,
+    deadline: float,
+    interval: float,
+    heartbeat: Heartbeat | None,
+    progress: Callable[[], dict[str, Any]],
+) -> bool:
+    """Wait for exit; heartbeat meanwhile. True if the time limit passed first."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return True
+        done, _ = await asyncio.wait({exited}, timeout=min(interval, remaining))
+        if done:
+            return False
+        if heartbeat is not None and await heartbeat(progress()):
+            raise ActivityCancelled("cancellation requested while a command was running")
+
+
+def _make_dirs(*directories: Path) -> None:
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+#: How long to wait for the output pipe to close after the command exited.
+_DRAIN_GRACE = 2.0
+
+
+async def _settle(transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
+    # Shielded so a cancelled caller still reaps the child (no zombies).
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.shield(protocol.exited)
+    # A grandchild that escaped into its own session (setsid) survives the
+    # group kill and may hold the pipe open: stop reading after a grace period.
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(protocol.closed), _DRAIN_GRACE)
+    transport.close()

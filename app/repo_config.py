@@ -1,0 +1,315 @@
+"""The repository's own settings for repairbot: ``.github/repairbot.yml``.
+
+Example::
+
+    setup:
+      - pip install -e .              # a string runs with `sh -c`
+    reproduce: [python, -m, pytest, tests/test_bug.py]   # a list is argv
+    test: python -m pytest -q
+    agent:
+      backend: command
+      command: [my-agent, --fix]
+    budgets: {repair_attempts: 3, time_limit_seconds: 900}
+    merge_method: squash
+
+A command written as a single string is run with ``sh -c``. That is safe only
+because the string comes from the repository owner's own config file, which
+they could change anyway; text from an issue is never run through a shell
+(see :func:`reproduction_commands`). Any mistake raises :class:`RepoConfigError`
+whose message names the field, because it is posted on the issue for the
+maintainer to fix.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+CONFIG_PATH = ".github/repairbot.yml"
+#: A config file is a few lines; refusing big ones bounds YAML alias expansion.
+MAX_CONFIG_BYTES = 64 * 1024
+
+
+class RepoConfigError(ValueError):
+    """The repository's config is unusable; the message is meant for humans."""
+
+
+class Command(BaseModel):
+    """One repository command: an argv list, or a shell string run with ``sh -c``.
+
+    In YAML write a string or a list; stored as JSON it is ``{"argv": [...]}``
+    or ``{"shell": "..."}``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    argv: tuple[StrictStr, ...] | None = None
+    shell: StrictStr | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_yaml(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"shell": value}
+        if isinstance(value, list | tuple):
+            return {"argv": value}
+        if isinstance(value, dict):
+            return value
+        raise ValueError("a command is a string (run with sh -c) or a list of arguments")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Command:
+        if (self.argv is None) == (self.shell is None):
+            raise ValueError("a command has either argv or shell, not both")
+        if self.argv is not None and (not self.argv or not self.argv[0]):
+            raise ValueError("a command list must start with the program to run")
+        if self.shell is not None and not self.shell.strip():
+            raise ValueError("a command must not be empty")
+        return self
+
+    @classmethod
+    def of(cls, argv: list[str] | tuple[str, ...]) -> Command:
+        return cls(argv=tuple(argv))
+
+    def to_argv(self) -> list[str]:
+        """What to execute. A shell string becomes ``["sh", "-c", string]``."""
+        if self.shell is not None:
+            return ["sh", "-c", self.shell]
+        assert self.argv is not None
+        return list(self.argv)
+
+    def display(self) -> str:
+        """How a human would type it (for logs, comments, evidence)."""
+        if self.shell is not None:
+            return self.shell
+        assert self.argv is not None
+        return shlex.join(self.argv)
+
+
+class AgentConfig(BaseModel):
+    """Which coding agent proposes fixes.
+
+    ``backend: command`` runs ``command`` (any CLI agent) in the workspace.
+    ``backend: http`` calls an OpenAI-compatible or Anthropic API with
+    ``model``; ``api_key_env`` names the worker environment variable holding
+    the key, and only names the operator has offered are honoured.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backend: Literal["command", "http"]
+    command: Command | None = None
+    provider: Literal["openai", "anthropic"] | None = None
+    model: StrictStr | None = Field(default=None, min_length=1)
+    base_url: StrictStr | None = Field(default=None, pattern=r"^https?://")
+    api_key_env: StrictStr | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_]*$")
+    max_files: StrictInt = Field(default=8, ge=1, le=50)
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> AgentConfig:
+        http_fields = ("provider", "model", "base_url", "api_key_env")
+        if self.backend == "command":
+            if self.command is None:
+                raise ValueError("backend 'command' needs `command` (the agent to run)")
+            given = [name for name in http_fields if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply to backend 'http'")
+        else:
+            if self.command is not None:
+                raise ValueError("`command` only applies to backend 'command'")
+            if self.provider is None or self.model is None:
+                raise ValueError("backend 'http' needs `provider` (openai|anthropic) and `model`")
+        return self
+
+
+class Budgets(BaseModel):
+    """Limits of one run. Separate budgets, separately spent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Agent proposals tried before the run gives up (a review starts a new one).
+    repair_attempts: StrictInt = Field(default=3, ge=1, le=10)
+    #: Extra tries when the agent tool itself fails (crashes, unusable reply).
+    tool_retries: StrictInt = Field(default=2, ge=0, le=5)
+    #: Wall-clock limit for each command (setup, reproduce, test, agent).
+    time_limit_seconds: StrictInt = Field(default=900, ge=1, le=3 * 3600)
+    #: Wall-clock limit for the whole repair, all attempts included.
+    total_seconds: StrictInt = Field(default=4 * 3600, ge=60, le=24 * 3600)
+
+    @model_validator(mode="after")
+    def _fits(self) -> Budgets:
+        if self.time_limit_seconds > self.total_seconds:
+            raise ValueError("time_limit_seconds cannot exceed total_seconds")
+        return self
+
+
+class RepoConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    setup: list[Command] = Field(default_factory=list, max_length=20)
+    reproduce: Command | None = None
+    test: Command | None = None
+    agent: AgentConfig | None = None
+    budgets: Budgets = Field(default_factory=Budgets)
+    merge_method: Literal["merge", "squash", "rebase"] = "squash"
+    trigger_label: StrictStr = Field(default="repairbot", min_length=1, max_length=50)
+    approval_ttl_hours: StrictInt = Field(default=72, ge=1, le=30 * 24)
+    on_base_moved: Literal["reverify", "rereview"] = "reverify"
+    cleanup_branch_on_cancel: StrictBool = True
+
+
+def parse_repo_config(text: str | None) -> RepoConfig:
+    """Parse the file's text; ``None`` (no file) means all defaults."""
+    if text is None:
+        return RepoConfig()
+    if len(text.encode()) > MAX_CONFIG_BYTES:
+        raise RepoConfigError(f"{CONFIG_PATH} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RepoConfigError(f"{CONFIG_PATH} is not valid YAML: {_yaml_problem(exc)}") from None
+    if data is None:
+        return RepoConfig()
+    if not isinstance(data, dict):
+        raise RepoConfigError(
+            f"{CONFIG_PATH} must be a mapping of settings (like `test: make test`), "
+            f"not a {type(data).__name__}"
+        )
+    try:
+        return RepoConfig.model_validate(data)
+    except ValidationError as exc:
+        raise RepoConfigError(_explain(exc)) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(problem)
+
+
+def _explain(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown setting (check the spelling)"
+        elif error["type"] not in ("missing", "value_error") and not isinstance(
+            error.get("input"), dict | list
+        ):
+            message = f"{message} (got {error.get('input')!r})"
+        lines.append(f"`{field}`: {message}")
+    problems = "\n".join(f"- {line}" for line in lines)
+    return f"{CONFIG_PATH} has {len(lines)} problem(s):\n{problems}"
+
+
+# -- the reproduction block in an issue -------------------------------------------
+
+_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+REPRO_INFO = "repro"
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced code block of a Markdown text, as ``(info string, content)``.
+
+    Fences follow CommonMark (GitHub's renderer): three or more backticks or
+    tildes, indented at most three spaces, closed by a fence of the same
+    character at least as long, or by the end of the text. Text inside one
+    block is never read as the start of another.
+    """
+    lines = _LINE_BREAK.split(text)
+    blocks: list[tuple[str, str]] = []
+    index = 0
+    while index < len(lines):
+        opening = _FENCE.match(lines[index])
+        index += 1
+        if opening is None:
+            continue
+        fence, info = opening["fence"], opening["info"].strip()
+        if fence[0] == "`" and "`" in info:
+            continue  # not a fence: an inline code span such as ```x```
+        indent = len(opening["indent"])
+        content: list[str] = []
+        while index < len(lines):
+            line = lines[index]
+            index += 1
+            if _closes(line, fence):
+                break
+            content.append(_unindent(line, indent))
+        blocks.append((info, "\n".join(content)))
+    return blocks
+
+
+def reproduction_from_issue(body: str) -> str | None:
+    """The text of the first fenced code block whose info string is ``repro``.
+
+    ```` ```repro ```` quoted inside another code block does not count (see
+    :func:`fenced_blocks`). ``None`` when there is no such block or it is blank.
+    """
+    for info, content in fenced_blocks(body):
+        words = info.split()
+        if words and words[0].lower() == REPRO_INFO:
+            return content if content.strip() else None
+    return None
+
+
+def _closes(line: str, fence: str) -> bool:
+    stripped = line.lstrip(" ")
+    if len(line) - len(stripped) > 3:
+        return False
+    run = len(stripped) - len(stripped.lstrip(fence[0]))
+    return run >= len(fence) and not stripped[run:].strip(" \t")
+
+
+def _unindent(line: str, indent: int) -> str:
+    removable = len(line) - len(line.lstrip(" "))
+    return line[min(indent, removable) :]
+
+
+def reproduction_commands(block: str) -> list[Command]:
+    """Split a repro block into commands, one per line, as argv lists.
+
+    The block comes from issue text, which anyone may write, so it is never
+    given to a shell: each line is split with shell quoting rules into an
+    argv (pipes, ``&&`` and redirections are plain arguments). Blank lines and
+    ``#`` comments are skipped, a trailing backslash continues a line, and a
+    pasted prompt (``$ ``) is dropped. The run starts only when a maintainer
+    asked for it, and the commands run in the same sandbox as the
+    repository's own.
+    """
+    commands: list[Command] = []
+    pending = ""
+    for number, raw in enumerate(block.split("\n"), start=1):
+        line = pending + raw
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        stripped = line.strip()
+        if stripped.startswith("$ "):
+            stripped = stripped[2:]
+        try:
+            argv = shlex.split(stripped, comments=True)
+        except ValueError as exc:
+            raise RepoConfigError(f"the repro block in the issue, line {number}: {exc}") from None
+        if argv:
+            commands.append(Command.of(argv))
+    if pending.strip():
+        raise RepoConfigError("the repro block in the issue ends with a line continuation")
+    return commands

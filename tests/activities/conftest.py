@@ -1,0 +1,53 @@
+"""Activities called directly, with real git, real commands and a real evidence store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from activities.workspace import WorkspaceSpec
+from app.commands import Sandbox
+from app.config import Settings
+from app.engine.activity_context import Dependencies
+from app.evidence import EvidenceStore
+from tests.activities.support import RecordingContext
+from tests.agent.sample_repo import (  # noqa: F401
+    SampleRepo,
+    sample_repo_fixture,
+    sample_repo_template_fixture,
+)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def evidence(settings: Settings) -> EvidenceStore:
+    return EvidenceStore(settings.evidence_dir)
+
+
+@pytest.fixture
+def deps(settings: Settings, evidence: EvidenceStore) -> Dependencies:
+    return Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.05))
+
+
+@pytest.fixture
+def actx(deps: Dependencies) -> RecordingContext:
+    return RecordingContext(deps)
+
+
+@pytest.fixture(autouse=True)
+def no_workspace_survives(settings: Settings) -> Iterator[None]:
+    """Every activity removes its workspace, however it ends."""
+    yield
+    left = list(settings.workspaces_dir.iterdir()) if settings.workspaces_dir.exists() else []
+    assert left == [], f"workspaces left behind: {left}"
+
+
+@pytest.fixture
+def spec(sample_repo: SampleRepo) -> WorkspaceSpec:
+    return WorkspaceSpec(repo="octo/calc", clone_url=sample_repo.url, base_sha=sample_repo.base_sha)

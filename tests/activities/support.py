@@ -1,0 +1,59 @@
+"""Shared helpers of the activity tests.
+
+:class:`RecordingContext` stands in for the runtime's ``ActivityContext``
+(the same attributes and methods) and records heartbeats, so an activity can
+be called directly (``await defn.fn(actx, input)``); ``test_repair_flow.py``
+runs the same activities through the real runtime.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from activities.workspace import WorkspaceSpec
+from app.engine.activity_context import Dependencies
+from app.engine.registry import ActivityDefn
+from app.evidence import EvidenceRef
+from app.repo_config import Command
+from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV
+
+REPRO = Command.of(REPRO_ARGV)
+TESTS = Command.of(TEST_ARGV)
+FIX_AGENT = {"backend": "command", "command": {"argv": FIX_ARGV}}
+PY = sys.executable
+
+
+class RecordingContext:
+    def __init__(
+        self,
+        deps: Dependencies,
+        *,
+        attempt: int = 1,
+        cancel_when: Callable[[list[Any]], bool] | None = None,
+    ) -> None:
+        self.deps = deps
+        self.attempt = attempt
+        self.run_id = "calc-issue-7/1"
+        self.workflow_id = "calc-issue-7"
+        self.operation_id = "calc-issue-7/1:step"
+        #: Answer "cancellation requested" once this holds for the heartbeats so far.
+        self.cancel_when = cancel_when
+        self.heartbeats: list[Any] = []
+
+    async def heartbeat(self, details: Any = None) -> bool:
+        self.heartbeats.append(details)
+        return self.cancel_when is not None and self.cancel_when(self.heartbeats)
+
+    def dep(self, kind: type[Any]) -> Any:
+        return self.deps.get(kind)
+
+
+async def call(defn: ActivityDefn, actx: RecordingContext, payload: dict[str, Any]) -> Any:
+    """Run an activity as a worker would: JSON in, JSON out."""
+    return await defn.fn(actx, payload)  # type: ignore[arg-type]
+
+
+def with_patch(spec: WorkspaceSpec, patch: EvidenceRef | None) -> dict[str, Any]:
+    return spec.model_copy(update={"patch": patch}).model_dump(mode="json")

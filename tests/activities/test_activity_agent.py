@@ -1,0 +1,181 @@
+"""propose_fix with real agents; its proposals verified by verify_candidate."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from activities.agent import propose_fix
+from activities.commands import verify_candidate
+from activities.workspace import WorkspaceSpec
+from app.agent import AgentHttp, AgentPolicy
+from app.engine.activity_context import Dependencies
+from app.engine.errors import PermanentError, TransientError
+from app.evidence import EvidenceRef, EvidenceStore
+from tests.activities.support import FIX_AGENT, REPRO, TESTS, RecordingContext, call, with_patch
+from tests.agent.fake_llm import API_KEY, OPENAI_URL, FakeLLM
+from tests.agent.sample_repo import FIX_ARGV, FIX_DIFF
+
+
+def propose_input(spec: WorkspaceSpec, **extra: Any) -> dict[str, Any]:
+    return {
+        "workspace": spec.model_dump(mode="json"),
+        "agent": FIX_AGENT,
+        "issue_title": "add() subtracts",
+        "issue_body": "add(2, 3) returns -1",
+        "reproduction": [REPRO.model_dump(mode="json")],
+        "time_limit_seconds": 30,
+        **extra,
+    }
+
+
+async def verify(
+    actx: RecordingContext, spec: WorkspaceSpec, patch: dict[str, Any]
+) -> dict[str, Any]:
+    payload = {
+        "workspace": with_patch(spec, EvidenceRef.model_validate(patch)),
+        "reproduction": [REPRO.model_dump(mode="json")],
+        "test": TESTS.model_dump(mode="json"),
+        "time_limit_seconds": 30,
+    }
+    result: dict[str, Any] = await call(verify_candidate, actx, payload)
+    return result
+
+
+async def test_the_command_agents_proposal_verifies(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    log = evidence.put(b"AssertionError: -1\n", kind="reproduce-log", name="repro.log")
+    result = await call(propose_fix, actx, propose_input(spec, reproduction_log=log.model_dump()))
+    assert result["outcome"] == "proposed" and result["files_changed"] == ["calc.py"]
+    assert result["patch"]["kind"] == "patch" and result["tool_attempt"] == 1
+    assert b"+    return a + b" in evidence.get(result["patch"]["sha256"])
+    assert b"attempt 1: add() subtracts" in evidence.get(result["transcript"]["sha256"])
+    assert (await verify(actx, spec, result["patch"]))["verdict"] == "verified"
+
+
+async def test_setup_by_products_are_not_proposed(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    setup = [{"shell": "mkdir -p build && echo compiled > build/out.txt"}]
+    result = await call(propose_fix, actx, propose_input(spec, setup=setup))
+    patch = evidence.get(result["patch"]["sha256"]).decode()
+    assert result["files_changed"] == ["calc.py"] and "build/out.txt" not in patch
+
+
+async def test_verification_feedback_drives_the_next_attempt(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    agent = {"backend": "command", "command": {"argv": [*FIX_ARGV, "--wrong-first", "a * b"]}}
+    first = await call(propose_fix, actx, propose_input(spec, agent=agent))
+    verdict = await verify(actx, spec, first["patch"])
+    assert verdict["verdict"] == "still-reproduces"
+    feedback = [
+        {
+            "kind": "verification",
+            "text": verdict["reason"],
+            "evidence": verdict["reproduction"]["log"],
+        }
+    ]
+    second = await call(
+        propose_fix, actx, propose_input(spec, agent=agent, attempt=2, feedback=feedback)
+    )
+    assert second["summary"].endswith("Took the feedback on the previous attempt into account.")
+    assert (await verify(actx, spec, second["patch"]))["verdict"] == "verified"
+
+
+async def test_refining_a_candidate_proposes_the_whole_change_from_the_base(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    previous = evidence.put(FIX_DIFF.encode(), kind="patch", name="candidate-1.patch")
+    agent = {"backend": "command", "command": {"shell": "echo '# reviewed' >> calc.py"}}
+    result = await call(
+        propose_fix, actx, propose_input(spec.model_copy(update={"patch": previous}), agent=agent)
+    )
+    patch = evidence.get(result["patch"]["sha256"]).decode()
+    assert "+    return a + b" in patch and "+# reviewed" in patch
+
+
+async def test_tool_failures_spend_tool_retries_then_report(
+    deps: Dependencies, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    failing = {"backend": "command", "command": {"shell": "echo confused; exit 3"}}
+    payload = propose_input(spec, agent=failing, tool_retries=1)
+    with pytest.raises(TransientError, match=r"exited with status 3.*trying again"):
+        await call(propose_fix, RecordingContext(deps, attempt=1), payload)
+    result = await call(propose_fix, RecordingContext(deps, attempt=2), payload)
+    assert result["outcome"] == "agent-failed" and result["tool_attempt"] == 2
+    assert result["error"] == "the agent exited with status 3" and result["patch"] is None
+    assert evidence.get(result["transcript"]["sha256"]).startswith(b"confused")
+
+
+async def test_an_agent_that_changes_nothing(actx: RecordingContext, spec: WorkspaceSpec) -> None:
+    result = await call(
+        propose_fix, actx, propose_input(spec, agent={"backend": "command", "command": "true"})
+    )
+    assert result["outcome"] == "no-change" and result["patch"] is None
+
+
+async def test_failing_setup_is_retried_not_proposed(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    with pytest.raises(TransientError, match="setup failed"):
+        await call(propose_fix, actx, propose_input(spec, setup=[{"shell": "exit 1"}]))
+
+
+@pytest.fixture
+async def llm_deps(deps: Dependencies) -> AsyncIterator[tuple[Dependencies, FakeLLM]]:
+    llm = FakeLLM()
+    async with llm.client() as client:
+        deps.add(AgentHttp(client))
+        deps.add(
+            AgentPolicy(api_keys={"TEAM_KEY": API_KEY}, allowed_base_urls=frozenset({OPENAI_URL}))
+        )
+        yield deps, llm
+
+
+HTTP_AGENT = {
+    "backend": "http",
+    "provider": "openai",
+    "model": "gpt-test",
+    "base_url": OPENAI_URL,
+    "api_key_env": "TEAM_KEY",
+}
+
+
+async def test_the_http_agent_through_the_activity(
+    llm_deps: tuple[Dependencies, FakeLLM], spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    deps, llm = llm_deps
+    actx = RecordingContext(deps)
+    llm.reply(f"Sign error.\n\n```diff\n{FIX_DIFF}```", input_tokens=3000, output_tokens=120)
+    result = await call(propose_fix, actx, propose_input(spec, agent=HTTP_AGENT))
+    assert result["outcome"] == "proposed" and result["backend"] == "http:openai/gpt-test"
+    assert (result["input_tokens"], result["output_tokens"]) == (3000, 120)
+    assert (await verify(actx, spec, result["patch"]))["verdict"] == "verified"
+
+
+async def test_rate_limits_reach_the_runtime_with_their_delay(
+    llm_deps: tuple[Dependencies, FakeLLM], spec: WorkspaceSpec
+) -> None:
+    deps, llm = llm_deps
+    llm.fail(429, {"error": {"message": "slow down"}}, {"retry-after": "20"})
+    with pytest.raises(TransientError) as caught:
+        await call(propose_fix, RecordingContext(deps), propose_input(spec, agent=HTTP_AGENT))
+    assert caught.value.next_retry_delay == 20.0
+
+
+async def test_an_unoffered_key_is_permanent(actx: RecordingContext, spec: WorkspaceSpec) -> None:
+    agent = {**HTTP_AGENT, "api_key_env": "SOMEONE_ELSES_KEY", "base_url": None}
+    with pytest.raises(PermanentError, match="SOMEONE_ELSES_KEY"):
+        await call(propose_fix, actx, propose_input(spec, agent=agent))
+
+
+async def test_agent_http_is_its_own_dependency() -> None:
+    # A GitHub client (with its own auth) must never be mistaken for the agents' client.
+    async with httpx.AsyncClient(auth=("x-access-token", "ghs_secret")) as github:
+        with pytest.raises(LookupError):
+            Dependencies(github).get(AgentHttp)

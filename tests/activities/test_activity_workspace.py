@@ -1,0 +1,154 @@
+"""prepare_workspace: the base builds; config and reproduction are read at that commit."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from activities.workspace import GitCredentials, InstallationGit, WorkspaceSpec, prepare_workspace
+from app.engine.errors import PermanentError, TransientError
+from app.evidence import EvidenceStore
+from tests.activities.support import RecordingContext, call
+from tests.agent.sample_repo import SampleRepo
+
+CONFIG = """
+setup: [echo ready]
+reproduce: [python, -c, "from calc import add; assert add(2, 3) == 5"]
+test: python -m unittest -q
+agent: {backend: command, command: [fix-it]}
+budgets: {repair_attempts: 2}
+"""
+
+
+def at(spec: WorkspaceSpec, sha: str) -> WorkspaceSpec:
+    return spec.model_copy(update={"base_sha": sha})
+
+
+async def test_config_and_its_reproduction(
+    actx: RecordingContext, spec: WorkspaceSpec, sample_repo: SampleRepo
+) -> None:
+    sha = sample_repo.commit({".github/repairbot.yml": CONFIG}, "configure repairbot")
+    result = await call(
+        prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")}
+    )
+    assert result["config_error"] is None and result["base_sha"] == sha
+    assert result["config"]["budgets"]["repair_attempts"] == 2
+    assert result["config"]["setup"] == [{"argv": None, "shell": "echo ready"}]
+    assert result["reproduction_source"] == "config"
+    assert result["reproduction"][0]["argv"][:2] == ["python", "-c"]
+    assert actx.heartbeats == [] or all("doing" in h for h in actx.heartbeats)
+
+
+async def test_the_issue_repro_block_wins_and_is_argv(
+    actx: RecordingContext, spec: WorkspaceSpec, sample_repo: SampleRepo
+) -> None:
+    sha = sample_repo.commit({".github/repairbot.yml": CONFIG}, "configure repairbot")
+    body = (
+        "It breaks:\n\n```repro\n"
+        "python -c 'import calc; assert calc.add(1, 1) == 2' && rm -rf /\n```\n"
+    )
+    result = await call(
+        prepare_workspace,
+        actx,
+        {"workspace": at(spec, sha).model_dump(mode="json"), "issue_body": body},
+    )
+    assert result["reproduction_source"] == "issue"
+    assert result["reproduction"] == [
+        {
+            "argv": [
+                "python",
+                "-c",
+                "import calc; assert calc.add(1, 1) == 2",
+                "&&",
+                "rm",
+                "-rf",
+                "/",
+            ],
+            "shell": None,
+        }
+    ]
+
+
+async def test_an_invalid_config_is_a_result_for_the_issue(
+    actx: RecordingContext, spec: WorkspaceSpec, sample_repo: SampleRepo
+) -> None:
+    sha = sample_repo.commit({".github/repairbot.yml": "merge_method: yolo\n"}, "bad config")
+    result = await call(
+        prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")}
+    )
+    assert result["config"] is None
+    assert "`merge_method`" in result["config_error"] and "'yolo'" in result["config_error"]
+    assert result["reproduction"] == [] and "no reproduction" in result["reproduction_error"]
+
+
+async def test_a_config_symlink_is_refused(
+    actx: RecordingContext, spec: WorkspaceSpec, sample_repo: SampleRepo
+) -> None:
+    (sample_repo.path / ".github").mkdir()
+    os.symlink("/etc/passwd", sample_repo.path / ".github" / "repairbot.yml")
+    sha = sample_repo.commit({}, "sneaky")
+    result = await call(
+        prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")}
+    )
+    assert result["config_error"] == ".github/repairbot.yml must be a regular file"
+
+
+async def test_no_config_means_defaults(actx: RecordingContext, spec: WorkspaceSpec) -> None:
+    body = "```repro\nmake bug\n```"
+    result = await call(
+        prepare_workspace, actx, {"workspace": spec.model_dump(mode="json"), "issue_body": body}
+    )
+    assert result["config"]["merge_method"] == "squash" and result["reproduction_source"] == "issue"
+
+
+async def test_build_failures_carry_their_retryability(
+    actx: RecordingContext, spec: WorkspaceSpec, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    gone = spec.model_copy(update={"clone_url": (tmp_path / "gone").as_uri()})
+    with pytest.raises(TransientError, match="fetch failed"):
+        await call(prepare_workspace, actx, {"workspace": gone.model_dump(mode="json")})
+    missing = spec.model_copy(update={"base_sha": "2" * 40})
+    old_protocol = _Protocol0()
+    actx.deps.add(old_protocol)
+    with pytest.raises(PermanentError, match="has no commit"):
+        await call(prepare_workspace, actx, {"workspace": missing.model_dump(mode="json")})
+
+
+async def test_a_corrupt_patch_is_permanent(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    ref = evidence.put(b"not a patch at all\n", kind="patch", name="p")
+    bad = spec.model_copy(update={"patch": ref})
+    with pytest.raises(PermanentError, match="does not apply"):
+        await call(prepare_workspace, actx, {"workspace": bad.model_dump(mode="json")})
+    evidence.path(ref.sha256).chmod(0o644)
+    evidence.path(ref.sha256).write_bytes(b"tampered\n")
+    with pytest.raises(PermanentError, match="altered"):
+        await call(prepare_workspace, actx, {"workspace": bad.model_dump(mode="json")})
+
+
+async def test_installation_credentials_ask_for_a_token_per_installation(
+    spec: WorkspaceSpec,
+) -> None:
+    asked: list[int] = []
+
+    async def token_for(installation_id: int) -> str:
+        asked.append(installation_id)
+        return "ghs_token"
+
+    creds = InstallationGit(token_for)
+    env = await creds.auth_env(spec.model_copy(update={"installation_id": 42}))
+    assert asked == [42] and env["GIT_CONFIG_KEY_0"] == "http.extraHeader"
+    assert await creds.auth_env(spec) == {}
+
+
+class _Protocol0(GitCredentials):
+    """Makes git use protocol v0, where servers refuse unadvertised commits."""
+
+    async def auth_env(self, spec: WorkspaceSpec) -> dict[str, str]:
+        return {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "protocol.version",
+            "GIT_CONFIG_VALUE_0": "0",
+        }

@@ -1,0 +1,68 @@
+"""Building the configured agent within the operator's policy."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.agent import AgentPolicy, CommandAgent, HttpAgent, build_agent
+from app.engine.errors import PermanentError
+from app.repo_config import AgentConfig, parse_repo_config
+
+
+def config(text: str) -> AgentConfig:
+    agent = parse_repo_config(text).agent
+    assert agent is not None
+    return agent
+
+
+HTTP = "agent: {backend: http, provider: openai, model: gpt-x, api_key_env: TEAM_OPENAI_KEY}\n"
+
+
+async def test_command_and_http_agents_are_built() -> None:
+    policy = AgentPolicy(api_keys={"TEAM_OPENAI_KEY": "sk-1"})
+    built = build_agent(
+        config("agent: {backend: command, command: ./fix}"),
+        policy=policy,
+        http_client=None,
+        time_limit=5,
+    )
+    assert isinstance(built, CommandAgent)
+    async with httpx.AsyncClient() as client:
+        http = build_agent(config(HTTP), policy=policy, http_client=client, time_limit=5)
+    assert isinstance(http, HttpAgent) and http.api.base_url == "https://api.openai.com/v1"
+
+
+async def test_keys_are_only_those_the_operator_offers() -> None:
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(
+            PermanentError, match="TEAM_OPENAI_KEY is not an API key this installation offers"
+        ):
+            build_agent(config(HTTP), policy=AgentPolicy(), http_client=client, time_limit=5)
+        evil = HTTP.replace("}", ", base_url: 'https://attacker.example/v1'}")
+        policy = AgentPolicy(api_keys={"TEAM_OPENAI_KEY": "sk-1"})
+        with pytest.raises(
+            PermanentError, match=r"attacker\.example/v1 is not one this installation sends"
+        ):
+            build_agent(config(evil), policy=policy, http_client=client, time_limit=5)
+
+
+def test_default_agent_and_none_at_all() -> None:
+    default = config("agent: {backend: command, command: [my-agent]}")
+    built = build_agent(None, policy=AgentPolicy(default=default), http_client=None, time_limit=5)
+    assert isinstance(built, CommandAgent) and built.command.argv == ("my-agent",)
+    with pytest.raises(PermanentError, match="no coding agent is configured"):
+        build_agent(None, policy=AgentPolicy(), http_client=None, time_limit=5)
+
+
+def test_policy_from_the_worker_environment() -> None:
+    env = {
+        "REPAIRBOT_AGENT_API_KEYS": "OPENAI_API_KEY, MISSING_KEY",
+        "OPENAI_API_KEY": "sk-op",
+        "GITHUB_TOKEN": "ghs_not_offered",
+        "REPAIRBOT_AGENT_BASE_URLS": "http://llm.internal:8000/v1/",
+    }
+    policy = AgentPolicy.from_env(env)
+    assert dict(policy.api_keys) == {"OPENAI_API_KEY": "sk-op"}
+    assert "http://llm.internal:8000/v1" in policy.allowed_base_urls
+    assert "sk-op" not in repr(policy)

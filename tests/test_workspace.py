@@ -1,0 +1,225 @@
+"""Workspaces rebuilt from recorded inputs, with real git over file:// URLs."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from app.workspace import (
+    CommitNotFound,
+    FetchFailed,
+    PatchRejected,
+    Workspace,
+    build_workspace,
+    diff_against_base,
+    diff_from,
+    fresh_workspace,
+    remove_workspace,
+    snapshot,
+    sweep_workspaces,
+    token_auth_env,
+)
+from tests.agent.sample_repo import (  # noqa: F401
+    FIX_DIFF,
+    SampleRepo,
+    git,
+    sample_repo_fixture,
+    sample_repo_template_fixture,
+)
+
+#: Protocol v0 refuses a fetch of an unadvertised commit, as some servers do.
+OLD_PROTOCOL = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "protocol.version",
+    "GIT_CONFIG_VALUE_0": "0",
+}
+
+
+async def build(
+    tmp_path: Path, repo: SampleRepo, patch: str | None = None, **kwargs: object
+) -> Workspace:
+    params: dict[str, object] = {
+        "clone_url": repo.url,
+        "base_sha": repo.base_sha,
+        "patch": patch,
+        "auth_env": {},
+    }
+    params.update(kwargs)
+    return await build_workspace(tmp_path / "workspaces", **params)  # type: ignore[arg-type]
+
+
+async def test_workspace_is_a_detached_checkout_of_the_base(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    later = sample_repo.commit({"calc.py": "moved on\n"}, "later work")
+    ws = await build(tmp_path, sample_repo)
+    assert git(ws.repo, "rev-parse", "HEAD") == sample_repo.base_sha != later
+    assert "return a - b" in (ws.repo / "calc.py").read_text()
+    assert git(ws.repo, "status", "--porcelain") == ""
+    assert all(d.is_dir() for d in (ws.home, ws.tmp, ws.scratch))
+    assert ws.repo.parent == ws.home.parent == ws.root
+    remove_workspace(ws)
+    assert not ws.root.exists()
+    remove_workspace(ws)  # already gone: fine
+
+
+async def test_every_build_gets_a_new_directory(tmp_path: Path, sample_repo: SampleRepo) -> None:
+    first = await build(tmp_path, sample_repo)
+    second = await build(tmp_path, sample_repo)
+    assert first.root != second.root and first.root.parent == second.root.parent
+
+
+async def test_patch_is_applied_and_staged(tmp_path: Path, sample_repo: SampleRepo) -> None:
+    ws = await build(tmp_path, sample_repo, FIX_DIFF)
+    assert "return a + b" in (ws.repo / "calc.py").read_text()
+    assert git(ws.repo, "diff", "--cached", "--name-only") == "calc.py"
+
+
+async def test_a_diff_rebuilds_exactly_including_binary_and_non_utf8(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    ws = await build(tmp_path, sample_repo, FIX_DIFF)
+    (ws.repo / "logo.bin").write_bytes(bytes(range(256)) * 4)
+    (ws.repo / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    (ws.repo / "README.md").unlink()
+    (ws.repo / "__pycache__").mkdir()
+    (ws.repo / "__pycache__" / "calc.cpython-311.pyc").write_bytes(b"\x00junk")
+    patch = await diff_against_base(ws)
+    assert "GIT binary patch" in patch and "__pycache__" not in patch
+    again = await build(tmp_path, sample_repo, patch)
+    for name in ("calc.py", "logo.bin", "latin1.txt"):
+        assert (again.repo / name).read_bytes() == (ws.repo / name).read_bytes()
+    assert not (again.repo / "README.md").exists()
+    assert await diff_against_base(again) == patch
+
+
+async def test_diff_from_a_snapshot_leaves_out_what_setup_made(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    ws = await build(tmp_path, sample_repo)
+    (ws.repo / "build").mkdir()
+    (ws.repo / "build" / "out.txt").write_text("setup output\n")
+    baseline = await snapshot(ws)
+    (ws.repo / "calc.py").write_text((ws.repo / "calc.py").read_text().replace("a - b", "a + b"))
+    patch = await diff_from(ws, baseline)
+    assert "calc.py" in patch and "build/out.txt" not in patch
+    assert "build/out.txt" in await diff_against_base(ws)
+
+
+async def test_empty_diff_when_nothing_changed(tmp_path: Path, sample_repo: SampleRepo) -> None:
+    assert await diff_against_base(await build(tmp_path, sample_repo)) == ""
+
+
+async def test_falls_back_to_fetching_branches_when_the_server_refuses_a_commit_id(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    sample_repo.commit({"other.txt": "x\n"}, "tip moves on")
+    ws = await build(tmp_path, sample_repo, auth_env=OLD_PROTOCOL)
+    assert git(ws.repo, "rev-parse", "HEAD") == sample_repo.base_sha
+
+
+async def test_unknown_commit_and_unreachable_remote(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    with pytest.raises(CommitNotFound):
+        await build(tmp_path, sample_repo, base_sha="1" * 40, auth_env=OLD_PROTOCOL)
+    with pytest.raises(FetchFailed):
+        await build(tmp_path, sample_repo, clone_url=(tmp_path / "nowhere").as_uri())
+    assert list((tmp_path / "workspaces").iterdir()) == []  # half-built ones are removed
+
+
+async def test_a_patch_that_does_not_apply_is_rejected_and_cleaned_up(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    with pytest.raises(PatchRejected, match=r"calc\.py"):
+        await build(tmp_path, sample_repo, FIX_DIFF.replace("a - b", "a / b"))
+    assert list((tmp_path / "workspaces").iterdir()) == []
+
+
+async def test_base_sha_must_be_a_full_commit_id(tmp_path: Path, sample_repo: SampleRepo) -> None:
+    with pytest.raises(ValueError, match="full commit id"):
+        await build(tmp_path, sample_repo, base_sha="main")
+
+
+async def test_read_only_leftovers_do_not_stop_removal(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    ws = await build(tmp_path, sample_repo)
+    locked = ws.repo / "locked"
+    locked.mkdir()
+    (locked / "f").write_text("x")
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    remove_workspace(ws)
+    assert not ws.root.exists()
+
+
+async def test_the_token_travels_in_the_environment_never_argv(
+    tmp_path: Path, sample_repo: SampleRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A git shim on PATH records each invocation's argv and whether the
+    # auth header arrived through GIT_CONFIG_*, then runs the real git.
+    real_git = subprocess.run(
+        ["sh", "-c", "command -v git"], capture_output=True, text=True
+    ).stdout.strip()
+    shim_dir = tmp_path / "shim"
+    shim_dir.mkdir()
+    log = tmp_path / "git-calls.log"
+    (shim_dir / "git").write_text(
+        "#!/bin/sh\n"
+        f'echo "argv: $*" >> {log}\n'
+        f'echo "env: $GIT_CONFIG_KEY_0=$GIT_CONFIG_VALUE_0 prompt=$GIT_TERMINAL_PROMPT" >> {log}\n'
+        f'exec {real_git} "$@"\n'
+    )
+    (shim_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
+    token = "ghs_secretinstallationtoken"
+    auth = token_auth_env(token)
+    ws = await build(tmp_path, sample_repo, auth_env=auth)
+    calls = log.read_text()
+    assert token not in calls.replace(auth["GIT_CONFIG_VALUE_0"], "")  # not in any argv
+    argv_lines = [line for line in calls.splitlines() if line.startswith("argv:")]
+    assert not any(auth["GIT_CONFIG_VALUE_0"].split()[-1] in line for line in argv_lines)
+    assert f"env: http.extraHeader={auth['GIT_CONFIG_VALUE_0']} prompt=0" in calls
+    assert auth["GIT_CONFIG_VALUE_0"].startswith("Authorization: Basic ")
+    assert token not in (ws.repo / ".git" / "config").read_text()
+
+
+async def test_a_failed_fetch_does_not_echo_the_token(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    auth = token_auth_env("ghs_secretinstallationtoken")
+    with pytest.raises(FetchFailed) as caught:
+        await build(tmp_path, sample_repo, clone_url="http://127.0.0.1:9/repo.git", auth_env=auth)
+    assert "ghs_secret" not in str(caught.value)
+    assert auth["GIT_CONFIG_VALUE_0"].split()[-1] not in str(caught.value)
+
+
+async def test_fresh_workspace_is_removed_however_the_block_ends(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    with pytest.raises(RuntimeError):
+        async with fresh_workspace(
+            tmp_path / "ws",
+            clone_url=sample_repo.url,
+            base_sha=sample_repo.base_sha,
+            patch=None,
+            auth_env={},
+        ) as ws:
+            assert ws.repo.is_dir()
+            raise RuntimeError("the activity failed")
+    assert not ws.root.exists()
+
+
+async def test_sweeping_removes_only_stale_workspaces(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    stale = await build(tmp_path, sample_repo)
+    live = await build(tmp_path, sample_repo)
+    os.utime(stale.root, (0, 0))
+    assert sweep_workspaces(tmp_path / "workspaces", older_than=3600) == [stale.root]
+    assert not stale.root.exists() and live.repo.is_dir()
+    assert sweep_workspaces(tmp_path / "nowhere", older_than=0) == []
