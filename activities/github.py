@@ -35,7 +35,7 @@ from app.github.publish import (
     publish_branch,
     remote_ref,
 )
-from app.github.pulls import ensure_pull_request, find_pull_requests
+from app.github.pulls import ensure_pull_request, find_pull_requests, mark_ready_for_review
 from app.github.repos import RepoRef
 
 API = RetryPolicy(initial_interval=1.0, backoff=2.0, max_interval=60.0, max_attempts=8)
@@ -283,6 +283,14 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
     }
 
 
+@activity("github.ready_for_review", retry=API, timeouts=API_TIMEOUTS)
+async def ready_for_review(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """Take the approved draft out of draft so it can be merged (idempotent)."""
+    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
+    changed = await mark_ready_for_review(gh, RepoRef.parse(raw["repo"]), int(raw["number"]))
+    return {"changed": changed}
+
+
 @activity("github.close_pull", retry=API, timeouts=API_TIMEOUTS)
 async def close_pull(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
@@ -337,6 +345,7 @@ ACTIVITIES = [
     push_branch,
     delete_branch,
     pull_request,
+    ready_for_review,
     close_pull,
     check_run,
     merge,

@@ -6,6 +6,7 @@ start-up (the CLI does) and hand the result to whatever needs it.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Mapping
@@ -36,6 +37,19 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def _argv(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return ()
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{name} must be a JSON list of arguments: {exc}") from exc
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{name} must be a non-empty JSON list of strings")
+    return tuple(value)
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -90,6 +104,10 @@ class Settings:
     #: REPAIRBOT_CANCEL_ON_UNLABEL: removing the trigger label cancels its run.
     cancel_on_unlabel: bool = True
 
+    #: REPAIRBOT_AGENT_COMMAND: the operator's default command agent, a JSON list
+    #: of arguments (used when a repository's config names no agent).
+    agent_command: tuple[str, ...] = ()
+
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
@@ -139,6 +157,7 @@ class Settings:
             "cancel_on_close": _bool(env, "REPAIRBOT_CANCEL_ON_CLOSE", True),
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
+            "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
         }
         if env.get("REPAIRBOT_WORKER_ID"):
             kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from activities import github, runs
+from activities import agent, commands, evidence, github, runs, workspace
 from app.engine.registry import Registry
-from app.workflows import command, example
+from app.workflows import command, example, repair
 
 
 def build_registry() -> Registry:
     return Registry.of(
-        [*example.WORKFLOWS, *command.WORKFLOWS],
-        [*example.ACTIVITIES, *github.ACTIVITIES, *runs.ACTIVITIES],
+        [*example.WORKFLOWS, *command.WORKFLOWS, *repair.WORKFLOWS],
+        [
+            *example.ACTIVITIES,
+            *github.ACTIVITIES,
+            *runs.ACTIVITIES,
+            *workspace.ACTIVITIES,
+            *commands.ACTIVITIES,
+            *agent.ACTIVITIES,
+            *evidence.ACTIVITIES,
+        ],
     )

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from arq import create_pool
 from arq.connections import RedisSettings
 
 from activities.github import GitHubAccess
+from activities.workspace import InstallationGit
+from app.agent.factory import AgentPolicy
+from app.commands import Sandbox
 from app.config import Settings
 from app.engine.activity_context import Dependencies
 from app.engine.arq_dispatch import ArqDispatcher, arq_workers
@@ -17,17 +21,34 @@ from app.engine.runtime import Runtime
 from app.evidence import EvidenceStore
 from app.github.client import GitHubClientFactory
 from app.registry import build_registry
+from app.repo_config import AgentConfig, Command
 
 log = logging.getLogger("repairbot.worker")
 
 
 def shared_clients(settings: Settings) -> Dependencies:
     """Clients built once per process and handed to every activity."""
-    deps = Dependencies(settings, EvidenceStore(settings.evidence_dir))
+    deps = Dependencies(
+        settings,
+        EvidenceStore(settings.evidence_dir),
+        Sandbox(),
+        AgentPolicy.from_env(os.environ, default=_default_agent(settings)),
+    )
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(settings)
         deps.add(GitHubAccess(factory, settings.github_git_url))
+
+        async def token_for(installation_id: int) -> str:
+            return (await factory.installation_token(installation_id)).token
+
+        deps.add(InstallationGit(token_for))
     return deps
+
+
+def _default_agent(settings: Settings) -> AgentConfig | None:
+    if not settings.agent_command:
+        return None
+    return AgentConfig(backend="command", command=Command.of(settings.agent_command))
 
 
 def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runtime:

@@ -27,6 +27,7 @@ from emulator.faults import FaultRegistry
 from emulator.ratelimit import RateCounter
 from emulator.render.base import Urls
 from emulator.rest import all_specs, starlette_path
+from emulator.rest.graphql import SPEC as GRAPHQL
 from emulator.rest.http import Endpoint
 from emulator.state import App, Store, User
 
@@ -104,6 +105,14 @@ class Emulator:
 
         rest: list[BaseRoute] = self.rest_routes()
         routes: list[BaseRoute] = [Mount("/_emulator", routes=control.routes(self))]
+        # GitHub Enterprise serves GraphQL at /api/graphql beside /api/v3 (githubkit
+        # follows that); api.github.com at /graphql.
+        graphql_path = (
+            self.base_path.removesuffix("/v3") + "/graphql"
+            if self.base_path.endswith("/api/v3")
+            else self.base_path + "/graphql"
+        )
+        routes.append(Route(graphql_path, Endpoint(self, GRAPHQL), methods=["POST"]))
         routes += [Mount(self.base_path, routes=rest)] if self.base_path else rest
         routes.append(Mount("", app=git_app(self)))
         return Starlette(routes=routes)

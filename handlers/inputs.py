@@ -8,7 +8,12 @@ from app.webhooks.events import IssueCommentEvent, IssuesEvent
 
 
 def repair_request(
-    event: IssuesEvent | IssueCommentEvent, *, trigger: str, requested_by: str, delivery_id: str
+    event: IssuesEvent | IssueCommentEvent,
+    *,
+    trigger: str,
+    requested_by: str,
+    delivery_id: str,
+    git_url: str,
 ) -> dict[str, Any]:
     """The repair run's input. The base commit and budgets are resolved and
     fixed by the run itself, at its start (the work contract)."""
@@ -20,6 +25,7 @@ def repair_request(
         "owner": repo.owner.login,
         "name": repo.name,
         "default_branch": repo.default_branch,
+        "clone_url": f"{git_url.rstrip('/')}/{repo.full_name}.git",
         "installation_id": event.installation.id,
         "issue_number": event.issue.number,
         "issue_title": event.issue.title,

@@ -45,6 +45,7 @@ def created(event: IssueCommentEvent, ctx: HandlerContext) -> None:
                 trigger="comment",
                 requested_by=event.comment.user.login,
                 delivery_id=ctx.delivery_id,
+                git_url=ctx.settings.github_git_url,
             ),
         },
     )

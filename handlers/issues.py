@@ -26,7 +26,11 @@ def labeled(event: IssuesEvent, ctx: HandlerContext) -> None:
         REPAIR_WORKFLOW,
         repair_workflow_id(event.repository.full_name, event.issue.number),
         repair_request(
-            event, trigger="label", requested_by=event.sender.login, delivery_id=ctx.delivery_id
+            event,
+            trigger="label",
+            requested_by=event.sender.login,
+            delivery_id=ctx.delivery_id,
+            git_url=ctx.settings.github_git_url,
         ),
     )
 

@@ -144,3 +144,26 @@ async def ensure_pull_request(
             ) from exc
         raise classify(exc, mutation=True) from exc
     return _result(response.parsed_data, created=True)
+
+
+_READY = """
+mutation($id: ID!) {
+  markPullRequestReadyForReview(input: {pullRequestId: $id}) {
+    pullRequest { id isDraft }
+  }
+}
+"""
+
+
+async def mark_ready_for_review(gh: InstallationGitHub, repo: RepoRef, number: int) -> bool:
+    """Take the pull request out of draft (GraphQL: REST has no way); idempotent.
+
+    Returns whether this call changed it.
+    """
+    with classified(mutation=False):
+        pr = (await gh.rest.pulls.async_get(repo.owner, repo.name, number)).parsed_data
+    if not pr.draft:
+        return False
+    with classified(mutation=True):
+        await gh.async_graphql(_READY, {"id": pr.node_id})
+    return True

@@ -1,0 +1,52 @@
+"""The repair end to end over real webhooks: label -> reproduce -> fix -> verify
+-> draft PR -> approval on the exact commit -> sha-pinned merge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.demo.project import FIXED_LINE, fix_agent_command, write_project
+from app.demo.stack import LocalStack
+from tests.e2e.scenario import (
+    file_on_branch,
+    github_state,
+    open_labelled_issue,
+    wait_end,
+    wait_phase,
+)
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    return write_project(tmp_path / "project")
+
+
+async def test_happy_path_to_merge(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    people = stack.people
+    await stack.gh.review(
+        people.owner,
+        stack.repo_name,
+        status["pull_number"],
+        as_user=people.maintainer,
+        event="APPROVE",
+        body="Looks right.",
+    )
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "merged"
+    approval = run.result["approval"]
+    assert approval["reviewer"] == people.maintainer
+    assert approval["commit"] == run.result["proposed_sha"]
+
+    state = await github_state(stack, number)
+    [pull] = state["pulls"]
+    assert pull["merged_at"] is not None and pull["head"]["sha"] == run.result["proposed_sha"]
+    assert len(state["status_comments"]) == 1
+    assert state["branches"] == ["main", f"repairbot/issue-{number}"]
+    assert FIXED_LINE in file_on_branch(stack, "main", "slugify/__init__.py")
+    assert [c["user"]["login"] for c in state["status_comments"]] == ["repairbot[bot]"]
