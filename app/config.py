@@ -81,6 +81,8 @@ class Settings:
     max_history_events: int = 2000
     #: REPAIRBOT_RECONCILE_INTERVAL: seconds between reconciler passes.
     reconcile_interval: float = 1.0
+    #: REPAIRBOT_RELAY_GRACE: seconds before an unconsumed outbox job is relayed again.
+    relay_grace: float = 2.0
     #: REPAIRBOT_CONCURRENCY: jobs one worker runs at once.
     concurrency: int = 8
 
@@ -126,6 +128,34 @@ class Settings:
     def workspaces_dir(self) -> Path:
         return self.data_dir / "workspaces"
 
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes ``from_env`` rebuild these settings (for
+        starting worker processes)."""
+        env = {
+            "REPAIRBOT_DATA_DIR": str(self.data_dir),
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "REPAIRBOT_WORKER_ID": self.worker_id,
+            "REPAIRBOT_CODE_VERSION": self.code_version,
+            "REPAIRBOT_MAX_HISTORY_EVENTS": str(self.max_history_events),
+            "REPAIRBOT_RECONCILE_INTERVAL": str(self.reconcile_interval),
+            "REPAIRBOT_RELAY_GRACE": str(self.relay_grace),
+            "REPAIRBOT_CONCURRENCY": str(self.concurrency),
+            "GITHUB_API_URL": self.github_api_url,
+            "GITHUB_GIT_URL": self.github_git_url,
+            "GITHUB_APP_ID": self.github_app_id,
+            "GITHUB_PRIVATE_KEY": self.github_private_key,
+            "GITHUB_WEBHOOK_SECRET": self.github_webhook_secret,
+            "GITHUB_APP_SLUG": self.github_app_slug,
+            "REPAIRBOT_TRIGGER_LABEL": self.trigger_label,
+            "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
+            "REPAIRBOT_CANCEL_ON_UNLABEL": str(self.cancel_on_unlabel).lower(),
+            "REPAIRBOT_FAULT_POINT": self.fault_point,
+        }
+        if self.agent_command:
+            env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
+        return env
+
     def with_overrides(self, **changes: Any) -> Settings:
         return replace(self, **changes)
 
@@ -147,6 +177,7 @@ class Settings:
             "max_history_events": _int(env, "REPAIRBOT_MAX_HISTORY_EVENTS", 2000),
             "reconcile_interval": _float(env, "REPAIRBOT_RECONCILE_INTERVAL", 1.0),
             "concurrency": _int(env, "REPAIRBOT_CONCURRENCY", 8),
+            "relay_grace": _float(env, "REPAIRBOT_RELAY_GRACE", 2.0),
             "github_api_url": env.get("GITHUB_API_URL", "https://api.github.com"),
             "github_git_url": env.get("GITHUB_GIT_URL", "https://github.com"),
             "github_app_id": env.get("GITHUB_APP_ID", ""),

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 
+import httpx
 from arq import create_pool
 from arq.connections import RedisSettings
 
 from activities.github import GitHubAccess
 from activities.workspace import InstallationGit
 from app.agent.factory import AgentPolicy
+from app.agent.http import AgentHttp
 from app.commands import Sandbox
 from app.config import Settings
 from app.engine.activity_context import Dependencies
@@ -22,6 +25,7 @@ from app.evidence import EvidenceStore
 from app.github.client import GitHubClientFactory
 from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
+from app.workspace import sweep_workspaces
 
 log = logging.getLogger("repairbot.worker")
 
@@ -33,6 +37,8 @@ def shared_clients(settings: Settings) -> Dependencies:
         EvidenceStore(settings.evidence_dir),
         Sandbox(),
         AgentPolicy.from_env(os.environ, default=_default_agent(settings)),
+        # A client of its own: never one that carries GitHub credentials.
+        AgentHttp(httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=15.0))),
     )
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(settings)
@@ -64,12 +70,38 @@ def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runti
         max_history_events=settings.max_history_events,
         concurrency=settings.concurrency,
         reconcile_interval=settings.reconcile_interval,
+        relay_grace=settings.relay_grace,
     )
     deps.add(runtime)  # activities that start or signal other runs use it
     return runtime
 
 
+#: Longer than any activity's start-to-close timeout, so only orphans are swept.
+WORKSPACE_MAX_AGE = 7 * 3600.0
+
+
+async def sweep_orphan_workspaces(settings: Settings, every: float = 3600.0) -> None:
+    """Remove workspaces a crashed worker left behind (activities remove their own)."""
+    while True:
+        removed = await asyncio.to_thread(
+            sweep_workspaces, settings.workspaces_dir, older_than=WORKSPACE_MAX_AGE
+        )
+        if removed:
+            log.info("removed %d orphaned workspaces", len(removed))
+        await asyncio.sleep(every)
+
+
 async def run_worker(settings: Settings) -> int:
+    sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
+    try:
+        return await _run_worker(settings)
+    finally:
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+
+
+async def _run_worker(settings: Settings) -> int:
     runtime = build_runtime(settings)
     if not settings.redis_url:
         log.info("no REDIS_URL: running jobs in this process")

@@ -150,3 +150,35 @@ async def test_workflow_deadline_is_delivered_to_the_code(make_runtime: Any) -> 
     await rt.start_workflow("deadline", "dl", deadline_seconds=0.2)
     run = await rt.wait_for("dl", timeout=10)
     assert (run.status, run.result) == ("completed", "reported the deadline")
+
+
+class RefusedInput(Exception):
+    pass
+
+
+@activity(
+    "validate",
+    retry=RetryPolicy(
+        initial_interval=0.01, max_attempts=5, non_retryable_error_types=("RefusedInput",)
+    ),
+)
+async def validate(actx: ActivityContext, _: Any) -> None:
+    WORLD.setdefault("validations", []).append(actx.attempt)
+    raise RefusedInput("input is not acceptable")
+
+
+@workflow("validating")
+async def validating(ctx: WorkflowContext, _: Any) -> Any:
+    try:
+        await ctx.activity(validate, None, step="validate")
+    except ActivityError as exc:
+        return {"type": exc.error_type, "attempts": exc.attempts}
+    return None
+
+
+async def test_non_retryable_error_types_fail_at_once(make_runtime: Any) -> None:
+    rt = await make_runtime(Registry.of([validating], [validate]))
+    await rt.start_workflow("validating", "nonretry")
+    run = await rt.wait_for("nonretry")
+    assert run.result == {"type": "RefusedInput", "attempts": 1}
+    assert WORLD["validations"] == [1]

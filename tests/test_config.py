@@ -1,0 +1,45 @@
+"""Settings: built from the environment once, round-trip through to_env."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import ConfigError, Settings
+
+
+def test_defaults_use_a_sqlite_file_in_the_data_dir() -> None:
+    settings = Settings.from_env({"REPAIRBOT_DATA_DIR": "/tmp/x"})
+    assert settings.database_url == "sqlite:////tmp/x/repairbot.db"
+    assert settings.redis_url == ""
+
+
+def test_to_env_round_trips() -> None:
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": "postgresql://db/x",
+            "REPAIRBOT_AGENT_COMMAND": '["python", "agent.py", "--flag"]',
+            "REPAIRBOT_CANCEL_ON_CLOSE": "false",
+            "REPAIRBOT_RELAY_GRACE": "0.25",
+            "GITHUB_PRIVATE_KEY": "-----BEGIN KEY-----",
+        }
+    )
+    assert Settings.from_env(settings.to_env()) == settings
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("REPAIRBOT_CONCURRENCY", "many"),
+        ("REPAIRBOT_CANCEL_ON_CLOSE", "perhaps"),
+        ("REPAIRBOT_AGENT_COMMAND", "python agent.py"),
+        ("REPAIRBOT_RECONCILE_INTERVAL", "soon"),
+    ],
+)
+def test_malformed_values_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: value})
+
+
+def test_the_private_key_never_shows_in_repr() -> None:
+    settings = Settings.from_env({"GITHUB_PRIVATE_KEY": "super-secret-pem"})
+    assert "super-secret-pem" not in repr(settings)
