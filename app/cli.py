@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from app import logs
@@ -132,6 +133,14 @@ def cmd_deliveries_retry(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if result.status_code < 400 else 1
 
 
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from app.demo.run import run_demo
+
+    return asyncio.run(
+        run_demo(crash=args.crash, keep=args.dir, seed=args.seed, timeout=args.timeout)
+    )
+
+
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.worker import run_worker
 
@@ -151,6 +160,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         return sub.add_parser(name, help=help_)
 
     add("migrate", cmd_migrate, "apply database migrations")
+    demo = add("demo", cmd_demo, "the whole repair on an emulated GitHub, end to end")
+    demo.add_argument("--crash", action="store_true", help="SIGKILL the worker mid-run")
+    demo.add_argument("--dir", type=Path, help="keep everything in this folder")
+    demo.add_argument("--seed", type=int, help="seed for the crash moment")
+    demo.add_argument("--timeout", type=float, default=180.0)
     example = add("example", cmd_example, "run a small durable workflow end to end")
     example.add_argument("items", nargs="*", default=["durable", "replayed", "fenced"])
     add("worker", cmd_worker, "run a worker (arq over Redis if REDIS_URL is set)")

@@ -60,8 +60,14 @@ ISSUE_BODY = (
 )
 
 
-def write_project(folder: Path, *, python: str = sys.executable) -> Path:
-    """Write the demo repository's files into ``folder`` (not a git repo yet)."""
+def write_project(
+    folder: Path, *, python: str = sys.executable, on_base_moved: str | None = None
+) -> Path:
+    """Write the demo repository's files into ``folder`` (not a git repo yet).
+
+    ``on_base_moved`` (``reverify`` or ``rereview``) is written into the config
+    when given; without it the repository keeps repairbot's default.
+    """
     (folder / "slugify").mkdir(parents=True, exist_ok=True)
     (folder / "tests").mkdir(exist_ok=True)
     (folder / ".github").mkdir(exist_ok=True)
@@ -79,17 +85,36 @@ def write_project(folder: Path, *, python: str = sys.executable) -> Path:
         "budgets: {repair_attempts: 3, time_limit_seconds: 120}\n"
         "merge_method: squash\n"
     )
+    if on_base_moved is not None:
+        config += f"on_base_moved: {on_base_moved}\n"
     (folder / ".github" / "repairbot.yml").write_text(config)
     return folder
 
 
-def fix_agent_command(*, wrong_first: bool = False, python: str = sys.executable) -> list[str]:
-    """A real command agent (examples/agents/fix_known_bug.py) told the fix."""
+def fix_agent_command(
+    *,
+    wrong_first: bool = False,
+    python: str = sys.executable,
+    new: str = FIXED_LINE,
+    on_review: tuple[str, str, str] | None = None,
+    sleep: float = 0.0,
+) -> list[str]:
+    """A real command agent (examples/agents/fix_known_bug.py) told the fix.
+
+    ``new`` replaces the buggy line (a wrong one makes every attempt fail
+    verification); ``on_review`` is a further (path, old, new) replacement
+    the agent makes only when a review asked for changes; ``sleep`` makes it
+    think that many seconds first.
+    """
     script = Path(__file__).resolve().parents[2] / "examples" / "agents" / "fix_known_bug.py"
     if not script.exists():
         raise FileNotFoundError(f"the demo's command agent is missing: {script}")
     argv = [python, str(script), "--path", "slugify/__init__.py"]
-    argv += ["--old", BUGGY_LINE, "--new", FIXED_LINE]
+    argv += ["--old", BUGGY_LINE, "--new", new]
     if wrong_first:
         argv += ["--wrong-first", 'return "-".join(words).strip()']
+    if on_review is not None:
+        argv += ["--on-review", *on_review]
+    if sleep:
+        argv += ["--sleep", str(sleep)]
     return argv

@@ -51,6 +51,12 @@ class LocalStack:
         return f"{self.people.owner}/{self.repo_name}"
 
     @property
+    def app_url(self) -> str:
+        """Where repairbot's web app listens (webhooks, API, dashboard)."""
+        assert self._app_socket is not None, "start_github() first"
+        return url_of(self._app_socket)
+
+    @property
     def gh(self) -> EmulatorClient:
         assert self.client is not None, "start_github() first"
         return self.client

@@ -15,6 +15,10 @@ The fix is given as a replacement of text in a file::
 
 ``--wrong-first TEXT`` makes the first attempt (one without feedback) apply
 TEXT instead of the real fix, to exercise the verify -> feedback -> retry loop.
+``--on-review PATH OLD NEW`` makes one more replacement, only when the
+feedback holds a review (a maintainer asked for changes), to exercise the
+review -> new attempt -> updated branch loop. ``--sleep SECONDS`` waits
+before working, like a slow model, so a run can be cancelled mid-agent.
 Exit status 1 when the text to replace is not in the file: an agent that
 cannot do its job says so.
 
@@ -27,6 +31,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 
@@ -37,6 +42,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--new", help="replacement text")
     parser.add_argument("--spec", type=Path, help="JSON file with a list of fixes")
     parser.add_argument("--wrong-first", help="replacement used on a first attempt")
+    parser.add_argument(
+        "--on-review",
+        nargs=3,
+        metavar=("PATH", "OLD", "NEW"),
+        help="a further replacement made only when the feedback holds a review",
+    )
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds to wait first")
     return parser.parse_args(argv)
 
 
@@ -52,6 +64,11 @@ def _fixes(args: argparse.Namespace) -> list[dict[str, str]]:
     return data if isinstance(data, list) else [data]
 
 
+def _has_review(feedback: str) -> bool:
+    # repairbot's feedback file has one "## <kind>" section per item.
+    return any(line.strip() == "## review" for line in feedback.splitlines())
+
+
 def _read(name: str) -> str:
     path = os.environ.get(name)
     return Path(path).read_text() if path else ""
@@ -60,6 +77,9 @@ def _read(name: str) -> str:
 def main(argv: list[str]) -> int:
     args = _parse(argv)
     fixes = _fixes(args)
+    if args.sleep > 0:
+        print(f"thinking for {args.sleep:g}s", flush=True)
+        time.sleep(args.sleep)
     issue = _read("REPAIRBOT_ISSUE_FILE")
     failure = _read("REPAIRBOT_REPRO_OUTPUT_FILE")
     feedback = _read("REPAIRBOT_FEEDBACK_FILE").strip()
@@ -69,11 +89,14 @@ def main(argv: list[str]) -> int:
     print(f"reproduction output: {len(failure)} characters; feedback: {len(feedback)} characters")
 
     careless = args.wrong_first is not None and attempt == 1 and not feedback
+    replacements = [(fix, args.wrong_first if careless else fix["new"]) for fix in fixes]
+    if args.on_review is not None and _has_review(feedback):
+        path, old, new = args.on_review
+        replacements.append(({"path": path, "old": old, "new": new}, new))
     changed = []
-    for fix in fixes:
+    for fix, replacement in replacements:
         target = Path(fix["path"])
         text = target.read_text()
-        replacement = args.wrong_first if careless else fix["new"]
         if fix["old"] not in text:
             if fix["new"] in text:
                 print(f"{target}: already fixed")

@@ -1,0 +1,260 @@
+"""A real worker process for the crash tests, and the workflows it runs.
+
+    python -m tests.engine.crash_worker --db URL --record PATH [--fault POINT[@N]]
+        [--worker-id ID] [--arq REDIS_URL] [--tickets PATH] [--gate PATH]
+        [--reconcile-interval S] [--relay-grace S] [--standby PATH]
+
+It builds a :class:`Runtime` with ``fault_point=POINT[@N]`` and runs until it
+is killed: in-process dispatch by default, arq workers against Redis with
+``--arq``. The test process starts workflows straight into the database; this
+process's reconciler finds them through the outbox.
+
+Every activity execution appends one JSON line to the ``--record`` file
+(``O_APPEND``, one ``write``: atomic across processes) *before* returning, so
+executions are counted outside the runtime's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.engine.activity_context import ActivityContext, Dependencies
+from app.engine.context import WorkflowContext
+from app.engine.db import make_engine
+from app.engine.policy import RetryPolicy, Timeouts
+from app.engine.registry import Absent, Found, Registry, activity, workflow
+from app.engine.runtime import Runtime
+from tests.engine.ticket_service import TicketService
+
+#: Quick retries: a crash test waits for lease expiry, not for backoff.
+RETRY = RetryPolicy(initial_interval=0.05, max_interval=0.2, max_attempts=5)
+#: Activities that do not heartbeat: a killed attempt's lease runs out after
+#: start_to_close. Short enough to keep tests fast, long enough that a healthy
+#: attempt on a loaded machine never loses its lease (which would be a retry
+#: the test could not tell from a bug).
+QUICK = Timeouts(start_to_close=2.0)
+#: Activities that heartbeat: a silent attempt loses its lease after 0.5 s.
+HEARTBEATING = Timeouts(heartbeat=0.5, start_to_close=30.0)
+
+
+@dataclass(frozen=True)
+class CrashDeps:
+    """What this worker's activities reach outside the runtime."""
+
+    record: Path
+    worker_id: str
+    tickets: Path | None = None
+    gate: Path | None = None
+
+    def note(self, actx: ActivityContext, **extra: Any) -> None:
+        """Append one line to the execution record: the external proof that
+        the activity body ran (once per call)."""
+        line = {
+            "op": actx.operation_id,
+            "activity": actx.activity,
+            "attempt": actx.attempt,
+            "pid": os.getpid(),
+            "worker": self.worker_id,
+            **extra,
+        }
+        data = (json.dumps(line, sort_keys=True) + "\n").encode()
+        fd = os.open(self.record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    async def hold_at_gate(self) -> None:
+        """Block (without heartbeating) until the gate file exists; a worker
+        started without ``--gate`` passes straight through."""
+        while self.gate is not None and not self.gate.exists():
+            await asyncio.sleep(0.02)
+
+
+# -- activities ----------------------------------------------------------------
+
+
+@activity("square", retry=RETRY, timeouts=QUICK)
+async def square(actx: ActivityContext, args: dict[str, int]) -> int:
+    actx.dep(CrashDeps).note(actx)
+    return args["i"] * args["i"]
+
+
+@activity("chunked", retry=RETRY, timeouts=HEARTBEATING)
+async def chunked(actx: ActivityContext, args: dict[str, int]) -> int:
+    """Works in chunks and heartbeats after each one, with its progress."""
+    actx.dep(CrashDeps).note(actx)
+    for done in range(1, args["chunks"] + 1):
+        await asyncio.sleep(0.02)
+        await actx.heartbeat({"chunks_done": done})
+    return args["chunks"]
+
+
+@activity("gated", retry=RETRY, timeouts=HEARTBEATING)
+async def gated(actx: ActivityContext, _: Any) -> dict[str, Any]:
+    """Heartbeats once, then (on a worker with a gate) goes silent until the
+    gate opens: the shape of a worker that was paused and resumes late."""
+    deps = actx.dep(CrashDeps)
+    await actx.heartbeat({"phase": "started"})
+    # Noted after the heartbeat committed: once the test sees this line, this
+    # process holds no database lock and may be frozen safely.
+    deps.note(actx)
+    await deps.hold_at_gate()
+    return {"attempt": actx.attempt, "worker": deps.worker_id}
+
+
+async def _open_ticket(actx: ActivityContext, args: dict[str, str]) -> dict[str, Any]:
+    deps = actx.dep(CrashDeps)
+    assert deps.tickets is not None, "this worker was started without --tickets"
+    ticket = TicketService(deps.tickets).create_ticket(actx.operation_id, args["title"])
+    deps.note(actx, ticket=ticket.id)
+    return ticket.to_json()
+
+
+async def _find_ticket(actx: ActivityContext, _: dict[str, str]) -> Found | Absent:
+    """Reconcile: the ticket service answers by operation id whether the
+    effect happened; a found ticket is the activity's result."""
+    deps = actx.dep(CrashDeps)
+    assert deps.tickets is not None, "this worker was started without --tickets"
+    ticket = TicketService(deps.tickets).find(actx.operation_id)
+    return Found(ticket.to_json()) if ticket else Absent()
+
+
+#: Plain retry: safe because the service is idempotent by operation id.
+open_ticket = activity("open_ticket", retry=RETRY, timeouts=QUICK)(_open_ticket)
+#: The same effect with a reconcile function: a lost attempt is an ambiguous
+#: failure, resolved by asking the service before any retry.
+open_ticket_reconciled = activity(
+    "open_ticket_reconciled", retry=RETRY, timeouts=QUICK, reconcile=_find_ticket
+)(_open_ticket)
+
+
+# -- workflows -----------------------------------------------------------------
+
+
+@workflow("crash_pipeline")
+async def crash_pipeline(ctx: WorkflowContext, args: dict[str, int]) -> list[int]:
+    """``steps`` activities in sequence; the result is their squares."""
+    results: list[int] = []
+    for i in range(args["steps"]):
+        results.append(await ctx.activity(square, {"i": i}, step=f"step-{i}"))
+    return results
+
+
+@workflow("crash_heartbeat")
+async def crash_heartbeat(ctx: WorkflowContext, args: dict[str, int]) -> dict[str, int]:
+    before = await ctx.activity(square, {"i": 2}, step="before")
+    chunks = await ctx.activity(chunked, {"chunks": args["chunks"]}, step="chunked")
+    after = await ctx.activity(square, {"i": 3}, step="after")
+    return {"before": before, "chunks": chunks, "after": after}
+
+
+@workflow("crash_stale")
+async def crash_stale(ctx: WorkflowContext, _: Any) -> dict[str, Any]:
+    before = await ctx.activity(square, {"i": 2}, step="before")
+    held = await ctx.activity(gated, None, step="gated")
+    after = await ctx.activity(square, {"i": 3}, step="after")
+    return {"before": before, "gated": held, "after": after}
+
+
+@workflow("ticket_flow")
+async def ticket_flow(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, Any]:
+    defn = open_ticket_reconciled if args.get("reconcile") else open_ticket
+    ticket: dict[str, Any] = await ctx.activity(defn, {"title": args["title"]}, step="ticket")
+    return {"ticket_id": ticket["id"]}
+
+
+REGISTRY = Registry.of(
+    [crash_pipeline, crash_heartbeat, crash_stale, ticket_flow],
+    [square, chunked, gated, open_ticket, open_ticket_reconciled],
+)
+
+
+# -- the process ---------------------------------------------------------------
+
+
+def build_runtime(args: argparse.Namespace) -> Runtime:
+    deps = CrashDeps(
+        record=Path(args.record),
+        worker_id=args.worker_id,
+        tickets=Path(args.tickets) if args.tickets else None,
+        gate=Path(args.gate) if args.gate else None,
+    )
+    return Runtime(
+        make_engine(args.db),
+        REGISTRY,
+        worker_id=args.worker_id,
+        deps=Dependencies(deps),
+        fault_point=args.fault,
+        reconcile_interval=args.reconcile_interval,
+        relay_grace=args.relay_grace,
+    )
+
+
+async def run_in_process(runtime: Runtime) -> None:
+    await runtime.start_in_process()
+    await asyncio.Event().wait()  # until killed
+
+
+async def run_arq(runtime: Runtime, redis_url: str) -> None:
+    from arq import create_pool
+    from arq.connections import RedisSettings
+
+    from app.engine.arq_dispatch import ArqDispatcher, arq_workers
+
+    settings = RedisSettings.from_dsn(redis_url)
+    pool = await create_pool(settings)
+    runtime.use_dispatcher(ArqDispatcher(pool))
+    # No signal handlers: the tests end this process with SIGKILL or SIGTERM.
+    workers = arq_workers(runtime, settings, handle_signals=False, poll_delay=0.01)
+    await asyncio.gather(*(w.async_run() for w in workers))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.engine.crash_worker")
+    parser.add_argument("--db", required=True, help="database URL (SQLite file or PostgreSQL)")
+    parser.add_argument("--record", required=True, help="execution record file (JSON lines)")
+    parser.add_argument("--fault", default="", help="fault point to die at, POINT[@N]")
+    parser.add_argument("--worker-id", default=f"pid-{os.getpid()}")
+    parser.add_argument("--arq", metavar="REDIS_URL", help="dispatch through arq on this Redis")
+    parser.add_argument("--tickets", help="ticket service SQLite file")
+    parser.add_argument("--gate", help="activities that hold at the gate wait for this file")
+    parser.add_argument("--reconcile-interval", type=float, default=0.05)
+    parser.add_argument("--relay-grace", type=float, default=0.2)
+    parser.add_argument(
+        "--standby",
+        metavar="PATH",
+        help="touch nothing until PATH exists (spawned early to hide interpreter start-up)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    while args.standby and not os.path.exists(args.standby):
+        time.sleep(0.01)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s {args.worker_id} %(name)s %(levelname)s %(message)s",
+    )
+    runtime = build_runtime(args)
+    logging.getLogger("crash_worker").info(
+        "worker %s (pid %s) up, fault=%r, arq=%s",
+        args.worker_id,
+        os.getpid(),
+        args.fault,
+        bool(args.arq),
+    )
+    asyncio.run(run_arq(runtime, args.arq) if args.arq else run_in_process(runtime))
+
+
+if __name__ == "__main__":
+    main()
