@@ -83,6 +83,9 @@ class Settings:
     reconcile_interval: float = 1.0
     #: REPAIRBOT_RELAY_GRACE: seconds before an unconsumed outbox job is relayed again.
     relay_grace: float = 2.0
+    #: REPAIRBOT_WORKER_SILENCE: seconds without a liveness beat after which a
+    #: worker counts as dead and its attempts are released for retry.
+    worker_silence: float = 15.0
     #: REPAIRBOT_CONCURRENCY: jobs one worker runs at once.
     concurrency: int = 8
 
@@ -140,6 +143,7 @@ class Settings:
             "REPAIRBOT_MAX_HISTORY_EVENTS": str(self.max_history_events),
             "REPAIRBOT_RECONCILE_INTERVAL": str(self.reconcile_interval),
             "REPAIRBOT_RELAY_GRACE": str(self.relay_grace),
+            "REPAIRBOT_WORKER_SILENCE": str(self.worker_silence),
             "REPAIRBOT_CONCURRENCY": str(self.concurrency),
             "GITHUB_API_URL": self.github_api_url,
             "GITHUB_GIT_URL": self.github_git_url,
@@ -178,6 +182,7 @@ class Settings:
             "reconcile_interval": _float(env, "REPAIRBOT_RECONCILE_INTERVAL", 1.0),
             "concurrency": _int(env, "REPAIRBOT_CONCURRENCY", 8),
             "relay_grace": _float(env, "REPAIRBOT_RELAY_GRACE", 2.0),
+            "worker_silence": _float(env, "REPAIRBOT_WORKER_SILENCE", 15.0),
             "github_api_url": env.get("GITHUB_API_URL", "https://api.github.com"),
             "github_git_url": env.get("GITHUB_GIT_URL", "https://github.com"),
             "github_app_id": env.get("GITHUB_APP_ID", ""),

@@ -71,6 +71,7 @@ def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runti
         concurrency=settings.concurrency,
         reconcile_interval=settings.reconcile_interval,
         relay_grace=settings.relay_grace,
+        worker_silence=settings.worker_silence,
     )
     deps.add(runtime)  # activities that start or signal other runs use it
     return runtime
@@ -114,11 +115,13 @@ async def _run_worker(settings: Settings) -> int:
     redis_settings = RedisSettings.from_dsn(settings.redis_url)
     pool = await create_pool(redis_settings)
     runtime.use_dispatcher(ArqDispatcher(pool))
+    runtime.start_liveness()
     workers = arq_workers(runtime, redis_settings, max_jobs=settings.concurrency)
     log.info("arq workers on queues %s", [w.queue_name for w in workers])
     try:
         await asyncio.gather(*(w.async_run() for w in workers))
     finally:
+        await runtime.stop()
         for worker in workers:
             await worker.close()
         await pool.aclose()

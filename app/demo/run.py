@@ -103,7 +103,10 @@ async def run_demo(*, crash: bool, keep: Path | None, seed: int | None, timeout:
         project = write_project(root / "project")
         settings = await stack.start_github(project)
         settings = settings.with_overrides(
-            agent_command=tuple(fix_agent_command()), relay_grace=0.2, reconcile_interval=0.1
+            agent_command=tuple(fix_agent_command()),
+            relay_grace=0.2,
+            reconcile_interval=0.1,
+            worker_silence=2.0,
         )
         stack.settings = settings
         runtime = stack.start_repairbot(run_worker=False)

@@ -40,17 +40,21 @@ class Reconciler:
         sink: Callable[[list[Job]], Awaitable[None]],
         *,
         relay_grace: float = 2.0,
+        worker_silence: float = 15.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.sink = sink
         self.relay_grace = relay_grace
+        self.worker_silence = worker_silence
         self.clock = clock
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> ReconcileReport:
         store, now, report = self.store, self.clock(), ReconcileReport()
-        for task_id, token, failure in store.expired_leases(now):
+        lost = store.expired_leases(now)
+        lost += store.leases_of_lost_workers(now, silent_for=self.worker_silence)
+        for task_id, token, failure in lost:
             try:
                 report.jobs += store.fail_activity(task_id, token, failure)
                 report.leases_expired += 1

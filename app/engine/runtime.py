@@ -5,7 +5,10 @@ query) that the web process, handlers, CLI and tests use."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +28,7 @@ from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
 from app.engine.worker import Worker
 
 SETTLED = (*CLOSED_STATUSES, *PARKED_STATUSES)
+log = logging.getLogger("repairbot.engine")
 
 
 class Runtime:
@@ -41,15 +45,23 @@ class Runtime:
         concurrency: int = 8,
         reconcile_interval: float = 1.0,
         relay_grace: float = 2.0,
+        liveness_interval: float = 1.0,
+        worker_silence: float = 15.0,
     ) -> None:
         self.engine = engine
         self.registry = registry
+        # One identity per process: a restarted worker that keeps its configured
+        # id must not look like the live continuation of the one that died.
+        self.worker_id = f"{worker_id}/{uuid.uuid4().hex[:8]}"
+        self.code_version = code_version
+        self.liveness_interval = liveness_interval
+        self._liveness: asyncio.Task[None] | None = None
         self.faults = FaultPoints(fault_point)
         self.store = Store(engine, faults=self.faults)
         self.worker = Worker(
             self.store,
             registry,
-            worker_id=worker_id,
+            worker_id=self.worker_id,
             code_version=code_version,
             deps=deps,
             faults=self.faults,
@@ -58,7 +70,9 @@ class Runtime:
         self.concurrency = concurrency
         self.reconcile_interval = reconcile_interval
         self.dispatcher: Dispatcher | None = None
-        self.reconciler = Reconciler(self.store, self.dispatch, relay_grace=relay_grace)
+        self.reconciler = Reconciler(
+            self.store, self.dispatch, relay_grace=relay_grace, worker_silence=worker_silence
+        )
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -67,6 +81,7 @@ class Runtime:
         dispatcher = InProcessDispatcher(self.worker.run_job, concurrency=self.concurrency)
         dispatcher.start()
         self.use_dispatcher(dispatcher)
+        self.start_liveness()
         self.reconciler.start(self.reconcile_interval)
         await self.reconciler.run_once()  # pick up whatever a previous process left
 
@@ -74,7 +89,28 @@ class Runtime:
         self.dispatcher = dispatcher
         self.worker.sink = self.dispatch
 
+    def start_liveness(self) -> None:
+        """Beat this worker's liveness row until :meth:`stop` (any dispatch mode)."""
+        self.store.beat(self.worker_id, code_version=self.code_version)
+        self._liveness = asyncio.create_task(self._beat_forever(), name="liveness")
+
+    async def _beat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.liveness_interval)
+            try:
+                await asyncio.to_thread(
+                    self.store.beat, self.worker_id, code_version=self.code_version
+                )
+            except Exception:
+                log.exception("liveness beat failed; retrying")
+
     async def stop(self) -> None:
+        if self._liveness is not None:
+            self._liveness.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._liveness
+            self._liveness = None
+            self.store.retire(self.worker_id)
         await self.reconciler.stop()
         if isinstance(self.dispatcher, InProcessDispatcher):
             await self.dispatcher.stop()

@@ -161,3 +161,15 @@ class Counter(SQLModel, table=True):
 
     name: str = Field(primary_key=True)
     value: int = 0
+
+
+class WorkerRecord(SQLModel, table=True):
+    """A live worker process. Its leases are released as soon as it stops
+    beating, instead of waiting for each activity's own timeout."""
+
+    __tablename__ = "workers"
+
+    worker_id: str = Field(primary_key=True)
+    code_version: str
+    started_at: float
+    last_seen: float = Field(index=True)

@@ -111,6 +111,22 @@ async def gated(actx: ActivityContext, _: Any) -> dict[str, Any]:
     return {"attempt": actx.attempt, "worker": deps.worker_id}
 
 
+@activity("long_hold", retry=RETRY, timeouts=Timeouts(start_to_close=600))
+async def long_hold(actx: ActivityContext, _: Any) -> dict[str, Any]:
+    """No heartbeats, a ten-minute start-to-close: only the worker's liveness can
+    tell quickly that the attempt died with its worker."""
+    deps = actx.dep(CrashDeps)
+    deps.note(actx)
+    await deps.hold_at_gate()
+    return {"attempt": actx.attempt, "worker": deps.worker_id}
+
+
+@workflow("crash_long_hold")
+async def crash_long_hold(ctx: WorkflowContext, _: Any) -> dict[str, Any]:
+    held: dict[str, Any] = await ctx.activity(long_hold, None, step="hold")
+    return held
+
+
 async def _open_ticket(actx: ActivityContext, args: dict[str, str]) -> dict[str, Any]:
     deps = actx.dep(CrashDeps)
     assert deps.tickets is not None, "this worker was started without --tickets"
@@ -173,8 +189,8 @@ async def ticket_flow(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, A
 
 
 REGISTRY = Registry.of(
-    [crash_pipeline, crash_heartbeat, crash_stale, ticket_flow],
-    [square, chunked, gated, open_ticket, open_ticket_reconciled],
+    [crash_pipeline, crash_heartbeat, crash_stale, ticket_flow, crash_long_hold],
+    [square, chunked, gated, open_ticket, open_ticket_reconciled, long_hold],
 )
 
 
@@ -196,6 +212,8 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         fault_point=args.fault,
         reconcile_interval=args.reconcile_interval,
         relay_grace=args.relay_grace,
+        liveness_interval=min(1.0, args.worker_silence / 4),
+        worker_silence=args.worker_silence,
     )
 
 
@@ -229,6 +247,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gate", help="activities that hold at the gate wait for this file")
     parser.add_argument("--reconcile-interval", type=float, default=0.05)
     parser.add_argument("--relay-grace", type=float, default=0.2)
+    parser.add_argument("--worker-silence", type=float, default=15.0)
     parser.add_argument(
         "--standby",
         metavar="PATH",

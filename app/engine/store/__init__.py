@@ -17,10 +17,11 @@ from app.engine.store.reads import Reads
 from app.engine.store.rows import Claim, Failure, RunRow, StartResult
 from app.engine.store.schema import STALE_WRITES
 from app.engine.store.tx import Tx
+from app.engine.store.workers import WorkerLiveness
 from app.engine.store.workflow_tasks import WorkflowTasks
 
 __all__ = ["STALE_WRITES", "Claim", "Failure", "RunRow", "StartResult", "Store", "Tx"]
 
 
-class Store(Reads, WorkflowTasks, ActivityAttempts, Maintenance):
+class Store(Reads, WorkflowTasks, ActivityAttempts, Maintenance, WorkerLiveness):
     """Every durable state change of the runtime, one short transaction each."""
