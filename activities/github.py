@@ -256,7 +256,20 @@ async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileR
         _op(raw),
         bot_login=await access.factory.bot_login(),
     )
-    return Absent() if not found else Found({"number": found[0].number, "reconciled": True})
+    if not found:
+        return Absent()
+    pr = found[0]
+    # The same shape as the activity's own result: the workflow cannot tell them apart.
+    return Found(
+        {
+            "number": pr.number,
+            "url": pr.html_url,
+            "head_sha": pr.head.sha,
+            "state": pr.state,
+            "merged": pr.merged_at is not None,
+            "created": True,
+        }
+    )
 
 
 @activity("github.pull_request", retry=API, timeouts=API_TIMEOUTS, reconcile=_pull_exists)

@@ -64,7 +64,7 @@ class ActivityContext:
         """
         answer = await asyncio.to_thread(self._store.heartbeat, self.task_id, self.token, details)
         self.cancel_requested = self.cancel_requested or answer
-        self._faults.hit("activity.after_heartbeat")
+        self._faults.hit("activity.after_heartbeat", self.activity)
         return self.cancel_requested
 
     def dep(self, kind: type[T]) -> T:

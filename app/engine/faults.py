@@ -1,14 +1,16 @@
 """Named fault points: a crash test tells a worker process to kill itself with
 SIGKILL when it reaches one, to prove the runtime survives a crash exactly
 there. Configured by ``Settings.fault_point`` (``REPAIRBOT_FAULT_POINT``) as
-``name`` or ``name@N`` (the N-th time the point is reached). Inert otherwise.
+``name[:detail][@N]``: the point, optionally only for one activity (the
+detail), on the N-th time it is reached (default the first). Inert otherwise.
 
 Points in the runtime:
 
-- ``activity.before_complete``: the activity's side effect happened, its
-  result is not yet recorded;
+- ``activity.before_complete`` (detail: activity name): the activity's side
+  effect happened, its result is not yet recorded;
 - ``workflow_task.mid_commit``: inside the commit transaction of a workflow task;
-- ``activity.after_heartbeat``: an attempt between two heartbeats.
+- ``activity.after_heartbeat`` (detail: activity name): an attempt between two
+  heartbeats.
 """
 
 from __future__ import annotations
@@ -21,14 +23,21 @@ from dataclasses import dataclass, field
 @dataclass
 class FaultPoints:
     spec: str = ""
-    _hits: dict[str, int] = field(default_factory=dict)
+    _hits: int = 0
+    _target: tuple[str, str | None, int] | None = field(default=None, init=False)
 
-    def hit(self, name: str) -> None:
-        if not self.spec:
+    def __post_init__(self) -> None:
+        if self.spec:
+            point, _, nth = self.spec.partition("@")
+            name, _, detail = point.partition(":")
+            self._target = (name, detail or None, int(nth or 1))
+
+    def hit(self, name: str, detail: str | None = None) -> None:
+        if self._target is None:
             return
-        target, _, nth = self.spec.partition("@")
-        if target != name:
+        target, wanted, nth = self._target
+        if target != name or (wanted is not None and wanted != detail):
             return
-        self._hits[name] = self._hits.get(name, 0) + 1
-        if self._hits[name] >= int(nth or 1):
+        self._hits += 1
+        if self._hits >= nth:
             os.kill(os.getpid(), signal.SIGKILL)

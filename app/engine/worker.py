@@ -227,7 +227,7 @@ class Worker:
             unstorable = Failure("permanent", "TypeError", f"activity result {problem}")
             await self._record_failure(claim, unstorable)
             return
-        self.faults.hit("activity.before_complete")
+        self.faults.hit("activity.before_complete", claim.activity)
         await self._record_result(claim, result)
 
     async def _record_result(

@@ -1,0 +1,103 @@
+"""The worker is killed with SIGKILL at each phase boundary and in the middle
+of publication; a fresh worker finishes the run. Every run ends merged with
+exactly one branch, one pull request, one status comment and one merge, as
+read from the emulated GitHub."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from app.demo.project import FIXED_LINE, fix_agent_command, write_project
+from app.demo.run import WorkerProcess
+from app.demo.stack import LocalStack
+from tests.e2e.scenario import file_on_branch, github_state, open_labelled_issue, workflow_id
+
+# Each point kills the worker right after that activity's effect, before its
+# result is recorded (or inside a workflow-task commit).
+FAULTS = [
+    "activity.before_complete:workspace.prepare",
+    "activity.before_complete:commands.run_reproduction",
+    "activity.before_complete:agent.propose_fix",
+    "activity.before_complete:commands.verify_candidate",
+    "activity.before_complete:github.build_commit",
+    "activity.before_complete:github.push_branch",  # the branch moved; we don't know yet
+    "activity.before_complete:github.pull_request",  # the PR exists; we don't know yet
+    "activity.before_complete:github.check_run",
+    "activity.before_complete:github.comment@2",  # a status comment update
+    "activity.before_complete:github.merge",  # merged; we don't know yet
+    "workflow_task.mid_commit@6",
+]
+# PostgreSQL gets the mid-publication cases; SQLite all of them.
+ON_POSTGRES = {
+    "activity.before_complete:github.push_branch",
+    "activity.before_complete:github.merge",
+}
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    return write_project(tmp_path / "project")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_run_survives_a_worker_killed_at(
+    stack: LocalStack, fault: str, db_url: str, tmp_path: Path
+) -> None:
+    if db_url.startswith("postgresql") and fault not in ON_POSTGRES:
+        pytest.skip("covered on SQLite; PostgreSQL runs the mid-publication cases")
+    assert stack.settings is not None
+    settings = stack.settings.with_overrides(
+        agent_command=tuple(fix_agent_command()),
+        relay_grace=0.2,
+        reconcile_interval=0.1,
+        worker_silence=1.0,
+    )
+    stack.settings = settings
+    runtime = stack.start_repairbot(run_worker=False)
+    doomed = WorkerProcess(settings.with_overrides(fault_point=fault), tmp_path / "doomed.log")
+    fresh = WorkerProcess(settings, tmp_path / "fresh.log")
+    doomed.start()
+    try:
+        number = await open_labelled_issue(stack)
+        approved = False
+        deadline = time.monotonic() + 90
+        while True:
+            assert time.monotonic() < deadline, (
+                f"run did not finish; doomed log:\n{doomed.log_path.read_text()[-3000:]}"
+            )
+            if doomed.process and doomed.process.poll() is not None and fresh.process is None:
+                fresh.start()
+            run = runtime.store.find_run(workflow_id(stack, number))
+            if run is not None and run.status not in ("running", "cancelling"):
+                break
+            if run is not None and not approved:
+                status = runtime.query(run.run_id, "status")
+                if status.get("phase") == "awaiting-review" and status.get("pull_number"):
+                    approved = True
+                    await stack.gh.review(
+                        stack.people.owner,
+                        stack.repo_name,
+                        int(status["pull_number"]),
+                        as_user=stack.people.maintainer,
+                        event="APPROVE",
+                    )
+            await asyncio.sleep(0.05)
+    finally:
+        doomed.stop()
+        fresh.stop()
+
+    assert doomed.process is not None
+    assert doomed.process.returncode == -signal.SIGKILL, "the fault point was never reached"
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "merged"
+    state = await github_state(stack, number)
+    assert len(state["status_comments"]) == 1
+    assert [p["merged_at"] is not None for p in state["pulls"]] == [True]
+    assert state["branches"] == ["main", f"repairbot/issue-{number}"]
+    assert FIXED_LINE in file_on_branch(stack, "main", "slugify/__init__.py")

@@ -1,0 +1,40 @@
+"""Fault points fire only where and when they are told to."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from app.engine.faults import FaultPoints
+
+
+def test_inert_without_a_spec() -> None:
+    FaultPoints("").hit("activity.before_complete", "anything")
+
+
+@pytest.mark.parametrize(
+    ("spec", "hits", "dies"),
+    [
+        ("activity.before_complete", [("activity.before_complete", "a")], True),
+        ("activity.before_complete:b", [("activity.before_complete", "a")], False),
+        ("activity.before_complete:b", [("activity.before_complete", "b")], True),
+        ("activity.before_complete@2", [("activity.before_complete", "a")], False),
+        ("activity.before_complete:a@2", [("activity.before_complete", "a")] * 2, True),
+        ("workflow_task.mid_commit", [("activity.before_complete", "a")], False),
+    ],
+)
+def test_fires_on_the_named_point_detail_and_count(
+    spec: str, hits: list[tuple[str, str]], dies: bool
+) -> None:
+    code = (
+        "from app.engine.faults import FaultPoints\n"
+        f"points = FaultPoints({spec!r})\n"
+        f"for name, detail in {hits!r}:\n"
+        "    points.hit(name, detail)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=os.getcwd())
+    assert (done.returncode == -signal.SIGKILL) is dies
