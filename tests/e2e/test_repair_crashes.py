@@ -33,10 +33,10 @@ FAULTS = [
     "workflow_task.mid_commit@6",
 ]
 # PostgreSQL gets the mid-publication cases; SQLite all of them.
-ON_POSTGRES = {
+ON_POSTGRES = [
     "activity.before_complete:github.push_branch",
     "activity.before_complete:github.merge",
-}
+]
 
 
 @pytest.fixture
@@ -45,12 +45,26 @@ def seed(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_run_survives_a_worker_killed_at(
-    stack: LocalStack, fault: str, db_url: str, tmp_path: Path
+    stack: LocalStack, fault: str, tmp_path: Path
 ) -> None:
-    if db_url.startswith("postgresql") and fault not in ON_POSTGRES:
-        pytest.skip("covered on SQLite; PostgreSQL runs the mid-publication cases")
+    await crash_and_finish(stack, fault, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+@pytest.mark.parametrize("fault", ON_POSTGRES)
+async def test_run_survives_a_worker_killed_at_on_postgres(
+    stack: LocalStack, fault: str, tmp_path: Path
+) -> None:
+    await crash_and_finish(stack, fault, tmp_path)
+
+
+async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> None:
     assert stack.settings is not None
     settings = stack.settings.with_overrides(
         agent_command=tuple(fix_agent_command()),

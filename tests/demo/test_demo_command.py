@@ -1,0 +1,43 @@
+"""``repairbot demo`` itself runs in CI: the README's main command must work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_demo(*args: str, tmp_path: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "demo", "--dir", str(tmp_path / "demo"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, f"demo failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_demo_merges_the_fix(tmp_path: Path) -> None:
+    out = run_demo(tmp_path=tmp_path)
+    assert "outcome merged" in out
+    assert "branches by repairbot  1" in out
+    assert "pull requests          1  merged: 1" in out
+    assert "status comments        1" in out
+    assert "time per phase:" in out
+
+
+@pytest.mark.slow
+def test_demo_survives_a_worker_killed_mid_run(tmp_path: Path) -> None:
+    out = run_demo("--crash", "--seed", "7", tmp_path=tmp_path)
+    assert "worker killed with SIGKILL" in out
+    assert "outcome merged" in out
+    assert "pull requests          1  merged: 1" in out
+    assert "status comments        1" in out
