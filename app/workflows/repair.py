@@ -55,6 +55,8 @@ class Repair:
         self._patch: dict[str, Any] | None = None
         self._pushed_sha: str | None = None
         self._publications = 0
+        #: The base branch commit a human's approval is taken to cover.
+        self._reviewed_base: str | None = None
         ctx.set_query("status", lambda: dict(self.state))
 
     # -- small helpers ---------------------------------------------------------
@@ -105,6 +107,7 @@ class Repair:
             github.branch_head, self._gh(branch=self.request["default_branch"]), step="base"
         )
         self.state["base_sha"] = head["sha"]
+        self._reviewed_base = head["sha"]
         prepared = await self.ctx.activity(
             workspace.prepare_workspace,
             {"workspace": self._spec(head["sha"]), "issue_body": self.request["issue_body"]},
@@ -287,15 +290,18 @@ class Repair:
             step=f"check-{n}",
         )
 
-    async def await_approval(self) -> dict[str, Any]:
-        """Durably wait for an approval that counts; loop through change requests."""
+    async def await_approval(self, reason: str | None = None) -> dict[str, Any]:
+        """Durably wait for an approval that counts; loop through change requests.
+
+        ``reason``: why a new review is needed (it stays on the status comment).
+        """
         wait = float(self.request.get("review_wait_seconds") or DEFAULT_REVIEW_WAIT)
         deadline = self.ctx.now() + timedelta(seconds=wait)
-        await self.report(
-            "awaiting-review",
+        waiting = (
             "Waiting for a review: an approval from someone with write access, on commit "
-            f"`{self.state['proposed_sha'][:12]}`, lets repairbot merge.",
+            f"`{self.state['proposed_sha'][:12]}`, lets repairbot merge."
         )
+        await self.report("awaiting-review", f"{reason} {waiting}" if reason else waiting)
         while True:
             remaining = (deadline - self.ctx.now()).total_seconds()
             if remaining <= 0:
@@ -365,13 +371,14 @@ class Repair:
 
     async def merge(self) -> None:
         """Revalidate, then merge pinned to the approved commit."""
+        reason: str | None = None
         while True:
-            approval = await self.await_approval()
+            approval = await self.await_approval(reason)
             self.state["approval"] = approval
             await self.report("merging")
             renewed = await self._revalidate(approval)
             if renewed:
-                await self.report("awaiting-review", renewed)
+                reason = await self._renew_review(renewed)
                 continue
             await self.ctx.activity(
                 github.ready_for_review,
@@ -391,13 +398,25 @@ class Repair:
                 self.state["merge_commit_sha"] = merged.get("merge_commit_sha")
                 return
             if merged["outcome"] == "head-moved":
-                await self.report(
-                    "awaiting-review",
+                reason = await self._renew_review(
                     "The pull request's head moved after the approval (409): please review "
-                    "the current commit again.",
+                    "the current commit again."
                 )
                 continue
             raise Finished("needs-human", f"GitHub refused the merge (405): {merged.get('reason')}")
+
+    async def _renew_review(self, reason: str) -> str | None:
+        """Ask for a new review; the reason to hand to :meth:`await_approval`.
+
+        Reporting the reason on its own was overwritten at once by the
+        "waiting for a review" report, so the status comment never said why a
+        second review was wanted. Runs recorded before this change replay the
+        old commands.
+        """
+        if self.ctx.patched("renewed-review-keeps-reason"):
+            return reason
+        await self.report("awaiting-review", reason)
+        return None
 
     async def _revalidate(self, approval: dict[str, Any]) -> str | None:
         """None when the merge may go ahead; otherwise why a new review is needed."""
@@ -417,9 +436,14 @@ class Repair:
             self._gh(branch=self.request["default_branch"]),
             step=f"base-recheck-{approval['review_id']}",
         )
-        if base["sha"] == self.state["base_sha"]:
+        if base["sha"] == self._reviewed_base:
             return None
         if self.config["on_base_moved"] == "rereview":
+            if self.ctx.patched("rereview-on-moved-base"):
+                # The next approval is given on the pull request as it stands on
+                # this base; comparing with the original base forever would ask
+                # for a review after every approval and never merge.
+                self._reviewed_base = base["sha"]
             return "The base branch moved since the approval; policy asks for a new review."
         verdict = await self.ctx.activity(
             commands.verify_candidate,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE
@@ -12,10 +13,12 @@ from app.engine.store import RunRow
 from app.workflows.ids import repair_workflow_id
 
 
-async def open_labelled_issue(stack: LocalStack, *, label_as: str | None = None) -> int:
+async def open_labelled_issue(
+    stack: LocalStack, *, label_as: str | None = None, body: str = ISSUE_BODY
+) -> int:
     people = stack.people
     issue = await stack.gh.create_issue(
-        people.owner, stack.repo_name, as_user=people.owner, title=ISSUE_TITLE, body=ISSUE_BODY
+        people.owner, stack.repo_name, as_user=people.owner, title=ISSUE_TITLE, body=body
     )
     number = int(issue["number"])
     await stack.gh.add_label(
@@ -85,3 +88,144 @@ def file_on_branch(stack: LocalStack, branch: str, path: str) -> str:
     content = git.read_file(sha, path)
     assert content is not None, f"no {path} at {branch}"
     return content.decode()
+
+
+# -- more of GitHub's state, read from the emulator ---------------------------------
+
+
+def _bare_repo(stack: LocalStack) -> Any:
+    from emulator.git import BareRepo
+
+    assert stack.emulator is not None
+    repo = stack.emulator.store.repo(stack.people.owner, stack.repo_name)
+    assert repo is not None
+    return BareRepo(repo.path)
+
+
+def branch_sha(stack: LocalStack, branch: str) -> str | None:
+    """Where a branch points in the emulator's git (None: no such branch)."""
+    sha: str | None = _bare_repo(stack).resolve(f"refs/heads/{branch}")
+    return sha
+
+
+def first_parent_history(stack: LocalStack, branch: str) -> list[str]:
+    """Commit messages' first lines along the branch's first-parent chain, newest first."""
+    git = _bare_repo(stack)
+    sha = git.resolve(f"refs/heads/{branch}")
+    subjects: list[str] = []
+    while sha is not None:
+        info = git.commit_info(sha)
+        subjects.append(info.message.splitlines()[0] if info.message else "")
+        sha = info.parents[0] if info.parents else None
+    return subjects
+
+
+async def status_comment(stack: LocalStack, number: int) -> str:
+    """The body of the run's one status comment on the issue ("" before it exists)."""
+    found = (await github_state(stack, number))["status_comments"]
+    assert len(found) <= 1, f"more than one status comment: {found}"
+    return str(found[0]["body"]) if found else ""
+
+
+async def wait_status_comment(
+    stack: LocalStack, number: int, text: str, timeout: float = 30
+) -> str:
+    """Poll the issue on GitHub until the status comment says ``text``."""
+    deadline = time.monotonic() + timeout
+    body = ""
+    while time.monotonic() < deadline:
+        body = await status_comment(stack, number)
+        if text in body:
+            return body
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"status comment never said {text!r} in {timeout}s; last:\n{body}")
+
+
+async def review(
+    stack: LocalStack,
+    pull_number: int,
+    event: str,
+    *,
+    as_user: str | None = None,
+    body: str = "",
+    commit_id: str | None = None,
+) -> dict[str, Any]:
+    """A review of the pull request, by the maintainer unless told otherwise."""
+    return await stack.gh.review(
+        stack.people.owner,
+        stack.repo_name,
+        pull_number,
+        as_user=as_user or stack.people.maintainer,
+        event=event,
+        body=body,
+        commit_id=commit_id,
+    )
+
+
+async def push_files(
+    stack: LocalStack, branch: str, files: dict[str, str | None], *, as_user: str | None = None
+) -> str:
+    """A human's commit on ``branch`` (the maintainer's unless told otherwise); its sha."""
+    await stack.gh.push_as(
+        as_user or stack.people.maintainer,
+        stack.people.owner,
+        stack.repo_name,
+        branch,
+        files,
+        message=f"Edit {', '.join(files)}",
+    )
+    sha = branch_sha(stack, branch)
+    assert sha is not None
+    return sha
+
+
+# -- what repairbot recorded (for counts GitHub cannot show) --------------------------
+
+
+def scheduled(stack: LocalStack, number: int, activity: str) -> list[str]:
+    """Operation ids of the ``activity`` calls in the run's history, in order."""
+    assert stack.runtime is not None
+    run = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert run is not None
+    return [
+        str(event.data["operation_id"])
+        for event in stack.runtime.store.load_events(run.run_id)
+        if event.type == "activity_scheduled" and event.data.get("activity") == activity
+    ]
+
+
+def activity_results(stack: LocalStack, number: int, activity: str) -> list[Any]:
+    """The results the run accepted from its ``activity`` calls, in order."""
+    assert stack.runtime is not None
+    run = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert run is not None
+    return [
+        event.data["result"]
+        for event in stack.runtime.store.load_events(run.run_id)
+        if event.type == "activity_completed" and event.data.get("activity") == activity
+    ]
+
+
+async def wait_for(
+    what: str, check: Callable[[], Awaitable[bool] | bool], timeout: float = 30
+) -> None:
+    """Poll ``check`` until it holds (instead of sleeping a guessed time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        outcome = check()
+        if outcome if isinstance(outcome, bool) else await outcome:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def heartbeat_every(stack: LocalStack, seconds: float) -> None:
+    """Make running commands heartbeat (and so notice cancellation) every ``seconds``.
+
+    The worker's default is 10 s, right for production and slow for a test.
+    Call after ``start_repairbot`` and before the first activity runs.
+    """
+    from app.commands import Sandbox
+
+    assert stack.runtime is not None
+    stack.runtime.worker.deps.add(Sandbox(heartbeat_interval=seconds))

@@ -1,0 +1,478 @@
+"""The repair workflow's other paths, end to end over real webhooks.
+
+Each scenario drives the emulated GitHub as people would (labels, reviews,
+pushes, held or duplicated webhook deliveries) and checks the outcome where a
+maintainer would see it: GitHub's issue comments, pull requests, branches and
+commits, read from the emulator. repairbot's own records are read only for
+what GitHub cannot show (how many agent attempts a run made, what an activity
+answered).
+
+To keep the file near a minute and a half, most scenarios run on SQLite only
+(``SQLITE_ONLY``): their logic does not depend on the database. The happy path
+(test_repair_flow.py), the cancellation and the duplicated deliveries, which
+lean on the database's constraints and state changes, run on PostgreSQL too.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.demo.project import (
+    BUGGY_LINE,
+    FIXED_LINE,
+    ISSUE_BODY,
+    fix_agent_command,
+    write_project,
+)
+from app.demo.stack import LocalStack
+from app.workflows.ids import repair_branch
+from tests.e2e.scenario import (
+    activity_results,
+    branch_sha,
+    file_on_branch,
+    first_parent_history,
+    github_state,
+    heartbeat_every,
+    open_labelled_issue,
+    push_files,
+    review,
+    scheduled,
+    status_comment,
+    wait_end,
+    wait_for,
+    wait_phase,
+    wait_status_comment,
+)
+
+#: For scenarios whose logic does not depend on the database (see above).
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+LIBRARY = "slugify/__init__.py"
+MERGE_ENDPOINT = "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"
+#: A fix that looks plausible and is wrong: the stray hyphens stay.
+WRONG_LINE = 'return "-".join(words).lower()'
+#: What the agent changes as well when a review asks for it.
+REVIEW_ASK = (
+    LIBRARY,
+    '"""Turn titles into URL slugs."""',
+    '"""Turn titles into URL slugs; empty words are dropped."""',
+)
+
+
+@pytest.fixture
+def seed(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """The demo repository; ``parametrize("seed", [policy], indirect=True)``
+    sets its config's ``on_base_moved``."""
+    return write_project(tmp_path / "project", on_base_moved=getattr(request, "param", None))
+
+
+def _step(operation_id: str) -> str:
+    """``verify-1`` of ``repair:octo/slugify#1/1:verify-1``."""
+    return operation_id.rsplit(":", 1)[1]
+
+
+async def _approve_and_wait_merged(stack: LocalStack, number: int, pull: int) -> None:
+    await review(stack, pull, "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "merged", run.result
+
+
+# -- 1. nothing to fix ------------------------------------------------------------------
+
+
+@SQLITE_ONLY
+async def test_not_reproduced_ends_without_a_pull_request(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    # The issue's own repro block wins over the config's: it runs the tests
+    # that pass on the base commit, so there is no bug to see.
+    repro = shlex.join([sys.executable, "-m", "unittest", "tests.test_slugify"])
+    number = await open_labelled_issue(stack, body=f"{ISSUE_BODY}\n\n```repro\n{repro}\n```\n")
+
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "not-reproduced"
+    assert scheduled(stack, number, "agent.propose_fix") == []
+
+    state = await github_state(stack, number)
+    assert state["pulls"] == []
+    assert state["branches"] == ["main"]
+    [comment] = state["status_comments"]
+    assert "Could not reproduce the bug" in comment["body"]
+    assert "No pull request was opened" in comment["body"]
+    assert "reproduction on the base commit" in comment["body"]  # the evidence is listed
+
+
+# -- 2. no candidate verifies -----------------------------------------------------------
+
+
+@SQLITE_ONLY
+async def test_budget_exhausted_after_exactly_the_attempt_budget(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command(new=WRONG_LINE)))
+    number = await open_labelled_issue(stack)
+
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "budget-exhausted"
+    budget = run.result["contract"]["budgets"]["repair_attempts"]
+    assert budget == 3  # the demo repository's config
+    assert len(scheduled(stack, number, "agent.propose_fix")) == budget
+    assert len(scheduled(stack, number, "commands.verify_candidate")) == budget
+
+    state = await github_state(stack, number)
+    assert state["pulls"] == []
+    assert state["branches"] == ["main"]
+    [comment] = state["status_comments"]
+    body = comment["body"]
+    assert "Gave up: no candidate fix passed verification" in body
+    assert f"Repair attempts: {budget} of {budget}" in body
+    assert f"{budget} attempt(s) made" in body
+    assert BUGGY_LINE in file_on_branch(stack, "main", LIBRARY)
+
+
+# -- 3. verify -> feedback -> retry; then a human closes the pull request ------------------
+
+
+@SQLITE_ONLY
+async def test_failed_verification_feeds_a_second_attempt(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command(wrong_first=True)))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+
+    assert len(scheduled(stack, number, "agent.propose_fix")) == 2
+    assert len(scheduled(stack, number, "commands.verify_candidate")) == 2
+    state = await github_state(stack, number)
+    [pull] = state["pulls"]
+    assert pull["number"] == status["pull_number"] and pull["draft"] is True
+    assert "| repair attempts | 2 |" in pull["body"]
+    assert pull["head"]["sha"] == branch_sha(stack, repair_branch(number))
+    assert FIXED_LINE in file_on_branch(stack, repair_branch(number), LIBRARY)
+    assert "Repair attempts: 2 of 3" in await status_comment(stack, number)
+
+    # A maintainer closes the pull request instead of reviewing it: the run ends.
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{stack.repo}/pulls/{pull['number']}",
+        as_user=stack.people.maintainer,
+        body={"state": "closed"},
+    )
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "closed-by-human"
+    state = await github_state(stack, number)
+    [pull] = state["pulls"]
+    assert pull["state"] == "closed" and pull["merged_at"] is None
+    body = await status_comment(stack, number)
+    assert "closed by a human" in body and f"@{stack.people.maintainer}" in body
+    assert BUGGY_LINE in file_on_branch(stack, "main", LIBRARY)
+
+
+# -- 4 (and 6). changes requested -> new attempt on the same branch -> approval ----------
+
+
+@SQLITE_ONLY
+async def test_changes_requested_then_approved_on_the_new_head(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command(on_review=REVIEW_ASK)))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull, branch = status["pull_number"], repair_branch(number)
+    first = branch_sha(stack, branch)
+    assert first is not None and first == status["proposed_sha"]
+    assert REVIEW_ASK[2] not in file_on_branch(stack, branch, LIBRARY)
+
+    await review(
+        stack, pull, "REQUEST_CHANGES", body="Please say in the docstring that empty words go."
+    )
+    maintainer = stack.people.maintainer
+    await wait_status_comment(stack, number, f"Updated the proposal after @{maintainer}'s review")
+    second = branch_sha(stack, branch)
+    assert second is not None and second != first
+    # The same branch moved from the first proposal to a new one: one pull
+    # request, now at the new commit, which has both the fix and the change
+    # the review asked for.
+    state = await github_state(stack, number)
+    [pr] = state["pulls"]
+    assert pr["number"] == pull and pr["state"] == "open"
+    assert pr["head"]["sha"] == second
+    assert state["branches"] == ["main", branch]
+    library = file_on_branch(stack, branch, LIBRARY)
+    assert FIXED_LINE in library and REVIEW_ASK[2] in library
+    assert len(scheduled(stack, number, "agent.propose_fix")) == 2
+    assert len(scheduled(stack, number, "github.push_branch")) == 2
+    assert f"Proposed commit: `{second}`" in await status_comment(stack, number)
+
+    # 6: an approval of the superseded commit does not count.
+    await review(stack, pull, "APPROVE", commit_id=first, body="LGTM (the old one)")
+    await wait_status_comment(stack, number, "it does not count")
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+    await _approve_and_wait_merged(stack, number, pull)
+    state = await github_state(stack, number)
+    [pr] = state["pulls"]
+    assert pr["merged_at"] is not None and pr["head"]["sha"] == second
+    library = file_on_branch(stack, "main", LIBRARY)
+    assert FIXED_LINE in library and REVIEW_ASK[2] in library
+    assert len(state["status_comments"]) == 1
+    assert "Merged the fix." in state["status_comments"][0]["body"]
+
+
+@SQLITE_ONLY
+async def test_review_round_does_not_overwrite_a_human_push(stack: LocalStack) -> None:
+    """The update after a review is conditional on the branch still being at the
+    first proposal: a maintainer's push in between is never overwritten."""
+    # The agent thinks for a while, so the maintainer's push lands first.
+    agent = fix_agent_command(on_review=REVIEW_ASK, sleep=1)
+    stack.start_repairbot(agent_command=tuple(agent))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    branch = repair_branch(number)
+
+    await review(stack, status["pull_number"], "REQUEST_CHANGES", body="Docstring, please.")
+    await wait_phase(stack, number, "repairing")
+    pushed = await push_files(stack, branch, {"NOTES.md": "My own take.\n"})
+
+    run = await wait_end(stack, number)
+    assert run.status == "needs-human", run.error
+    assert [r["status"] for r in activity_results(stack, number, "github.push_branch")] == [
+        "pushed",
+        "lease-refused",
+    ]
+    assert branch_sha(stack, branch) == pushed
+    [pr] = (await github_state(stack, number))["pulls"]
+    assert pr["head"]["sha"] == pushed and pr["merged_at"] is None
+    body = await status_comment(stack, number)
+    assert "a human needs to decide" in body and "will not overwrite it" in body
+
+
+# -- 5. an approval from someone without write access does not count -----------------------
+
+
+@SQLITE_ONLY
+async def test_approval_by_a_reader_is_ignored(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull = status["pull_number"]
+
+    await review(stack, pull, "APPROVE", as_user=stack.people.reader, body="Ship it!")
+    await wait_status_comment(stack, number, f"A review by @{stack.people.reader} was ignored")
+    assert (await wait_phase(stack, number, "awaiting-review", timeout=5))["pull_number"] == pull
+    state = await github_state(stack, number)
+    assert state["pulls"][0]["merged_at"] is None
+    assert BUGGY_LINE in file_on_branch(stack, "main", LIBRARY)
+
+    await _approve_and_wait_merged(stack, number, pull)
+    state = await github_state(stack, number)
+    assert state["pulls"][0]["merged_at"] is not None
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+
+
+# -- 7. the head moved after the approval ---------------------------------------------------
+
+
+@SQLITE_ONLY
+async def test_head_moved_after_approval_is_not_merged(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull, branch = status["pull_number"], repair_branch(number)
+    proposed = status["proposed_sha"]
+
+    # repairbot hears of the approval only after the maintainer has pushed to
+    # the branch: when it re-reads the pull request, the head is not the
+    # approved commit any more.
+    await stack.gh.deliveries.hold()
+    await review(stack, pull, "APPROVE")
+    pushed = await push_files(stack, branch, {"NOTES.md": "A human was here.\n"})
+    assert await stack.gh.deliveries.release() >= 2
+
+    run = await wait_end(stack, number)
+    assert run.status == "needs-human", run.error
+    state = await github_state(stack, number)
+    [pr] = state["pulls"]
+    assert pr["merged_at"] is None and pr["state"] == "open"
+    assert pr["head"]["sha"] == pushed != proposed
+    assert branch_sha(stack, branch) == pushed  # repairbot did not overwrite it
+    assert BUGGY_LINE in file_on_branch(stack, "main", LIBRARY)
+    body = await status_comment(stack, number)
+    assert "a human needs to decide" in body
+    assert f"@{stack.people.maintainer} pushed to the branch" in body
+    assert "/repair retry" in body
+    assert scheduled(stack, number, "github.merge") == []
+
+
+@SQLITE_ONLY
+async def test_head_moved_during_the_merge_is_refused_by_the_pinned_sha(
+    stack: LocalStack,
+) -> None:
+    """The head moves after repairbot re-read the pull request and before GitHub
+    serves the merge: only the ``sha`` pin stops it. GitHub answers 409, the
+    merge is not made, and the human's push parks the run for a human."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull, branch = status["pull_number"], repair_branch(number)
+    # The merge request is held in the emulator for a while before it is served.
+    await stack.gh.faults.add(MERGE_ENDPOINT, "delay", delay=1.5, times=1)
+
+    await review(stack, pull, "APPROVE")
+
+    async def merge_request_arrived() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("repairbot's merge request reached GitHub", merge_request_arrived)
+    pushed = await push_files(stack, branch, {"NOTES.md": "A human was here.\n"})
+
+    run = await wait_end(stack, number)
+    assert run.status == "needs-human", run.error
+    assert activity_results(stack, number, "github.merge") == [
+        {"outcome": "head-moved", "head_sha": pushed}
+    ]
+    state = await github_state(stack, number)
+    [pr] = state["pulls"]
+    assert pr["merged_at"] is None and pr["head"]["sha"] == pushed
+    assert BUGGY_LINE in file_on_branch(stack, "main", LIBRARY)
+    body = await status_comment(stack, number)
+    assert "a human needs to decide" in body
+    assert f"@{stack.people.maintainer} pushed to the branch" in body
+
+
+# -- 8. the base branch moved after the proposal ---------------------------------------------
+
+
+@SQLITE_ONLY
+async def test_base_moved_reverify_then_merge(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    base = status["base_sha"]
+    moved = await push_files(stack, "main", {"CHANGELOG.md": "- unrelated change\n"})
+    assert moved != base
+
+    await _approve_and_wait_merged(stack, number, status["pull_number"])
+    # The default policy (reverify) re-ran the verification on the new base
+    # before merging; no second review was needed.
+    steps = [_step(op) for op in scheduled(stack, number, "commands.verify_candidate")]
+    assert steps[0] == "verify-1" and steps[-1].startswith("reverify-")
+    assert len(scheduled(stack, number, "github.merge")) == 1
+    state = await github_state(stack, number)
+    assert state["pulls"][0]["merged_at"] is not None
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+    assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("seed", ["rereview"], indirect=True)
+async def test_base_moved_rereview_asks_for_a_fresh_approval(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull = status["pull_number"]
+    await push_files(stack, "main", {"CHANGELOG.md": "- unrelated change\n"})
+
+    await review(stack, pull, "APPROVE", body="Looks right.")
+    # The reason stays on the status comment while the run waits.
+    await wait_status_comment(stack, number, "policy asks for a new review")
+    await wait_phase(stack, number, "awaiting-review", timeout=5)
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+    assert scheduled(stack, number, "github.merge") == []
+
+    await _approve_and_wait_merged(stack, number, pull)
+    steps = [_step(op) for op in scheduled(stack, number, "commands.verify_candidate")]
+    assert steps == ["verify-1"]  # a human's approval, not a re-verification
+    assert len(scheduled(stack, number, "github.merge")) == 1
+    state = await github_state(stack, number)
+    assert state["pulls"][0]["merged_at"] is not None
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+
+
+# -- 9. cancelled while the agent works ---------------------------------------------------------
+
+
+def _agent_processes(script: str) -> set[int]:
+    """Live (non-zombie) processes running the demo agent with --sleep."""
+    found: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if script.encode() in argv and b"--sleep" in argv and state != "Z":
+            found.add(int(proc.name))
+    return found
+
+
+async def test_cancel_while_the_agent_runs_stops_it(stack: LocalStack) -> None:
+    argv = fix_agent_command(sleep=60)
+    script = argv[1]
+    before = _agent_processes(script)
+    stack.start_repairbot(agent_command=tuple(argv))
+    heartbeat_every(stack, 0.2)
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "repairing")
+    await wait_for("the agent is running", lambda: bool(_agent_processes(script) - before))
+    agents = _agent_processes(script) - before
+
+    await stack.gh.remove_label(
+        stack.people.owner, stack.repo_name, number, "repairbot", as_user=stack.people.maintainer
+    )
+    run = await wait_end(stack, number, timeout=20)
+    assert run.status == "cancelled", run.error
+    # Stopped through its heartbeat, long before its 60 s were up.
+    assert not agents & _agent_processes(script)
+    assert run.closed_at is not None and run.closed_at - run.created_at < 30
+    assert stack.runtime is not None
+    [attempt] = [
+        a
+        for a in stack.runtime.store.activity_attempts(run.run_id)
+        if a["activity"] == "agent.propose_fix"
+    ]
+    assert attempt["outcome"] == "failed:cancelled"
+
+    state = await github_state(stack, number)
+    assert state["pulls"] == []
+    assert state["branches"] == ["main"]
+    [comment] = state["status_comments"]
+    assert "Cancelled." in comment["body"]
+    assert f"label was removed by @{stack.people.maintainer}" in comment["body"]
+
+
+# -- 10. every webhook delivered twice ------------------------------------------------------
+
+
+async def test_every_webhook_delivered_twice_is_one_repair(stack: LocalStack) -> None:
+    await stack.gh.deliveries.duplicate_next(count=10_000)
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await _approve_and_wait_merged(stack, number, status["pull_number"])
+
+    # Every delivery since duplication was turned on (all but the App's
+    # installation) reached repairbot twice under one delivery id: the first
+    # was taken (202), the second found already recorded (200).
+    await stack.gh.deliveries.wait()
+    deliveries = [d for d in await stack.gh.deliveries.list() if d["event"] != "installation"]
+    codes: dict[str, list[int]] = {}
+    for delivery in deliveries:
+        codes.setdefault(delivery["guid"], []).append(delivery["status_code"])
+    assert codes and all(pair == [202, 200] for pair in codes.values()), codes
+    assert {d["event"] for d in deliveries} >= {"issues", "pull_request", "pull_request_review"}
+
+    assert stack.runtime is not None
+    repairs = [r for r in stack.runtime.store.list_runs() if r.workflow_name == "repair"]
+    assert len(repairs) == 1
+    state = await github_state(stack, number)
+    assert len(state["status_comments"]) == 1
+    [pr] = state["pulls"]
+    assert pr["merged_at"] is not None
+    assert state["branches"] == ["main", repair_branch(number)]
+    # One squash commit on top of the initial one: merged once.
+    assert len(first_parent_history(stack, "main")) == 2
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
