@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from activities import agent, commands, evidence, github, runs, workspace
+from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import command, example, repair
 
@@ -11,7 +12,7 @@ def build_registry() -> Registry:
     return Registry.of(
         [*example.WORKFLOWS, *command.WORKFLOWS, *repair.WORKFLOWS],
         [
-            *example.ACTIVITIES,
+            *example_activities.ACTIVITIES,
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
             *workspace.ACTIVITIES,

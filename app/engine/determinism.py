@@ -13,6 +13,7 @@ import ast
 import inspect
 import textwrap
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from app.engine.errors import DeterminismViolation
@@ -50,6 +51,13 @@ FORBIDDEN_ATTRIBUTES = frozenset(
 FORBIDDEN_BUILTINS = frozenset({"open", "input", "exec", "eval", "__import__"})
 
 
+def _is_ctx(node: ast.expr) -> bool:
+    """``ctx`` or ``<anything>.ctx``: the workflow context, whose now() is recorded."""
+    return (isinstance(node, ast.Name) and node.id == "ctx") or (
+        isinstance(node, ast.Attribute) and node.attr == "ctx"
+    )
+
+
 def _violations(tree: ast.AST) -> list[str]:
     found: list[str] = []
     for node in ast.walk(tree):
@@ -64,9 +72,7 @@ def _violations(tree: ast.AST) -> list[str]:
             base = node.value
             if isinstance(base, ast.Name) and base.id in FORBIDDEN_MODULES:
                 found.append(f"line {node.lineno}: uses {base.id}.{node.attr}")
-            elif node.attr in FORBIDDEN_ATTRIBUTES and not (
-                isinstance(base, ast.Name) and base.id == "ctx"
-            ):
+            elif node.attr in FORBIDDEN_ATTRIBUTES and not _is_ctx(base):
                 found.append(f"line {node.lineno}: calls .{node.attr}() (use ctx.now()/ctx.uuid())")
         elif (
             isinstance(node, ast.Call)
@@ -91,6 +97,13 @@ def check_workflow_source(fn: Callable[..., Any]) -> None:
         )
 
 
-def check_module_functions(fns: list[Callable[..., Any]]) -> None:
-    for fn in fns:
-        check_workflow_source(fn)
+def check_module_source(module: ModuleType) -> None:
+    """Check a whole workflow module: helpers and classes the workflow calls
+    are workflow code too."""
+    source = inspect.getsource(module)
+    problems = _violations(ast.parse(source))
+    if problems:
+        raise DeterminismViolation(
+            f"workflow module {module.__name__} reads the outside world directly:\n  "
+            + "\n  ".join(problems)
+        )

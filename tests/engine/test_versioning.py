@@ -11,6 +11,7 @@ import pytest
 
 from app.engine.activity_context import ActivityContext
 from app.engine.context import WorkflowContext
+from app.engine.determinism import check_module_source
 from app.engine.errors import DeterminismViolation
 from app.engine.registry import Registry, WorkflowDefn, activity, workflow
 
@@ -113,8 +114,11 @@ def test_workflow_reading_the_clock_is_refused_at_registration() -> None:
 
 def test_product_workflows_pass_the_determinism_check() -> None:
     from app.registry import build_registry
+    from app.workflows import command, example, ids, repair, report
 
-    assert build_registry().workflow_keys()  # building it ran the check
+    assert build_registry().workflow_keys()  # building it checked each workflow function
+    for module in (command, example, ids, repair, report):
+        check_module_source(module)  # and their helpers and classes, whole
 
 
 async def test_awaiting_a_foreign_awaitable_fails_the_run(make_runtime: Any) -> None:
