@@ -54,7 +54,9 @@ class Runtime:
         # id must not look like the live continuation of the one that died.
         self.worker_id = f"{worker_id}/{uuid.uuid4().hex[:8]}"
         self.code_version = code_version
-        self.liveness_interval = liveness_interval
+        # Several beats per silence window, or a busy but live worker looks dead
+        # and its attempts are retried (safely, thanks to fencing, but wastefully).
+        self.liveness_interval = min(liveness_interval, worker_silence / 5)
         self._liveness: asyncio.Task[None] | None = None
         self.faults = FaultPoints(fault_point)
         self.store = Store(engine, faults=self.faults)

@@ -70,7 +70,7 @@ async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> Non
         agent_command=tuple(fix_agent_command()),
         relay_grace=0.2,
         reconcile_interval=0.1,
-        worker_silence=1.0,
+        worker_silence=2.0,
     )
     stack.settings = settings
     runtime = stack.start_repairbot(run_worker=False)
