@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -63,10 +64,27 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
     print(f"workflow  {run.workflow_name}@{run.workflow_version}  (id {run.workflow_id})")
     print(f"status    {run.status}" + (f" / {run.cancel_phase}" if run.cancel_phase else ""))
     print(f"started   {_when(run.created_at)}   closed {_when(run.closed_at)}")
-    if run.result is not None:
-        print(f"result    {json.dumps(run.result)}")
+    if isinstance(run.result, dict):
+        for key, value in run.result.items():
+            if key != "evidence" and value is not None:
+                print(f"  {key:14} {json.dumps(value, default=str)[:110]}")
+    elif run.result is not None:
+        print(f"result    {json.dumps(run.result)[:200]}")
     if run.error is not None:
         print(f"error     {json.dumps(run.error)}")
+    phase = _phase_of(run, settings)
+    if phase:
+        print(
+            f"phase     {phase.get('phase')}"
+            + (f"  ({phase['detail']})" if phase.get("detail") else "")
+        )
+    evidence = (run.result or {}).get("evidence") if isinstance(run.result, dict) else None
+    evidence = evidence or (phase or {}).get("evidence") or []
+    if evidence:
+        print(f"\nevidence (in {settings.evidence_dir}):")
+        for item in evidence:
+            ref = item["ref"]
+            print(f"  {item['label']:40} {ref['sha256']}  {ref['size']} bytes")
     print("\nhistory:")
     for event in store.load_events(run.run_id):
         data = {k: v for k, v in event.data.items() if k not in ("input_hash",)}
@@ -80,6 +98,21 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
                 f"by {a['worker_id']} ({a['code_version']}): {a['outcome'] or 'running'}"
             )
     return 0
+
+
+def _phase_of(run: Any, settings: Settings) -> dict[str, Any] | None:
+    """The run's own account of where it is, if its workflow answers ``status``."""
+    from app.engine.runtime import Runtime
+    from app.registry import build_registry
+
+    if run.status not in ("running", "cancelling"):
+        return None
+    runtime = Runtime(make_engine(settings.database_url), build_registry())
+    try:
+        answer = runtime.query(run.run_id, "status")
+    except (KeyError, LookupError):
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 def cmd_runs_export(args: argparse.Namespace, settings: Settings) -> int:
@@ -213,7 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub_command: Any = getattr(args, f"{args.command}_command", None)
     if sub_command:
         key = f"{key} {sub_command}"
-    return handlers[key](args, settings)
+    try:
+        return handlers[key](args, settings)
+    except BrokenPipeError:
+        # Output piped into `head` and cut short: not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
