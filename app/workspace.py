@@ -31,6 +31,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.github.gitcmd import git_env
+
 #: Tool caches that a command run in the tree leaves behind; never part of a proposal.
 _LOCAL_EXCLUDES = (
     "__pycache__/",
@@ -93,22 +95,9 @@ def token_auth_env(token: str) -> dict[str, str]:
 
 
 def _git_env(auth_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    # Built from scratch: the operator's git config and stray GIT_* variables
-    # must not change what we fetch or build.
-    env = {name: os.environ[name] for name in ("PATH", "HOME", "TMPDIR") if name in os.environ}
-    env.setdefault("PATH", os.defpath)
-    env.update(
-        {
-            "LC_ALL": "C",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_ASKPASS": "",
-            "SSH_ASKPASS": "",
-        }
-    )
-    env.update(auth_env or {})
-    return env
+    # Built from scratch (the operator's git config and stray GIT_* variables
+    # must not change what we fetch or build); credentials only via environment.
+    return git_env(extra=auth_env)
 
 
 def _secrets_of(auth_env: Mapping[str, str]) -> list[str]:
