@@ -168,19 +168,14 @@ class Worker:
 
     async def run_activity(self, task_id: int) -> None:
         claim = self.store.claim_activity(
-            task_id, worker_id=self.worker_id, code_version=self.code_version
+            task_id,
+            worker_id=self.worker_id,
+            code_version=self.code_version,
+            can_run=self.registry.activities,
         )
         if claim is None:
             return
-        defn = self.registry.activities.get(claim.activity)
-        if defn is None:
-            failure = Failure(
-                "transient",
-                "ActivityNotRegistered",
-                f"worker {self.worker_id} has no activity {claim.activity!r}",
-            )
-            await self._record_failure(claim, failure)
-            return
+        defn = self.registry.activities[claim.activity]  # claimed only if we have it
         actx = ActivityContext(
             claim, store=self.store, deps=self.deps, worker_id=self.worker_id, faults=self.faults
         )

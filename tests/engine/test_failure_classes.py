@@ -7,7 +7,7 @@ from typing import Any
 
 from app.engine.activity_context import ActivityContext
 from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError, AmbiguousError, DeadlineExceeded
+from app.engine.errors import ActivityError, AmbiguousError, DeadlineExceeded, TransientError
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Absent, Found, Registry, Unknown, activity, workflow
 
@@ -182,3 +182,43 @@ async def test_non_retryable_error_types_fail_at_once(make_runtime: Any) -> None
     run = await rt.wait_for("nonretry")
     assert run.result == {"type": "RefusedInput", "attempts": 1}
     assert WORLD["validations"] == [1]
+
+
+@activity("rate-limited", retry=RetryPolicy(initial_interval=30.0, max_attempts=3))
+async def rate_limited(actx: ActivityContext, _: Any) -> int:
+    WORLD.setdefault("rate_attempts", []).append(actx.attempt)
+    if actx.attempt == 1:
+        # The remote says when to come back; that beats the 30 s backoff.
+        raise TransientError("secondary rate limit", next_retry_delay=0.05)
+    return actx.attempt
+
+
+@workflow("rate-limited-flow")
+async def rate_limited_flow(ctx: WorkflowContext, _: Any) -> Any:
+    return await ctx.activity(rate_limited, None, step="call")
+
+
+async def test_next_retry_delay_overrides_backoff(make_runtime: Any) -> None:
+    rt = await make_runtime(Registry.of([rate_limited_flow], [rate_limited]))
+    await rt.start_workflow("rate-limited-flow", "rl")
+    run = await rt.wait_for("rl", timeout=10)  # the 30 s backoff would blow this
+    assert run.result == 2
+
+
+@workflow("never-picked")
+async def never_picked(ctx: WorkflowContext, _: Any) -> Any:
+    try:
+        await ctx.activity(unheard, None, step="unheard")
+    except ActivityError as exc:
+        return exc.error_type
+    return "ran"
+
+
+async def test_schedule_to_start_timeout_fails_an_activity_nobody_picks_up(
+    make_runtime: Any,
+) -> None:
+    # This worker has the workflow but not the activity: it is never started.
+    rt = await make_runtime(Registry.of([never_picked], []))
+    await rt.start_workflow("never-picked", "s2s")
+    run = await rt.wait_for("s2s", timeout=10)
+    assert run.result == "ScheduleToStartTimeout"

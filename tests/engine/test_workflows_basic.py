@@ -159,3 +159,19 @@ async def test_wait_for_any_of_several_signals_in_arrival_order(make_runtime: An
     # "c" arrived second but nobody waited for it until the end: it stays buffered.
     assert run.result[:3] == ["b", "a", "b"]
     assert run.result[3] == "c"
+
+
+@workflow("ids")
+async def ids(ctx: WorkflowContext, _: Any) -> list[str]:
+    made = [ctx.uuid(), ctx.uuid()]
+    ctx.set_query("ids", lambda: made)
+    await ctx.sleep(0.01)
+    return made
+
+
+async def test_uuid_is_the_same_on_every_replay(make_runtime: Any) -> None:
+    rt = await make_runtime(Registry.of([ids], []))
+    await rt.start_workflow("ids", "ids-1")
+    run = await rt.wait_for("ids-1")
+    assert len(set(run.result)) == 2
+    assert rt.query("ids-1", "ids") == run.result  # a fresh replay makes the same ids

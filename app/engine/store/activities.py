@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 from sqlalchemy import case, delete, func, insert, or_, select, update
@@ -29,7 +30,17 @@ from app.engine.tables import (
 
 
 class ActivityAttempts(StoreBase):
-    def claim_activity(self, task_id: int, *, worker_id: str, code_version: str) -> Claim | None:
+    def claim_activity(
+        self,
+        task_id: int,
+        *,
+        worker_id: str,
+        code_version: str,
+        can_run: Container[str] | None = None,
+    ) -> Claim | None:
+        """Take the next attempt of a scheduled task, or None if there is none to
+        take. A worker without the activity's code (``can_run``) leaves it, and
+        its job, for a worker that has it (or for its schedule-to-start timeout)."""
         with self.transaction() as tx:
             row = tx.conn.execute(
                 select(tasks, runs.c.workflow_id)
@@ -39,6 +50,8 @@ class ActivityAttempts(StoreBase):
             if row is None or row.status != "scheduled":
                 return None
             if row.next_attempt_at > tx.now + EARLY_TOLERANCE:
+                return None
+            if can_run is not None and row.activity not in can_run:
                 return None
             options = ActivityOptions.from_json(row.options)
             token = row.fencing_token + 1
