@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.engine.activity_context import ActivityContext, Dependencies
+from app.engine.commands import Event
 from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job
@@ -121,10 +122,10 @@ class Worker:
                 run_id,
             )
             return True
-        execution = self._resume(run)
-        if execution is None:
+        resumed = self._resume(run)
+        if resumed is None:
             return True  # nothing new since the cached state
-        events = self.store.load_events(run_id, after=execution.history_length)
+        execution, events = resumed
         step = execution.apply(events, task_time=datetime.now(UTC))
         jobs = self.store.commit_workflow_task(run, step)
         if jobs is None:
@@ -139,30 +140,31 @@ class Worker:
         await self._emit(jobs)
         return True
 
-    def _resume(self, run: RunRow) -> WorkflowExecution | None:
+    def _resume(self, run: RunRow) -> tuple[WorkflowExecution, list[Event]] | None:
+        """The execution to continue and the events it has not seen yet: the
+        cached one fed only new events when it is exactly behind, else a fresh
+        one fed the whole history. None when there is nothing new."""
         cached = self.cache.take(run.run_id)
         if cached is not None:
             if cached.history_length == run.history_length:
                 self.cache.put(run.run_id, cached)
                 return None
-            if cached.history_length < run.history_length and not self._has_foreign_commands(
-                run.run_id, cached.history_length
-            ):
-                self.cache.hits += 1
-                return cached
+            if cached.history_length < run.history_length:
+                events = self.store.load_events(run.run_id, after=cached.history_length)
+                # Commands written by another worker mean our cached state is behind.
+                if not any(event.is_command for event in events):
+                    self.cache.hits += 1
+                    return cached, events
             cached.close()
         self.cache.misses += 1
         defn = self.registry.workflow(run.workflow_name, run.workflow_version)
-        return WorkflowExecution(
+        execution = WorkflowExecution(
             defn,
             run_id=run.run_id,
             workflow_id=run.workflow_id,
             max_history_events=self.max_history_events,
         )
-
-    def _has_foreign_commands(self, run_id: str, after: int) -> bool:
-        # Commands written by another worker mean our cached state is behind.
-        return any(e.is_command for e in self.store.load_events(run_id, after=after))
+        return execution, self.store.load_events(run.run_id)
 
     # -- activities ------------------------------------------------------------
 
