@@ -114,7 +114,7 @@ async def _run_worker(settings: Settings) -> int:
         return 0
     redis_settings = RedisSettings.from_dsn(settings.redis_url)
     pool = await create_pool(redis_settings)
-    runtime.use_dispatcher(ArqDispatcher(pool))
+    runtime.use_dispatcher(ArqDispatcher(pool), eager=True)
     runtime.start_liveness()
     workers = arq_workers(runtime, redis_settings, max_jobs=settings.concurrency)
     log.info("arq workers on queues %s", [w.queue_name for w in workers])

@@ -60,7 +60,7 @@ def arq_workers(
     redis_settings: RedisSettings,
     *,
     max_jobs: int = 8,
-    poll_delay: float = 0.02,
+    poll_delay: float = 0.005,
     burst: bool = False,
     handle_signals: bool = True,
 ) -> list[ArqWorker]:

@@ -25,14 +25,21 @@ class Job:
     ref: str
     queue: str
     not_before: float = 0.0
+    #: Activity jobs: the activity's name, so a worker can tell whether it has
+    #: the code to run it eagerly (not stored: a relayed job lacks it).
+    activity: str | None = None
 
 
 def workflow_task_job(run_id: str, seq: int, queue: str, not_before: float = 0.0) -> Job:
     return Job(f"wft:{run_id}:{seq}", WORKFLOW_TASK, run_id, queue, not_before)
 
 
-def activity_job(task_id: int, attempt: int, not_before: float = 0.0) -> Job:
-    return Job(f"act:{task_id}:{attempt}", ACTIVITY, str(task_id), DEFAULT_QUEUE, not_before)
+def activity_job(
+    task_id: int, attempt: int, not_before: float = 0.0, *, activity: str | None = None
+) -> Job:
+    return Job(
+        f"act:{task_id}:{attempt}", ACTIVITY, str(task_id), DEFAULT_QUEUE, not_before, activity
+    )
 
 
 def timer_job(run_id: str, cmd: int, fire_at: float) -> Job:

@@ -87,9 +87,12 @@ class Runtime:
         self.reconciler.start(self.reconcile_interval)
         await self.reconciler.run_once()  # pick up whatever a previous process left
 
-    def use_dispatcher(self, dispatcher: Dispatcher) -> None:
+    def use_dispatcher(self, dispatcher: Dispatcher, *, eager: bool = False) -> None:
+        """``eager``: this process is a worker too; it runs the follow-up jobs it
+        can (a run's next step) itself instead of sending them through the channel."""
         self.dispatcher = dispatcher
         self.worker.sink = self.dispatch
+        self.worker.eager_capacity = self.concurrency if eager else 0
 
     def start_liveness(self) -> None:
         """Beat this worker's liveness row until :meth:`stop` (any dispatch mode)."""
@@ -114,6 +117,7 @@ class Runtime:
             self._liveness = None
             self.store.retire(self.worker_id)
         await self.reconciler.stop()
+        await self.worker.drain()
         if isinstance(self.dispatcher, InProcessDispatcher):
             await self.dispatcher.stop()
         self.worker.cache.clear()

@@ -170,6 +170,7 @@ class CrashLab:
         reconcile_interval: float = 0.05,
         relay_grace: float = 0.2,
         worker_silence: float = 15.0,
+        dispatch_only: bool = False,
     ) -> WorkerProcess:
         """A worker process; with ``standby`` it only loads its code and waits
         for :meth:`WorkerProcess.go`, so a test can pay interpreter start-up
@@ -191,6 +192,8 @@ class CrashLab:
         if arq:
             assert self.redis_url, "CrashLab(redis_url=...) is needed for arq workers"
             argv += ["--arq", self.redis_url]
+            if dispatch_only:
+                argv.append("--dispatch-only")
         trigger = self.workdir / f"go-{worker_id}" if standby else None
         if trigger is not None:
             argv += ["--standby", str(trigger)]

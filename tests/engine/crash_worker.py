@@ -222,7 +222,7 @@ async def run_in_process(runtime: Runtime) -> None:
     await asyncio.Event().wait()  # until killed
 
 
-async def run_arq(runtime: Runtime, redis_url: str) -> None:
+async def run_arq(runtime: Runtime, redis_url: str, *, eager: bool) -> None:
     from arq import create_pool
     from arq.connections import RedisSettings
 
@@ -230,7 +230,7 @@ async def run_arq(runtime: Runtime, redis_url: str) -> None:
 
     settings = RedisSettings.from_dsn(redis_url)
     pool = await create_pool(settings)
-    runtime.use_dispatcher(ArqDispatcher(pool))
+    runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
     # No signal handlers: the tests end this process with SIGKILL or SIGTERM.
     workers = arq_workers(runtime, settings, handle_signals=False, poll_delay=0.01)
     await asyncio.gather(*(w.async_run() for w in workers))
@@ -248,6 +248,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reconcile-interval", type=float, default=0.05)
     parser.add_argument("--relay-grace", type=float, default=0.2)
     parser.add_argument("--worker-silence", type=float, default=15.0)
+    parser.add_argument(
+        "--dispatch-only",
+        action="store_true",
+        help="with --arq: send every job through Redis (no eager follow-up jobs)",
+    )
     parser.add_argument(
         "--standby",
         metavar="PATH",
@@ -272,7 +277,11 @@ def main(argv: list[str] | None = None) -> None:
         args.fault,
         bool(args.arq),
     )
-    asyncio.run(run_arq(runtime, args.arq) if args.arq else run_in_process(runtime))
+    asyncio.run(
+        run_arq(runtime, args.arq, eager=not args.dispatch_only)
+        if args.arq
+        else run_in_process(runtime)
+    )
 
 
 if __name__ == "__main__":

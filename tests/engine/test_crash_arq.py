@@ -25,7 +25,9 @@ async def test_arq_worker_killed_mid_run_is_resumed_by_a_fresh_one(
 ) -> None:
     with CrashLab(db_url, tmp_path, redis_url=redis_url) as lab:
         run_id = lab.start("crash_pipeline", "arq-crash", {"steps": 4})
-        doomed = lab.spawn("A", arq=True, fault="activity.before_complete@2")
+        # A sends every job through Redis, so the lost attempt is an arq job;
+        # B runs as production workers do (eager follow-up jobs).
+        doomed = lab.spawn("A", arq=True, dispatch_only=True, fault="activity.before_complete@2")
         fresh = lab.spawn("B", arq=True, standby=True)
         lab.wait_killed(doomed)
         assert [e.op for e in lab.record.all()] == [f"{run_id}:step-0", f"{run_id}:step-1"]

@@ -230,7 +230,9 @@ class ActivityAttempts(StoreBase):
                         lease_expires_at=None,
                     )
                 )
-                tx.add_job(activity_job(task_id, row.attempt + 1, tx.now + delay))
+                tx.add_job(
+                    activity_job(task_id, row.attempt + 1, tx.now + delay, activity=row.activity)
+                )
                 return tx.jobs
             status = "cancelled" if failure.failure_class == "cancelled" else "failed"
             tx.conn.execute(

@@ -159,7 +159,7 @@ class WorkflowTasks(StoreBase):
             )
             .returning(tasks.c.id)
         ).scalar_one()
-        tx.add_job(activity_job(int(task_id), 1))
+        tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
         return None
 
     def _write_outcome(self, tx: Tx, run: RunRow, seq: int, outcome: Outcome) -> None:
