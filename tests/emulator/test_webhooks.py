@@ -18,8 +18,9 @@ from starlette.routing import Route
 
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from tests.shared_data import WEBHOOK_EXAMPLES
 
-EXAMPLES = Path("/work/shared/data/github/webhooks")
+EXAMPLES = WEBHOOK_EXAMPLES
 
 #: Example keys tied to features the emulator does not model (documented in docs/emulator.md).
 NOT_MODELLED = {

@@ -4,7 +4,6 @@ stand-in workflows that let tests see what handlers started."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,8 +11,9 @@ import httpx
 from app.engine.context import WorkflowContext
 from app.engine.registry import workflow
 from app.webhooks.signature import sign
+from tests.shared_data import WEBHOOK_EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "github" / "webhooks"
+EXAMPLES = WEBHOOK_EXAMPLES
 SECRET = "intake-test-secret"
 
 

@@ -146,3 +146,8 @@ async def test_quoted_or_fenced_commands_are_not_commands(web: Any) -> None:
     payload["installation"] = {"id": 1}
     await poster.post("issue_comment", payload, delivery="c-2")
     assert runtime.store.find_run("command:c-2") is None
+
+
+def test_the_real_examples_are_all_here() -> None:
+    # A missing data folder must fail loudly, not parametrize to zero tests.
+    assert len(ALL_EXAMPLES) >= 20, f"webhook examples not found under {EXAMPLES}"

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.shared_data import WEBHOOK_EXAMPLES
+
 #: ``<X-GitHub-Event>/<action>.json``.
-EXAMPLES = Path("/work/shared/data/github/webhooks")
+EXAMPLES = WEBHOOK_EXAMPLES
 
 
 def example_files() -> list[Path]:
