@@ -87,6 +87,12 @@ class WorkerProcess:
 CRASH_PHASES = ("preparing", "reproducing", "repairing", "publishing", "merging")
 
 
+def _reached(phase: str | None, target: str) -> bool:
+    """Whether the run is in ``target`` or past it (before the end)."""
+    order = [*CRASH_PHASES[: CRASH_PHASES.index("merging")], "awaiting-review", "merging"]
+    return phase in order and order.index(phase) >= order.index(target)
+
+
 def say(text: str = "") -> None:
     print(text, flush=True)
 
@@ -154,8 +160,9 @@ async def run_demo(*, crash: bool, keep: Path | None, seed: int | None, timeout:
             if (
                 crash_phase is not None
                 and not crashed
-                and phase == crash_phase
-                and timeline.now() - entered >= crash_delay
+                and _reached(phase, crash_phase)
+                # A short phase may pass between two looks: then crash at once.
+                and (phase != crash_phase or timeline.now() - entered >= crash_delay)
             ):
                 crashed = True
                 worker.kill()
