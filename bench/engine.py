@@ -3,7 +3,8 @@ PostgreSQL, dispatched in-process and through arq, against DBOS Transact
 running the same N-step workflow on the same kind of database, in the same run.
 
     python -m bench.engine [--n 10 100 1000] [--db sqlite postgres]
-                           [--dispatch inprocess arq] [--repeat K] [--quick]
+                           [--dispatch inprocess arq [arq-dispatched]]
+                           [--repeat K] [--quick]
 
 Every case runs in a child process of its own on a fresh database (see
 bench.case); the table is Markdown, so it can go straight into

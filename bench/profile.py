@@ -67,11 +67,21 @@ LIBRARIES: list[tuple[str, str]] = [
 
 @dataclass
 class Census:
-    """Transactions and statements, keyed by the code that issued them."""
+    """Transactions and statements, keyed by the code that issued them,
+    counted only while ``counting`` is on."""
 
     transactions: Counter[str] = field(default_factory=Counter)
     statements: Counter[str] = field(default_factory=Counter)
     checkouts: int = 0
+    active: bool = False
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
 
     def lines(self, n: int, *, postgres: bool = False) -> list[str]:
         out = [f"  pool checkouts: {self.checkouts / n:.2f} per step"]
@@ -110,18 +120,23 @@ def _statement_key(sql: str, caller: str) -> str:
     return f"{caller}: {verb} {table.group(1) if table else ''}".rstrip()
 
 
-@contextmanager
-def census_of(engine: Engine, files: tuple[str, ...]) -> Iterator[Census]:
+def install_census(engine: Engine, files: tuple[str, ...]) -> Census:
+    """Listen on ``engine`` for good. Installed before any other thread uses
+    the engine, and never removed: SQLAlchemy's listener lists must not
+    change while another thread (the liveness beat) walks them."""
     census = Census()
 
     def on_begin(_conn: Any) -> None:
-        census.transactions[_caller(files)] += 1
+        if census.active:
+            census.transactions[_caller(files)] += 1
 
     def on_statement(_conn: Any, _cur: Any, sql: str, *_rest: Any) -> None:
-        census.statements[_statement_key(sql, _caller(files))] += 1
+        if census.active:
+            census.statements[_statement_key(sql, _caller(files))] += 1
 
     def on_checkout(*_args: Any) -> None:
-        census.checkouts += 1
+        if census.active:
+            census.checkouts += 1
 
     listeners: list[tuple[Any, str, Callable[..., None]]] = [
         (engine, "begin", on_begin),
@@ -130,11 +145,7 @@ def census_of(engine: Engine, files: tuple[str, ...]) -> Iterator[Census]:
     ]
     for target, name, fn in listeners:
         event.listen(target, name, fn)
-    try:
-        yield census
-    finally:
-        for target, name, fn in listeners:
-            event.remove(target, name, fn)
+    return census
 
 
 # -- growth within one run -----------------------------------------------------
@@ -251,11 +262,12 @@ async def _runtime(case: Case) -> AsyncIterator[Any]:
     with fresh_database(case.db, admin_url=case.postgres_url) as url:
         upgrade(url)
         engine = make_engine(url)
+        census = install_census(engine, (STORE,))
         try:
             async with ours.started_runtime(case, engine) as runtime:
                 watch = ours.CompletionWatch(runtime.store)
                 await ours.timed_run(runtime, watch, "warmup", case.warmup_n)
-                yield runtime, watch
+                yield runtime, watch, census
         finally:
             engine.dispose()
 
@@ -264,7 +276,7 @@ async def profile_ours(case: Case, out: Path | None) -> list[str]:
     from bench import ours
 
     lines = [f"## ours: {case.db}, in-process, N={case.n}"]
-    async with _runtime(case) as (runtime, watch):
+    async with _runtime(case) as (runtime, watch, census):
         with step_clock(runtime.store) as stamps:
             plain = await ours.timed_run(runtime, watch, "plain", case.n)
         lines.append(
@@ -272,7 +284,7 @@ async def profile_ours(case: Case, out: Path | None) -> list[str]:
             f"{plain.cpu / case.n * 1000:.2f} ms/step CPU"
         )
         lines += ["cost per step through the run, by tenth:", *tenth_lines(stamps)]
-        with census_of(runtime.engine, (STORE,)) as census:
+        with census.counting():
             await ours.timed_run(runtime, watch, "census", case.n)
         lines += ["census (per step):", *census.lines(case.n, postgres=case.db == POSTGRES)]
         profiler = cProfile.Profile()
@@ -299,14 +311,14 @@ async def census_dbos(case: Case) -> list[str]:
         DBOS(config=transact._config(url))
         try:
             DBOS.launch()
+            census = install_census(_dbos_engine(), DBOS_FILES)
             await transact.timed_run(case.warmup_n)
             plain = await transact.timed_run(case.n)
             lines.append(
                 f"plain run: {plain.wall / case.n * 1000:.2f} ms/step wall, "
                 f"{plain.cpu / case.n * 1000:.2f} ms/step CPU"
             )
-            engine = _dbos_engine()
-            with census_of(engine, DBOS_FILES) as census:
+            with census.counting():
                 await transact.timed_run(case.n)
             lines += ["census (per step):", *census.lines(case.n, postgres=case.db == POSTGRES)]
         finally:
