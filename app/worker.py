@@ -123,6 +123,9 @@ async def _run_worker(settings: Settings) -> int:
     finally:
         await runtime.stop()
         for worker in workers:
-            await worker.close()
+            # arq's close() re-raises the CancelledError of a job it just cancelled;
+            # that must not leave the other workers and the pool unclosed.
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker.close()
         await pool.aclose()
     return 0
