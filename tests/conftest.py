@@ -21,7 +21,9 @@ from app.migrate import upgrade
 PG_ADMIN_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+#: The Redis database the tests own (flushed per test); point TEST_REDIS_URL
+#: at another database number to run two checkouts' suites side by side.
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +90,7 @@ async def redis_url() -> str:
     """A Redis database of its own for this test, emptied first."""
     from redis.asyncio import Redis
 
-    url = REDIS_URL.rsplit("/", 1)[0] + "/7"
+    url = REDIS_URL
     client = Redis.from_url(url)
     await client.flushdb()
     await client.aclose()
