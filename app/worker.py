@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Mapping
 
 import httpx
 from arq import create_pool
@@ -44,8 +45,11 @@ def shared_clients(settings: Settings) -> Dependencies:
         factory = GitHubClientFactory.from_settings(settings)
         deps.add(GitHubAccess(factory, settings.github_git_url))
 
-        async def token_for(installation_id: int) -> str:
-            return (await factory.installation_token(installation_id)).token
+        async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
+            token = await factory.installation_token(
+                installation_id, repository=repo, permissions=permissions
+            )
+            return token.token
 
         deps.add(InstallationGit(token_for))
     return deps
