@@ -109,6 +109,16 @@ class Settings:
     #: REPAIRBOT_CANCEL_ON_UNLABEL: removing the trigger label cancels its run.
     cancel_on_unlabel: bool = True
 
+    #: REPAIRBOT_EVIDENCE_STORE: ``database`` (default: every machine reads it) or
+    #: ``folder`` (``<data_dir>/evidence``; one machine only).
+    evidence_store: str = "database"
+    #: REPAIRBOT_EVIDENCE_MAX_BYTES: an artifact above this is stored cut to its
+    #: head and tail around a marker saying so.
+    evidence_max_bytes: int = 8 * 1024 * 1024
+    #: REPAIRBOT_EVIDENCE_RETENTION_DAYS: unreferenced artifacts older than this
+    #: are collected (given here in seconds).
+    evidence_retention: float = 7 * 24 * 3600.0
+
     #: REPAIRBOT_AGENT_COMMAND: the operator's default command agent, a JSON list
     #: of arguments (used when a repository's config names no agent).
     agent_command: tuple[str, ...] = ()
@@ -118,6 +128,12 @@ class Settings:
     fault_point: str = ""
 
     def __post_init__(self) -> None:
+        if self.evidence_store not in ("database", "folder"):
+            raise ConfigError(
+                f"REPAIRBOT_EVIDENCE_STORE must be database or folder, got {self.evidence_store!r}"
+            )
+        if self.evidence_max_bytes < 1024:
+            raise ConfigError("REPAIRBOT_EVIDENCE_MAX_BYTES must be at least 1024")
         if not self.database_url:
             object.__setattr__(
                 self, "database_url", f"sqlite:///{(self.data_dir / 'repairbot.db').as_posix()}"
@@ -155,6 +171,9 @@ class Settings:
             "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
             "REPAIRBOT_CANCEL_ON_UNLABEL": str(self.cancel_on_unlabel).lower(),
             "REPAIRBOT_FAULT_POINT": self.fault_point,
+            "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
+            "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
+            "REPAIRBOT_EVIDENCE_RETENTION_DAYS": repr(self.evidence_retention / 86400),
         }
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
@@ -194,6 +213,9 @@ class Settings:
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
+            "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",
+            "evidence_max_bytes": _int(env, "REPAIRBOT_EVIDENCE_MAX_BYTES", 8 * 1024 * 1024),
+            "evidence_retention": _float(env, "REPAIRBOT_EVIDENCE_RETENTION_DAYS", 7.0) * 86400,
         }
         if env.get("REPAIRBOT_WORKER_ID"):
             kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]

@@ -15,8 +15,16 @@ from starlette.routing import Route
 
 from app.config import Settings
 from app.engine.runtime import Runtime
+from app.evidence import open_evidence_store
 from app.intake import Intake
-from app.web.observe import dashboard, health_endpoint, metrics_endpoint, run_api, runs_api
+from app.web.observe import (
+    dashboard,
+    evidence_api,
+    health_endpoint,
+    metrics_endpoint,
+    run_api,
+    runs_api,
+)
 from app.web.webhooks import webhook_endpoint
 from handlers import build_router
 
@@ -29,6 +37,10 @@ def create_app(settings: Settings, runtime: Runtime, *, run_worker: bool = False
         Route("/metrics", metrics_endpoint(runtime)),
         Route("/api/runs", runs_api(runtime)),
         Route("/api/runs/{run_id:path}", run_api(runtime)),
+        Route(
+            "/api/evidence/{sha256}",
+            evidence_api(open_evidence_store(settings, runtime.engine)),
+        ),
         Route("/", dashboard(runtime)),
     ]
 

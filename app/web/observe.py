@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from app.engine.runtime import Runtime
 from app.engine.store import STALE_WRITES, RunRow
 from app.engine.store.schema import outbox, runs
+from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceStore
 from app.tables import WebhookDelivery
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -98,6 +100,34 @@ def run_api(runtime: Runtime) -> Endpoint:
         return JSONResponse(json.loads(json.dumps(body, default=str)))
 
     return show_run
+
+
+def evidence_api(store: EvidenceStore) -> Endpoint:
+    """``GET /api/evidence/{sha256}``: an artifact's bytes, checked against its hash.
+
+    Served as text when it decodes as UTF-8, else as bytes; never rendered as
+    HTML (repository output is hostile).
+    """
+
+    async def show_evidence(request: Request) -> Response:
+        sha = request.path_params["sha256"]
+        try:
+            data = await asyncio.to_thread(store.get, sha)
+        except ValueError:
+            return JSONResponse({"message": "not a sha256 hex digest"}, status_code=400)
+        except EvidenceMissing:
+            return JSONResponse({"message": "no such evidence"}, status_code=404)
+        except EvidenceCorrupt as exc:
+            return JSONResponse({"message": str(exc)}, status_code=500)
+        try:
+            data.decode()
+            media_type = "text/plain; charset=utf-8"
+        except UnicodeDecodeError:
+            media_type = "application/octet-stream"
+        headers = {"X-Content-Type-Options": "nosniff", "ETag": f'"{sha}"'}
+        return Response(data, media_type=media_type, headers=headers)
+
+    return show_evidence
 
 
 def _when(ts: float | None) -> str:
