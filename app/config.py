@@ -127,6 +127,24 @@ class Settings:
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
 
+    #: REPAIRBOT_WEBHOOK_MAX_BYTES: largest webhook body accepted (413 above);
+    #: GitHub caps payloads at 25 MB.
+    webhook_max_bytes: int = 25 * 1024 * 1024
+    #: REPAIRBOT_WEBHOOK_READ_TIMEOUT: seconds a webhook body may take to arrive
+    #: in full (408 after). GitHub itself gives up on a delivery after 10 s.
+    webhook_read_timeout: float = 10.0
+    #: REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT: webhook body bytes the web process
+    #: holds at once across all connections; beyond it new deliveries get 503
+    #: with Retry-After (the delivery reconciler has GitHub redeliver them).
+    webhook_bytes_in_flight: int = 64 * 1024 * 1024
+    #: REPAIRBOT_WEB_SHUTDOWN_GRACE: seconds the web process waits on SIGTERM for
+    #: in-flight requests to finish before closing them.
+    web_shutdown_grace: float = 30.0
+    #: REPAIRBOT_DELIVERY_RECONCILE_INTERVAL: seconds between passes of the delivery
+    #: reconciler (asks GitHub to redeliver webhooks the intake never recorded),
+    #: also the least time between two redelivery requests for one delivery; 0 = off.
+    delivery_reconcile_interval: float = 60.0
+
     def __post_init__(self) -> None:
         if self.evidence_store not in ("database", "folder"):
             raise ConfigError(
@@ -174,6 +192,11 @@ class Settings:
             "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
             "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
             "REPAIRBOT_EVIDENCE_RETENTION_DAYS": repr(self.evidence_retention / 86400),
+            "REPAIRBOT_WEBHOOK_MAX_BYTES": str(self.webhook_max_bytes),
+            "REPAIRBOT_WEBHOOK_READ_TIMEOUT": str(self.webhook_read_timeout),
+            "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT": str(self.webhook_bytes_in_flight),
+            "REPAIRBOT_WEB_SHUTDOWN_GRACE": str(self.web_shutdown_grace),
+            "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": str(self.delivery_reconcile_interval),
         }
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
@@ -216,6 +239,15 @@ class Settings:
             "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",
             "evidence_max_bytes": _int(env, "REPAIRBOT_EVIDENCE_MAX_BYTES", 8 * 1024 * 1024),
             "evidence_retention": _float(env, "REPAIRBOT_EVIDENCE_RETENTION_DAYS", 7.0) * 86400,
+            "webhook_max_bytes": _int(env, "REPAIRBOT_WEBHOOK_MAX_BYTES", 25 * 1024 * 1024),
+            "webhook_read_timeout": _float(env, "REPAIRBOT_WEBHOOK_READ_TIMEOUT", 10.0),
+            "webhook_bytes_in_flight": _int(
+                env, "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT", 64 * 1024 * 1024
+            ),
+            "web_shutdown_grace": _float(env, "REPAIRBOT_WEB_SHUTDOWN_GRACE", 30.0),
+            "delivery_reconcile_interval": _float(
+                env, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", 60.0
+            ),
         }
         if env.get("REPAIRBOT_WORKER_ID"):
             kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]

@@ -17,6 +17,7 @@ from app.config import Settings
 from app.engine.runtime import Runtime
 from app.evidence import open_evidence_store
 from app.intake import Intake
+from app.web.limits import BodyGate, BodyLimits
 from app.web.observe import (
     dashboard,
     evidence_api,
@@ -31,10 +32,17 @@ from handlers import build_router
 
 def create_app(settings: Settings, runtime: Runtime, *, run_worker: bool = False) -> Starlette:
     intake = Intake(runtime.store, runtime.registry, build_router(), settings)
+    gate = BodyGate(
+        BodyLimits(
+            max_bytes=settings.webhook_max_bytes,
+            read_timeout=settings.webhook_read_timeout,
+            bytes_in_flight=settings.webhook_bytes_in_flight,
+        )
+    )
     routes = [
-        Route("/webhooks/github", webhook_endpoint(intake, runtime), methods=["POST"]),
+        Route("/webhooks/github", webhook_endpoint(intake, runtime, gate), methods=["POST"]),
         Route("/healthz", health_endpoint(runtime)),
-        Route("/metrics", metrics_endpoint(runtime)),
+        Route("/metrics", metrics_endpoint(runtime, gate)),
         Route("/api/runs", runs_api(runtime)),
         Route("/api/runs/{run_id:path}", run_api(runtime)),
         Route(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -18,9 +19,14 @@ from app.engine.store import STALE_WRITES, RunRow
 from app.engine.store.schema import outbox, runs
 from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceStore
 from app.tables import WebhookDelivery
+from app.web.limits import BodyGate
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
+log = logging.getLogger("repairbot.web")
+#: A database that does not answer within this long counts as down (a
+#: black-holed host would otherwise hold the probe for the TCP timeout).
+HEALTH_TIMEOUT = 5.0
 
 
 def _run_json(run: RunRow) -> dict[str, Any]:
@@ -39,18 +45,25 @@ def _run_json(run: RunRow) -> dict[str, Any]:
 
 
 def health_endpoint(runtime: Runtime) -> Endpoint:
+    def ping() -> None:
+        with runtime.engine.connect() as conn:
+            conn.execute(text("select 1"))
+
     async def healthz(request: Request) -> Response:
         try:
-            with runtime.engine.connect() as conn:
-                conn.execute(text("select 1"))
-        except Exception as exc:
-            return JSONResponse({"ok": False, "database": str(exc)}, status_code=503)
+            # Off the event loop: a database that hangs must not stall webhooks.
+            await asyncio.wait_for(asyncio.to_thread(ping), HEALTH_TIMEOUT)
+        except Exception:
+            # The detail (host names, driver messages) goes to the log, never to
+            # the public port.
+            log.warning("health check: database unreachable", exc_info=True)
+            return JSONResponse({"ok": False}, status_code=503)
         return JSONResponse({"ok": True})
 
     return healthz
 
 
-def metrics_endpoint(runtime: Runtime) -> Endpoint:
+def metrics_endpoint(runtime: Runtime, gate: BodyGate | None = None) -> Endpoint:
     async def metrics(request: Request) -> Response:
         with runtime.engine.connect() as conn:
             by_status = conn.execute(
@@ -74,6 +87,18 @@ def metrics_endpoint(runtime: Runtime) -> Endpoint:
             "# TYPE repairbot_stale_writes_rejected_total counter",
             f"repairbot_stale_writes_rejected_total {runtime.store.counter(STALE_WRITES)}",
         ]
+        if gate is not None:
+            lines += [
+                "# HELP repairbot_webhook_bytes_in_flight Webhook body bytes held right now.",
+                "# TYPE repairbot_webhook_bytes_in_flight gauge",
+                f"repairbot_webhook_bytes_in_flight {gate.in_flight}",
+                "# HELP repairbot_webhook_refused_total Webhook bodies refused by a limit.",
+                "# TYPE repairbot_webhook_refused_total counter",
+                *(
+                    f'repairbot_webhook_refused_total{{status="{code}"}} {n}'
+                    for code, n in sorted(gate.refused.items())
+                ),
+            ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     return metrics
