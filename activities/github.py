@@ -20,6 +20,7 @@ from app.engine.errors import PermanentError, TransientError
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Absent, Found, ReconcileResult, Unknown, activity
 from app.evidence import EvidenceStore
+from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
@@ -31,7 +32,6 @@ from app.github.publish import (
     Identity,
     Patch,
     build_commit,
-    git_auth_config,
     publish_branch,
     remote_ref,
 )
@@ -231,26 +231,26 @@ async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
 
 @activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
 async def delete_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """Delete our branch only if it is still at the commit we put there."""
+    """Delete our branch only if it is still at the commit we put there (``sha``).
+
+    Usable after a merge and after cancellation. Input: ``installation_id``,
+    ``repo``, ``branch``, ``sha``. Result: ``deleted`` (True also when it was
+    already gone), ``status`` (deleted | absent | moved), ``remote_sha`` and,
+    when left alone, ``reason``.
+    """
     access = _access(actx)
     token = await _git_token(access, raw, _WRITE)
-    url = access.clone_url(raw["repo"])
-    ref = f"refs/heads/{raw['branch']}"
-    with tempfile.TemporaryDirectory(prefix="repairbot-delete-") as tmp:
-        env = git_env(git_auth_config(url, token))
-        await run_git(["init", "--quiet", "--bare", tmp], cwd=Path(tmp), env=env)
-        result = await run_git(
-            ["push", "--porcelain", f"--force-with-lease={ref}:{raw['sha']}", url, f":{ref}"],
-            cwd=Path(tmp),
-            env=env,
-            secrets=[token],
-        )
-    at = await remote_ref(url, raw["branch"], token=token)
-    if at is None:
-        return {"deleted": True}
-    if at != raw["sha"]:
-        return {"deleted": False, "reason": f"somebody moved {raw['branch']} to {at}"}
-    raise TransientError(f"branch deletion did not go through: {result.stderr.strip()[-300:]}")
+    outcome = await delete_branch_if_at(
+        access.clone_url(raw["repo"]), raw["branch"], raw["sha"], token=token
+    )
+    result: dict[str, Any] = {
+        "deleted": outcome.deleted,
+        "status": outcome.status.value,
+        "remote_sha": outcome.remote_sha,
+    }
+    if outcome.status is Deletion.MOVED:
+        result["reason"] = f"somebody moved {raw['branch']} to {outcome.remote_sha}"
+    return result
 
 
 # -- pull requests, checks, merge ----------------------------------------------
@@ -277,13 +277,19 @@ async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileR
             "state": pr.state,
             "merged": pr.merged_at is not None,
             "created": True,
+            "draft": pr.draft is True,
         }
     )
 
 
 @activity("github.pull_request", retry=API, timeouts=API_TIMEOUTS, reconcile=_pull_exists)
 async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """The draft pull request for the run's branch, with the evidence in its body."""
+    """The draft pull request for the run's branch, with the evidence in its body.
+
+    ``draft`` in the result is False where the repository's plan has no drafts
+    (GitHub's 422): the pull request is open for review, and merging still
+    waits for an approving review.
+    """
     access = _access(actx)
     result = await ensure_pull_request(
         access.factory.for_installation(int(raw["installation_id"])),
@@ -302,6 +308,7 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
         "state": result.state,
         "merged": result.merged,
         "created": result.created,
+        "draft": result.draft,
     }
 
 
