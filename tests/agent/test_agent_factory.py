@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
-from app.agent import AgentPolicy, CommandAgent, HttpAgent, build_agent
+from app.agent import AgentPolicy, BuiltinAgent, CommandAgent, LoopHost, build_agent
 from app.engine.errors import PermanentError
+from app.evidence import EvidenceStore
 from app.repo_config import AgentConfig, parse_repo_config
 
 
@@ -19,7 +22,11 @@ def config(text: str) -> AgentConfig:
 HTTP = "agent: {backend: http, provider: openai, model: gpt-x, api_key_env: TEAM_OPENAI_KEY}\n"
 
 
-async def test_command_and_http_agents_are_built() -> None:
+async def _never_cancelled(_: object) -> bool:
+    return False
+
+
+async def test_command_and_builtin_agents_are_built(tmp_path: Path) -> None:
     policy = AgentPolicy(api_keys={"TEAM_OPENAI_KEY": "sk-1"})
     built = build_agent(
         config("agent: {backend: command, command: ./fix}"),
@@ -29,8 +36,10 @@ async def test_command_and_http_agents_are_built() -> None:
     )
     assert isinstance(built, CommandAgent)
     async with httpx.AsyncClient() as client:
-        http = build_agent(config(HTTP), policy=policy, http_client=client, time_limit=5)
-    assert isinstance(http, HttpAgent) and http.api.base_url == "https://api.openai.com/v1"
+        host = LoopHost(store=EvidenceStore(tmp_path), save=_never_cancelled, beat=_never_cancelled)
+        http = build_agent(config(HTTP), policy=policy, http_client=client, time_limit=5, host=host)
+    assert isinstance(http, BuiltinAgent) and http.model.base_url == "https://api.openai.com/v1"
+    assert http.name == "builtin:openai/gpt-x"
 
 
 async def test_keys_are_only_those_the_operator_offers() -> None:
