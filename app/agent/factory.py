@@ -58,7 +58,9 @@ class AgentPolicy:
     def from_env(cls, env: Mapping[str, str], *, default: AgentConfig | None = None) -> AgentPolicy:
         """Read ``REPAIRBOT_AGENT_API_KEYS`` (comma-separated variable names
         whose values are offered), ``REPAIRBOT_AGENT_BASE_URLS`` (extra
-        allowed base URLs, comma-separated), ``REPAIRBOT_AGENT_DEFAULT`` (the
+        allowed base URLs, comma-separated), ``REPAIRBOT_AGENT_COMMAND_ENV``
+        (comma-separated variable names passed on to command agents, e.g. a
+        CLI agent's own API key), ``REPAIRBOT_AGENT_DEFAULT`` (the
         default agent as JSON, used when ``default`` is not given),
         ``REPAIRBOT_AGENT_BUDGET`` (JSON ``{"attempt": {...}, "run": {...}}``
         with ``turns``, ``tool_calls``, ``tokens``, ``cost_usd``) and
@@ -66,6 +68,7 @@ class AgentPolicy:
         "output_per_mtok": ..}}``)."""
         names = [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
         urls = [u.strip().rstrip("/") for u in env.get("REPAIRBOT_AGENT_BASE_URLS", "").split(",")]
+        passed = [n.strip() for n in env.get("REPAIRBOT_AGENT_COMMAND_ENV", "").split(",")]
         try:
             if default is None and env.get("REPAIRBOT_AGENT_DEFAULT"):
                 default = AgentConfig.model_validate_json(env["REPAIRBOT_AGENT_DEFAULT"])
@@ -81,6 +84,7 @@ class AgentPolicy:
             default=default,
             api_keys={n: env[n] for n in names if n and env.get(n)},
             allowed_base_urls=frozenset(DEFAULT_BASE_URLS.values()) | {u for u in urls if u},
+            command_env={n: env[n] for n in passed if n and env.get(n)},
             budget=budget,
             prices=prices,
         )

@@ -8,6 +8,8 @@ import httpx
 import pytest
 
 from app.agent import AgentPolicy, BuiltinAgent, CommandAgent, LoopHost, build_agent
+from app.agent.budget import price_of
+from app.config import ConfigError
 from app.engine.errors import PermanentError
 from app.evidence import EvidenceStore
 from app.repo_config import AgentConfig, parse_repo_config
@@ -75,3 +77,23 @@ def test_policy_from_the_worker_environment() -> None:
     assert dict(policy.api_keys) == {"OPENAI_API_KEY": "sk-op"}
     assert "http://llm.internal:8000/v1" in policy.allowed_base_urls
     assert "sk-op" not in repr(policy)
+
+
+def test_the_operator_policy_from_the_environment() -> None:
+    env = {
+        "REPAIRBOT_AGENT_API_KEYS": "TEAM_KEY",
+        "TEAM_KEY": "sk-team-0123456789",
+        "REPAIRBOT_AGENT_COMMAND_ENV": "ANTHROPIC_API_KEY",
+        "ANTHROPIC_API_KEY": "sk-ant-cli-0123456789",
+        "REPAIRBOT_AGENT_BUDGET": '{"attempt": {"turns": 5}, "run": {"cost_usd": 2.5}}',
+        "REPAIRBOT_AGENT_PRICES": '{"gpt-4o": {"input_per_mtok": 2.5, "output_per_mtok": 10}}',
+        "REPAIRBOT_AGENT_DEFAULT": '{"backend": "http", "provider": "openai", "model": "gpt-4o"}',
+    }
+    policy = AgentPolicy.from_env(env)
+    assert policy.default is not None and policy.default.model == "gpt-4o"
+    assert policy.command_env == {"ANTHROPIC_API_KEY": "sk-ant-cli-0123456789"}
+    assert (policy.budget.attempt.turns, policy.budget.run.cost_usd) == (5, 2.5)
+    assert price_of(policy.prices, "gpt-4o-2024-08-06") == policy.prices["gpt-4o"]
+    assert set(policy.secrets) == {"sk-team-0123456789", "sk-ant-cli-0123456789"}
+    with pytest.raises(ConfigError, match="REPAIRBOT_AGENT_"):
+        AgentPolicy.from_env({"REPAIRBOT_AGENT_BUDGET": '{"attempt": {"turns": 0}}'})
