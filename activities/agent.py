@@ -7,6 +7,12 @@ nothing usable (crashes, times out, answers without a diff that applies) is
 retried while the repository's ``tool_retries`` allow, and then reported
 as the outcome ``agent-failed``: tool retries. Whether to ask again with
 feedback is the workflow's decision: repair attempts.
+
+The built-in agent (``backend: http``) checkpoints each step through this
+activity's heartbeat details (:mod:`app.agent.journal`), so a retried
+attempt resumes its loop where the last one recorded it; a loop that stops
+at a budget cap or on unusable model answers is reported at once (resuming
+would stop the same way), with what it spent.
 """
 
 from __future__ import annotations
@@ -31,9 +37,13 @@ from app.agent import (
     AgentPolicy,
     AgentProposal,
     AgentRequest,
+    BudgetExhausted,
     Feedback,
+    LoopHost,
+    LoopStopped,
     build_agent,
 )
+from app.agent.budget import Usage
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import TransientError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -74,12 +84,17 @@ class ProposeInput(BaseModel):
     setup: list[Command] = Field(default_factory=list)
     time_limit_seconds: float = Field(gt=0)
     tool_retries: int = Field(default=2, ge=0)
+    #: The repository's test command (the built-in agent's ``run_tests`` tool).
+    test: Command | None = None
+    #: What the built-in agent spent in this run's earlier repair attempts.
+    run_usage: Usage | None = None
 
 
 class ProposeResult(BaseModel):
     #: ``proposed``: a non-empty patch; ``no-change``: the agent changed nothing;
-    #: ``agent-failed``: it ran out of tool retries without a usable answer.
-    outcome: Literal["proposed", "no-change", "agent-failed"]
+    #: ``agent-failed``: it ran out of tool retries without a usable answer;
+    #: ``budget-exhausted``: the built-in loop reached a cap (``error`` says which).
+    outcome: Literal["proposed", "no-change", "agent-failed", "budget-exhausted"]
     patch: EvidenceRef | None = None
     files_changed: list[str] = Field(default_factory=list)
     summary: str = ""
@@ -90,6 +105,11 @@ class ProposeResult(BaseModel):
     error: str | None = None
     #: The activity attempt that produced this (tool retries spent = this - 1).
     tool_attempt: int = 1
+    #: What the built-in agent spent in this repair attempt (zeros for CLI agents
+    #: other than their own token report).
+    turns: int = 0
+    tool_calls: int = 0
+    cost_usd: float = 0.0
 
 
 @activity(
@@ -116,6 +136,8 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
             time_limit=request.time_limit_seconds,
             sandbox=sandbox_of(actx),
             heartbeat=actx.heartbeat,
+            host=_loop_host(actx, store),
+            earlier_usage=request.run_usage,
         )
         agent_request = AgentRequest(
             workspace=ws,
@@ -126,6 +148,8 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
             feedback=[_feedback(store, item) for item in request.feedback],
             attempt=request.attempt,
             baseline=baseline,
+            reproduction_commands=list(request.reproduction),
+            test_command=request.test,
         )
         try:
             proposal = await keep_alive(
@@ -134,6 +158,18 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
         except AgentFailed as failure:
             return _failed(actx, request, store, failure).model_dump(mode="json")
     return _proposed(actx, request, store, proposal).model_dump(mode="json")
+
+
+def _loop_host(actx: ActivityContext, store: EvidenceStore) -> LoopHost:
+    policy = optional_dep(actx, AgentPolicy) or AgentPolicy()
+    return LoopHost(
+        store=store,
+        save=actx.checkpoint,
+        beat=actx.heartbeat,
+        previous=actx.last_checkpoint,
+        fault=actx.fault,
+        secrets=policy.secrets,
+    )
 
 
 async def _prepare(
@@ -178,13 +214,19 @@ def _failed(
         kind="agent-transcript",
         name=f"agent-attempt-{request.attempt}-try-{actx.attempt}.log",
     )
-    if actx.attempt <= request.tool_retries:
+    if failure.retryable and actx.attempt <= request.tool_retries:
         raise TransientError(f"{failure.message} (transcript {transcript.sha256}); trying again")
+    usage = failure.usage if isinstance(failure, LoopStopped) else Usage()
     return ProposeResult(
-        outcome="agent-failed",
+        outcome="budget-exhausted" if isinstance(failure, BudgetExhausted) else "agent-failed",
         transcript=transcript,
         error=failure.message,
         tool_attempt=actx.attempt,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        turns=usage.turns,
+        tool_calls=usage.tool_calls,
+        cost_usd=usage.cost_usd,
     )
 
 
@@ -218,6 +260,9 @@ def _proposed(
         backend=proposal.backend,
         transcript=transcript,
         tool_attempt=actx.attempt,
+        turns=proposal.turns,
+        tool_calls=proposal.tool_calls,
+        cost_usd=proposal.cost_usd,
     )
 
 

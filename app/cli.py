@@ -199,7 +199,13 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from app.demo.run import run_demo
 
     return asyncio.run(
-        run_demo(crash=args.crash, keep=args.dir, seed=args.seed, timeout=args.timeout)
+        run_demo(
+            crash=args.crash,
+            keep=args.dir,
+            seed=args.seed,
+            timeout=args.timeout,
+            agent=args.agent,
+        )
     )
 
 
@@ -227,6 +233,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     demo.add_argument("--dir", type=Path, help="keep everything in this folder")
     demo.add_argument("--seed", type=int, help="seed for the crash moment")
     demo.add_argument("--timeout", type=float, default=180.0)
+    demo.add_argument(
+        "--agent",
+        choices=("command", "builtin"),
+        default="command",
+        help="the demo's command agent, or the built-in agent loop with a scripted model",
+    )
     example = add("example", cmd_example, "run a small durable workflow end to end")
     example.add_argument("items", nargs="*", default=["durable", "replayed", "fenced"])
     add("worker", cmd_worker, "run a worker (arq over Redis if REDIS_URL is set)")

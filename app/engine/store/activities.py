@@ -101,6 +101,7 @@ class ActivityAttempts(StoreBase):
                 needs_reconcile=bool(row.needs_reconcile),
                 options=options,
                 started_at=tx.now,
+                heartbeat_details=row.heartbeat_details,
             )
 
     def heartbeat(self, task_id: int, token: int, details: Any = None) -> bool:
