@@ -195,6 +195,90 @@ def cmd_evidence_collect(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_runs_watch(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine.runtime import Runtime
+    from app.registry import build_registry
+    from app.watch import watch
+
+    runtime = Runtime(make_engine(settings.database_url), build_registry())
+    try:
+        return watch(runtime, args.run, interval=args.interval, timeout=args.timeout)
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_tokens_create(args: argparse.Namespace, settings: Settings) -> int:
+    from app.api_tokens import TokenError, create_token
+
+    try:
+        token = create_token(_store(settings), args.name, set(args.scope or ["read"]))
+    except TokenError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(token)
+    print(
+        f"token {args.name!r} created; it is shown only now (send it as "
+        "'Authorization: Bearer <token>')",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_tokens_list(args: argparse.Namespace, settings: Settings) -> int:
+    from app.api_tokens import list_tokens
+
+    for t in list_tokens(_store(settings)):
+        state = f"revoked {_when(t.revoked_at)}" if t.revoked_at else "active"
+        print(
+            f"{t.name:24} {' '.join(sorted(t.scopes)):18} created {_when(t.created_at)}  "
+            f"last used {_when(t.last_used_at)}  {state}"
+        )
+    return 0
+
+
+def cmd_tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    from app.api_tokens import revoke_token
+
+    if revoke_token(_store(settings), args.name):
+        print(f"token {args.name!r} revoked")
+        return 0
+    print(f"no active token named {args.name!r}", file=sys.stderr)
+    return 1
+
+
+def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
+    from app.registration import Registrar
+    from app.server import serve_registration
+
+    public_url = (args.public_url or settings.public_url).rstrip("/")
+    if not public_url:
+        print("give --public-url (where GitHub will reach repairbot)", file=sys.stderr)
+        return 2
+    out = args.out or settings.app_file or settings.data_dir / "github-app.json"
+    registrar = Registrar(
+        name=args.name,
+        public_url=public_url,
+        own_url=f"http://{args.host}:{args.port}",
+        github_web_url=settings.github_web_url,
+        github_api_url=settings.github_api_url,
+        out=out,
+        workflows=args.workflows or settings.workflows_permission,
+        org=args.org or "",
+        force=args.force,
+    )
+    if out.exists() and not args.force:
+        print(f"{out} exists; pass --force to replace it", file=sys.stderr)
+        return 1
+    print(f"open http://{args.host}:{args.port}/ in a browser to register the App")
+    asyncio.run(serve_registration(registrar, host=args.host, port=args.port))
+    if registrar.registered is None:
+        return 1
+    print(f"registered {registrar.registered['slug']} (id {registrar.registered['app_id']})")
+    print(f"credentials written to {out} (mode 600)")
+    print(f"install it: {registrar.registered['html_url']}/installations/new")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from app.demo.run import run_demo
 
@@ -270,6 +354,31 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         "--retention-days", type=float, help="override REPAIRBOT_EVIDENCE_RETENTION_DAYS"
     )
     handlers["evidence collect"] = cmd_evidence_collect
+    tokens = add("tokens", lambda a, s: 0, "operator API tokens (automation, /metrics)")
+    tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)
+    tc = tokens_sub.add_parser("create", help="make a token (printed once)")
+    tc.add_argument("name")
+    tc.add_argument(
+        "--scope",
+        action="append",
+        choices=["read", "act", "metrics"],
+        help="read (default), act (run actions), metrics; repeat for several",
+    )
+    handlers["tokens create"] = cmd_tokens_create
+    tokens_sub.add_parser("list", help="tokens and when they were last used")
+    handlers["tokens list"] = cmd_tokens_list
+    tr = tokens_sub.add_parser("revoke", help="revoke a token by name")
+    tr.add_argument("name")
+    handlers["tokens revoke"] = cmd_tokens_revoke
+    reg = add("register", cmd_register, "create the GitHub App from a manifest")
+    reg.add_argument("--public-url", help="where GitHub and people reach repairbot")
+    reg.add_argument("--name", default="repairbot", help="the App's name (must be unique)")
+    reg.add_argument("--org", help="register for this organization (default: your account)")
+    reg.add_argument("--workflows", action="store_true", help="ask for the Workflows permission")
+    reg.add_argument("--out", type=Path, help="credentials file (default <data>/github-app.json)")
+    reg.add_argument("--force", action="store_true", help="replace an existing credentials file")
+    reg.add_argument("--host", default="127.0.0.1")
+    reg.add_argument("--port", type=int, default=8765)
     runs = add("runs", lambda a, s: 0, "inspect runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     lst = runs_sub.add_parser("list", help="recent runs")
@@ -279,10 +388,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     for name, fn, help_ in (
         ("show", cmd_runs_show, "a run's phase, history and attempts"),
         ("export", cmd_runs_export, "a run's history as JSON (for tests/histories/)"),
+        ("watch", cmd_runs_watch, "follow a run live until it ends"),
     ):
         p = runs_sub.add_parser(name, help=help_)
         p.add_argument("run", help="run id or workflow id")
         handlers[f"runs {name}"] = fn
+        if name == "watch":
+            p.add_argument("--interval", type=float, default=0.5, help="seconds between looks")
+            p.add_argument("--timeout", type=float, help="stop watching after this many seconds")
     return parser, handlers
 
 
@@ -295,6 +408,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    if args.command in ("web", "serve", "worker") and not os.environ.get(
+        "PROMETHEUS_MULTIPROC_DIR"
+    ):
+        # Every process of this deployment writes its metric files here and
+        # /metrics merges them (prometheus_client's multiprocess mode). Set
+        # before anything imports prometheus_client.
+        from app.metrics import use_multiprocess_dir
+
+        use_multiprocess_dir(settings.data_dir / "metrics")
     key = args.command
     sub_command: Any = getattr(args, f"{args.command}_command", None)
     if sub_command:
@@ -305,6 +427,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Output piped into `head` and cut short: not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from app.metrics import process_exited
+
+            process_exited()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,34 @@ def _argv(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+#: What ``repairbot register`` writes, in the data directory unless told otherwise.
+APP_FILE_NAME = "github-app.json"
+#: Registration file keys -> the variables they stand for.
+APP_FILE_KEYS = {
+    "app_id": "GITHUB_APP_ID",
+    "slug": "GITHUB_APP_SLUG",
+    "pem": "GITHUB_PRIVATE_KEY",
+    "webhook_secret": "GITHUB_WEBHOOK_SECRET",
+    "client_id": "GITHUB_CLIENT_ID",
+    "client_secret": "GITHUB_CLIENT_SECRET",
+}
+
+
+def read_app_file(path: Path) -> dict[str, str]:
+    """The variables a registration file stands for. It holds a private key:
+    refuse it when others than its owner may read it (as ssh does)."""
+    try:
+        mode = path.stat().st_mode
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"REPAIRBOT_APP_FILE {path} cannot be read: {exc}") from exc
+    if mode & 0o077:
+        raise ConfigError(f"{path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} is not a JSON object")
+    return {var: str(raw[key]) for key, var in APP_FILE_KEYS.items() if raw.get(key)}
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if raw == "":
@@ -123,6 +151,33 @@ class Settings:
     #: of arguments (used when a repository's config names no agent).
     agent_command: tuple[str, ...] = ()
 
+    #: REPAIRBOT_PUBLIC_URL: where people reach this service (the sign-in
+    #: callback and links are built from it), e.g. ``https://repairbot.example.com``.
+    public_url: str = ""
+    #: GITHUB_WEB_URL: GitHub's web origin (sign-in and App settings pages).
+    github_web_url: str = "https://github.com"
+    #: GITHUB_CLIENT_ID / GITHUB_CLIENT_SECRET: the App's own user authorization
+    #: (sign-in with GitHub).
+    github_client_id: str = ""
+    github_client_secret: str = field(default="", repr=False)
+    #: REPAIRBOT_SESSION_SECRET: signs and encrypts session cookies (32+ characters).
+    session_secret: str = field(default="", repr=False)
+    #: REPAIRBOT_SESSION_HOURS: a sign-in lasts this long.
+    session_hours: float = 8.0
+    #: REPAIRBOT_PERMISSION_CACHE_SECONDS: how long what GitHub said about a
+    #: user's repository access is trusted before asking again.
+    permission_cache_seconds: float = 60.0
+    #: REPAIRBOT_WORKFLOWS_PERMISSION: ask for the Workflows permission at
+    #: registration (needed only to push fixes under ``.github/workflows/``).
+    workflows_permission: bool = False
+    #: REPAIRBOT_AGENT_PRICE_INPUT / REPAIRBOT_AGENT_PRICE_OUTPUT: price per
+    #: million agent tokens, for the cost shown on run pages and in metrics.
+    agent_price_input: float = 0.0
+    agent_price_output: float = 0.0
+    #: REPAIRBOT_APP_FILE: the App credentials ``repairbot register`` wrote
+    #: (default ``<data_dir>/github-app.json`` when present); variables win.
+    app_file: Path | None = None
+
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
@@ -156,6 +211,16 @@ class Settings:
             object.__setattr__(
                 self, "database_url", f"sqlite:///{(self.data_dir / 'repairbot.db').as_posix()}"
             )
+
+    @property
+    def sign_in_configured(self) -> bool:
+        """Sign-in needs the App's client credentials, a session key and a public URL."""
+        return bool(
+            self.github_client_id
+            and self.github_client_secret
+            and len(self.session_secret) >= 32
+            and self.public_url
+        )
 
     @property
     def evidence_dir(self) -> Path:
@@ -197,7 +262,19 @@ class Settings:
             "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT": str(self.webhook_bytes_in_flight),
             "REPAIRBOT_WEB_SHUTDOWN_GRACE": str(self.web_shutdown_grace),
             "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": str(self.delivery_reconcile_interval),
+            "REPAIRBOT_PUBLIC_URL": self.public_url,
+            "GITHUB_WEB_URL": self.github_web_url,
+            "GITHUB_CLIENT_ID": self.github_client_id,
+            "GITHUB_CLIENT_SECRET": self.github_client_secret,
+            "REPAIRBOT_SESSION_SECRET": self.session_secret,
+            "REPAIRBOT_SESSION_HOURS": str(self.session_hours),
+            "REPAIRBOT_PERMISSION_CACHE_SECONDS": str(self.permission_cache_seconds),
+            "REPAIRBOT_WORKFLOWS_PERMISSION": str(self.workflows_permission).lower(),
+            "REPAIRBOT_AGENT_PRICE_INPUT": str(self.agent_price_input),
+            "REPAIRBOT_AGENT_PRICE_OUTPUT": str(self.agent_price_output),
         }
+        if self.app_file is not None:
+            env["REPAIRBOT_APP_FILE"] = str(self.app_file)
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
         return env
@@ -208,6 +285,14 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
+        data_dir = Path(env.get("REPAIRBOT_DATA_DIR", ".data"))
+        app_file = Path(env["REPAIRBOT_APP_FILE"]) if env.get("REPAIRBOT_APP_FILE") else None
+        if app_file is None and (data_dir / APP_FILE_NAME).exists():
+            app_file = data_dir / APP_FILE_NAME
+        registered = read_app_file(app_file) if app_file is not None else {}
+        # The variables win over the registration file, so one setting can be
+        # overridden without editing the file.
+        env = {**registered, **{k: v for k, v in env.items() if v != ""}}
         key = env.get("GITHUB_PRIVATE_KEY", "")
         key_file = env.get("GITHUB_PRIVATE_KEY_FILE", "")
         if not key and key_file:
@@ -216,7 +301,7 @@ class Settings:
             except OSError as exc:
                 raise ConfigError(f"GITHUB_PRIVATE_KEY_FILE cannot be read: {exc}") from exc
         kwargs: dict[str, Any] = {
-            "data_dir": Path(env.get("REPAIRBOT_DATA_DIR", ".data")),
+            "data_dir": data_dir,
             "database_url": env.get("DATABASE_URL", ""),
             "redis_url": env.get("REDIS_URL", ""),
             "code_version": env.get("REPAIRBOT_CODE_VERSION", "dev"),
@@ -248,7 +333,21 @@ class Settings:
             "delivery_reconcile_interval": _float(
                 env, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", 60.0
             ),
+            "public_url": env.get("REPAIRBOT_PUBLIC_URL", "").rstrip("/"),
+            "github_web_url": env.get("GITHUB_WEB_URL", "https://github.com").rstrip("/"),
+            "github_client_id": env.get("GITHUB_CLIENT_ID", ""),
+            "github_client_secret": env.get("GITHUB_CLIENT_SECRET", ""),
+            "session_secret": env.get("REPAIRBOT_SESSION_SECRET", ""),
+            "session_hours": _float(env, "REPAIRBOT_SESSION_HOURS", 8.0),
+            "permission_cache_seconds": _float(env, "REPAIRBOT_PERMISSION_CACHE_SECONDS", 60.0),
+            "workflows_permission": _bool(env, "REPAIRBOT_WORKFLOWS_PERMISSION", False),
+            "agent_price_input": _float(env, "REPAIRBOT_AGENT_PRICE_INPUT", 0.0),
+            "agent_price_output": _float(env, "REPAIRBOT_AGENT_PRICE_OUTPUT", 0.0),
+            "app_file": app_file,
         }
+        secret = kwargs["session_secret"]
+        if secret and len(secret) < 32:
+            raise ConfigError("REPAIRBOT_SESSION_SECRET must be at least 32 characters")
         if env.get("REPAIRBOT_WORKER_ID"):
             kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]
         return cls(**kwargs)

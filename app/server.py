@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import uvicorn
@@ -11,6 +12,7 @@ from arq.connections import RedisSettings
 from app.config import Settings
 from app.engine.arq_dispatch import ArqDispatcher
 from app.migrate import upgrade
+from app.registration import Registrar
 from app.web import create_app
 from app.worker import build_runtime
 
@@ -46,3 +48,21 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
         if pool is not None:
             await pool.aclose()
     return 0
+
+
+async def serve_registration(registrar: Registrar, *, host: str, port: int) -> None:
+    """Serve ``repairbot register``'s page until the App is registered."""
+    server = uvicorn.Server(
+        uvicorn.Config(registrar.asgi(), host=host, port=port, log_config=None, access_log=False)
+    )
+
+    async def stop_when_done() -> None:
+        await registrar.done.wait()
+        await asyncio.sleep(0.5)  # let the confirmation page reach the browser
+        server.should_exit = True
+
+    watcher = asyncio.create_task(stop_when_done())
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()

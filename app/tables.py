@@ -56,3 +56,20 @@ class InstallationRepository(SQLModel, table=True):
     active: bool = True
     updated_at: float
     details: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class ApiToken(SQLModel, table=True):
+    """An operator's API token (``repairbot tokens create``). Only the sha256 of
+    the token is kept: a database leak does not hand out working tokens."""
+
+    __tablename__ = "api_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True)
+    token_sha256: str = Field(unique=True)
+    #: Space-separated: ``read`` (runs, deliveries), ``act`` (run actions,
+    #: delivery re-runs), ``metrics`` (``/metrics``).
+    scopes: str
+    created_at: float
+    last_used_at: float | None = None
+    revoked_at: float | None = None

@@ -26,6 +26,7 @@ from app.engine.runtime import Runtime
 from app.evidence import open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
+from app.metrics import metered_transport
 from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
 from app.workspace import sweep_workspaces
@@ -44,7 +45,9 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
         AgentHttp(httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=15.0))),
     )
     if settings.github_app_id:
-        factory = GitHubClientFactory.from_settings(settings)
+        factory = GitHubClientFactory.from_settings(
+            settings, transport=metered_transport(settings.github_api_url)
+        )
         deps.add(GitHubAccess(factory, settings.github_git_url))
 
         async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:

@@ -39,6 +39,9 @@ class AppHandle:
     slug: str
     #: Set when the emulator generated the key pair.
     private_key_pem: str | None
+    #: The App's user authorization credentials (sign-in with GitHub).
+    client_id: str = ""
+    client_secret: str = ""
 
 
 class _Part:
@@ -185,7 +188,13 @@ class EmulatorClient:
             "id": app_id,
         }
         out = await self.control("POST", "/apps", {k: v for k, v in body.items() if v is not None})
-        return AppHandle(out["id"], out["slug"], out.get("private_key_pem"))
+        return AppHandle(
+            out["id"],
+            out["slug"],
+            out.get("private_key_pem"),
+            out.get("client_id", ""),
+            out.get("client_secret", ""),
+        )
 
     async def create_installation(
         self,

@@ -8,6 +8,7 @@ Each function runs under the store lock and announces what GitHub would.
 from __future__ import annotations
 
 import re
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives import serialization
@@ -97,6 +98,10 @@ def create_app(emu: Emulator, body: dict[str, Any]) -> dict[str, Any]:
         webhook_secret=body.get("webhook_secret"),
         created_at=store.now(),
         client_id=f"Iv1.{app_id:016x}",
+        client_secret=secrets.token_hex(20),
+        callback_urls=[str(u) for u in body.get("callback_urls") or []],
+        url=str(body.get("url") or ""),
+        description=str(body.get("description") or ""),
     )
     store.apps[app.id] = app
     emu.bot_user(app)
@@ -105,6 +110,7 @@ def create_app(emu: Emulator, body: dict[str, Any]) -> dict[str, Any]:
         "slug": app.slug,
         "name": app.name,
         "client_id": app.client_id,
+        "client_secret": app.client_secret,
     }
     if private_pem is not None:
         out["private_key_pem"] = private_pem

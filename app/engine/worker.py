@@ -23,6 +23,7 @@ from app.engine.registry import Absent, Found, Registry, Unknown
 from app.engine.replay import WorkflowExecution, json_problem
 from app.engine.store import Claim, Failure, RunRow, Store
 from app.engine.tables import OPEN_STATUSES
+from app.logs import bind_log_context
 
 log = logging.getLogger("repairbot.engine")
 
@@ -126,6 +127,7 @@ class Worker:
             log.exception("eager job %s failed", job.job_id)
 
     async def run_job(self, job: Job) -> None:
+        bind_log_context()
         if job.kind == WORKFLOW_TASK:
             await self.run_workflow_task(job.ref)
         elif job.kind == ACTIVITY:
@@ -165,6 +167,7 @@ class Worker:
                 run_id,
             )
             return True
+        bind_log_context(run_id=run_id, workflow=f"{run.workflow_name}@{run.workflow_version}")
         resumed = self._resume(run)
         if resumed is None:
             return True  # nothing new since the cached state
@@ -220,6 +223,7 @@ class Worker:
         )
         if claim is None:
             return
+        bind_log_context(run_id=claim.run_id, activity=claim.activity, attempt=claim.attempt)
         defn = self.registry.activities[claim.activity]  # claimed only if we have it
         actx = ActivityContext(
             claim, store=self.store, deps=self.deps, worker_id=self.worker_id, faults=self.faults

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from app.metrics import instruments
+
 log = logging.getLogger("repairbot.web.limits")
 
 
@@ -72,6 +74,7 @@ class BodyGate:
         if self.in_flight + size > self.limits.bytes_in_flight:
             return False
         self.in_flight += size
+        instruments().webhook_bytes_in_flight.set(self.in_flight)
         return True
 
     def _busy(self) -> BodyRefused:
@@ -111,6 +114,7 @@ class BodyGate:
             raise
         finally:
             self.in_flight -= reserved
+            instruments().webhook_bytes_in_flight.set(self.in_flight)
 
     async def _read(self, request: Request, declared: int | None, reserved: int) -> bytes:
         chunks: list[bytes] = []
