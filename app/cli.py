@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
 import sys
@@ -119,6 +120,64 @@ def _phase_of(run: Any, settings: Settings) -> dict[str, Any] | None:
 def cmd_runs_export(args: argparse.Namespace, settings: Settings) -> int:
     print(json.dumps(export_history(_store(settings), args.run), indent=1))
     return 0
+
+
+def _operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (containers)
+        return f"uid:{os.getuid()}"
+
+
+async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine.runtime import Runtime
+    from app.registry import build_registry
+    from app.run_actions import RunNotFound, RunStillActive, retry_run
+
+    runtime = Runtime(make_engine(settings.database_url), build_registry())
+    pool = None
+    if settings.redis_url:
+        # Prompt pickup; without Redis the outbox rows wait for a worker's relay.
+        from arq import create_pool
+        from arq.connections import RedisSettings
+
+        from app.engine.arq_dispatch import ArqDispatcher
+
+        pool = await create_pool(RedisSettings.from_dsn(settings.redis_url))
+        runtime.use_dispatcher(ArqDispatcher(pool))
+    action, key, reason, by = args.runs_command, args.run, args.reason, args.by
+    try:
+        if action == "retry":
+            try:
+                new = await retry_run(runtime, key, reason=reason, by=by)
+            except (RunNotFound, RunStillActive) as exc:
+                print(f"cannot retry: {exc}", file=sys.stderr)
+                return 1
+            print(f"started {new} (retry of {key}, by {by}: {reason})")
+            return 0
+        if action == "terminate":
+            record = await runtime.terminate(key, reason, by=by)
+            if record is None:
+                print(f"no open or parked run for {key!r}", file=sys.stderr)
+                return 1
+            print(f"terminated {key} (by {by}: {reason})")
+            for item in record["uncertain"]:
+                print(f"  uncertain: {item['operation_id']} ({item['status']}, {item['effect']})")
+            return 0
+        done = await (runtime.cancel if action == "cancel" else runtime.resume)(key, reason, by=by)
+        if not done:
+            wanted = "open or parked" if action == "cancel" else "parked"
+            print(f"no {wanted} run for {key!r}", file=sys.stderr)
+            return 1
+        print(f"{'cancel requested for' if action == 'cancel' else 'resumed'} {key} (by {by})")
+        return 0
+    finally:
+        if pool is not None:
+            await pool.aclose()
+
+
+def cmd_runs_action(args: argparse.Namespace, settings: Settings) -> int:
+    return asyncio.run(_run_action(args, settings))
 
 
 def cmd_example(args: argparse.Namespace, settings: Settings) -> int:
@@ -396,6 +455,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         if name == "watch":
             p.add_argument("--interval", type=float, default=0.5, help="seconds between looks")
             p.add_argument("--timeout", type=float, help="stop watching after this many seconds")
+    for name, help_ in (
+        ("cancel", "ask a run to cancel (it cleans up what it owns)"),
+        ("terminate", "end a run now without running its code"),
+        ("resume", "continue a run parked in needs-human or blocked-nondeterministic"),
+        ("retry", "start a new run for a closed run's request"),
+    ):
+        p = runs_sub.add_parser(name, help=help_)
+        p.add_argument("run", help="run id or workflow id")
+        p.add_argument("--reason", required=True, help="recorded in the run's history")
+        p.add_argument("--by", default=_operator(), help="who acts (default: the OS user)")
+        handlers[f"runs {name}"] = cmd_runs_action
     return parser, handlers
 
 

@@ -58,6 +58,8 @@ class StepResult:
     #: scheduled up to it is stopped; the code's own cancellation handling
     #: (cleanup scheduled later, possibly in this same task) is not.
     cancel_boundary: int = 0
+    #: The code asked to wait for an operator (``ctx.wait_for_operator``): why.
+    park_reason: str | None = None
 
 
 def json_problem(value: Any) -> str | None:
@@ -163,6 +165,14 @@ class WorkflowExecution:
             cancel_phase=self._cancel_phase,
             cancel_delivered=self._cancel_delivered,
             cancel_boundary=self._cancel_boundary,
+            park_reason=next(
+                (
+                    str(c.attrs.get("reason", ""))
+                    for c in reversed(self._new)
+                    if c.type == "marker_recorded" and c.attrs.get("kind") == "park"
+                ),
+                None,
+            ),
         )
 
     def _apply_one(self, event: Event) -> None:

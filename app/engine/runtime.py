@@ -24,6 +24,7 @@ from app.engine.reconciler import Reconciler
 from app.engine.registry import Registry
 from app.engine.replay import WorkflowExecution
 from app.engine.store import RunRow, StartResult, Store, Tx
+from app.engine.store.resume import resume_run
 from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
 from app.engine.worker import Worker
 
@@ -136,10 +137,17 @@ class Runtime:
         *,
         version: int | None = None,
         deadline_seconds: float | None = None,
+        operator: dict[str, Any] | None = None,
     ) -> StartResult:
+        """``operator``: who started the run by hand and why, recorded in history."""
         with self.store.transaction() as tx:
-            result = self.start_in(
-                tx, name, workflow_id, input, version=version, deadline_seconds=deadline_seconds
+            result = tx.start_run(
+                workflow_name=name,
+                workflow_version=version or self.registry.latest_version(name),
+                workflow_id=workflow_id,
+                input=input,
+                deadline_seconds=deadline_seconds,
+                operator=operator,
             )
         await self.dispatch(tx.jobs)
         return result
@@ -169,15 +177,29 @@ class Runtime:
         await self.dispatch(tx.jobs)
         return delivered
 
-    async def cancel(self, workflow_id: str, reason: str) -> bool:
+    # Operator actions take a run id or a workflow id and act only on the run
+    # that is active now; ``by`` (who acted) is recorded with the reason.
+
+    async def cancel(self, run_id: str, reason: str, *, by: str | None = None) -> bool:
+        """Ask the run to cancel (its code cleans up); a parked run closes at once."""
         with self.store.transaction() as tx:
-            requested = tx.request_cancel(workflow_id, reason)
+            requested = tx.request_cancel(run_id, reason, by=by)
         await self.dispatch(tx.jobs)
         return requested
 
-    async def terminate(self, workflow_id: str, reason: str) -> dict[str, Any] | None:
+    async def terminate(
+        self, run_id: str, reason: str, *, by: str | None = None
+    ) -> dict[str, Any] | None:
+        """End the run now without running its code; returns what was left uncertain."""
         with self.store.transaction() as tx:
-            return tx.terminate(workflow_id, reason)
+            return tx.terminate(run_id, reason, by=by)
+
+    async def resume(self, run_id: str, reason: str, *, by: str | None = None) -> bool:
+        """Continue a run parked in ``needs-human`` or ``blocked-nondeterministic``."""
+        with self.store.transaction() as tx:
+            resumed = resume_run(tx, run_id, reason, by=by)
+        await self.dispatch(tx.jobs)
+        return resumed
 
     def query(self, key: str, name: str) -> Any:
         """Answer a named query by replaying history; nothing is written."""

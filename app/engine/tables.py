@@ -19,6 +19,9 @@ CLOSED_STATUSES = (
     "continued-as-new",
 )
 PARKED_STATUSES = ("needs-human", "blocked-nondeterministic")
+#: ``error.type`` of a needs-human run whose code is alive, waiting in
+#: ``ctx.wait_for_operator()`` (a cancel then runs the code's cleanup).
+WAITING_FOR_OPERATOR = "WaitingForOperator"
 
 
 def _json(nullable: bool = True) -> Any:

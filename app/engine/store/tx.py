@@ -17,6 +17,7 @@ from app.engine.store.schema import counters, events, outbox, runs, signals, tas
 from app.engine.tables import (
     OPEN_STATUSES,
     PARKED_STATUSES,
+    WAITING_FOR_OPERATOR,
 )
 
 
@@ -82,6 +83,31 @@ class Tx:
         row = self.conn.execute(select(runs).where(runs.c.active_key == workflow_id)).first()
         return run_row(row) if row else None
 
+    def target(self, key: str) -> RunRow | None:
+        """The open or parked run that ``key`` names: a run id (only while that
+        very run is the active one) or a workflow id (its active run)."""
+        row = self.conn.execute(select(runs).where(runs.c.run_id == key)).first()
+        if row is not None:
+            return run_row(row) if row.active_key is not None else None
+        return self.active_run(key)
+
+    def record_event(self, run: RunRow, type_: str, data: dict[str, Any]) -> int:
+        """Append an event whatever the run's status (no workflow task follows)."""
+        seq = int(
+            self.conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run.run_id)
+                .values(history_length=runs.c.history_length + 1, updated_at=self.now)
+                .returning(runs.c.history_length)
+            ).scalar_one()
+        )
+        self.conn.execute(
+            insert(events).values(
+                run_id=run.run_id, seq=seq, type=type_, data=data, created_at=self.now
+            )
+        )
+        return seq
+
     def start_run(
         self,
         *,
@@ -91,8 +117,11 @@ class Tx:
         input: Any,
         deadline_seconds: float | None = None,
         continued_from: str | None = None,
+        operator: dict[str, Any] | None = None,
     ) -> StartResult:
-        """Start a run unless one is active for ``workflow_id`` (then return it)."""
+        """Start a run unless one is active for ``workflow_id`` (then return it).
+
+        ``operator``: who started it by hand and why (recorded in history)."""
         existing = self.active_run(workflow_id)
         if existing is not None:
             return StartResult(existing.run_id, created=False)
@@ -131,6 +160,8 @@ class Tx:
             "version": workflow_version,
             "workflow_id": workflow_id,
         }
+        if operator:
+            started["operator"] = operator
         self.conn.execute(
             insert(events).values(
                 run_id=run_id, seq=1, type=ev.WORKFLOW_STARTED, data=started, created_at=self.now
@@ -161,26 +192,36 @@ class Tx:
         data = {"name": name, "payload": payload, "dedupe_key": dedupe_key}
         return self.append_event(run.run_id, ev.SIGNAL_RECEIVED, data) is not None
 
-    def request_cancel(self, workflow_id: str, reason: str) -> bool:
-        run = self.active_run(workflow_id)
+    def request_cancel(self, key: str, reason: str, *, by: str | None = None) -> bool:
+        """Ask the run ``key`` names (run id or workflow id) to cancel; ``by``
+        (who acted) is recorded with the reason in history."""
+        run = self.target(key)
         if run is None:
             return False
-        if run.status in PARKED_STATUSES:
+        data: dict[str, Any] = {"reason": reason} | ({"by": by} if by else {})
+        waiting = isinstance(run.error, dict) and run.error.get("type") == WAITING_FOR_OPERATOR
+        if run.status in PARKED_STATUSES and not waiting:
             # Parked runs run no code: close them as cancelled straight away.
-            self.close_run(run.run_id, "cancelled", error={"reason": reason})
+            self.record_event(run, ev.CANCEL_REQUESTED, data)
+            self.close_run(run.run_id, "cancelled", error=data)
             return True
         moved = self.conn.execute(
             update(runs)
-            .where(runs.c.run_id == run.run_id, runs.c.status == "running")
-            .values(status="cancelling", cancel_phase="cancel-requested", cancel_reason=reason)
+            .where(runs.c.run_id == run.run_id, runs.c.status.in_(("running", "needs-human")))
+            .values(
+                status="cancelling",
+                cancel_phase="cancel-requested",
+                cancel_reason=reason,
+                error=None,
+            )
         ).rowcount
         if not moved:
             return False
-        return self.append_event(run.run_id, ev.CANCEL_REQUESTED, {"reason": reason}) is not None
+        return self.append_event(run.run_id, ev.CANCEL_REQUESTED, data) is not None
 
-    def terminate(self, workflow_id: str, reason: str) -> dict[str, Any] | None:
+    def terminate(self, key: str, reason: str, *, by: str | None = None) -> dict[str, Any] | None:
         """End the active run now, without running workflow code; report what is uncertain."""
-        run = self.active_run(workflow_id)
+        run = self.target(key)
         if run is None:
             return None
         in_flight = self.conn.execute(
@@ -200,21 +241,10 @@ class Tx:
             }
             for t in in_flight
         ]
-        record = {"reason": reason, "uncertain": uncertain}
-        self.conn.execute(
-            insert(events).values(
-                run_id=run.run_id,
-                seq=run.history_length + 1,
-                type=ev.WORKFLOW_TERMINATED,
-                data=record,
-                created_at=self.now,
-            )
-        )
-        self.conn.execute(
-            update(runs)
-            .where(runs.c.run_id == run.run_id)
-            .values(history_length=run.history_length + 1)
-        )
+        record: dict[str, Any] = {"reason": reason, "uncertain": uncertain}
+        if by:
+            record["by"] = by
+        self.record_event(run, ev.WORKFLOW_TERMINATED, record)
         self.close_run(run.run_id, "terminated", error=record)
         return record
 

@@ -25,6 +25,7 @@ from app.engine.store.schema import (
 from app.engine.store.tx import Tx
 from app.engine.tables import (
     OPEN_STATUSES,
+    WAITING_FOR_OPERATOR,
 )
 
 
@@ -44,6 +45,10 @@ class WorkflowTasks(StoreBase):
             }
             if step.cancel_phase:
                 values["cancel_phase"] = step.cancel_phase
+            if step.park_reason is not None and step.outcome is None:
+                # The code waits for an operator: parked, holding no worker.
+                values["status"] = "needs-human"
+                values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
             guarded = tx.conn.execute(
                 update(runs)
                 .where(
