@@ -12,9 +12,10 @@ one on request (``POST /app/hook/deliveries/{id}/attempts``). A pass:
    error) keeps GitHub's cursor and resumes there next pass; the mark moves
    only when a scan reaches it, so nothing between is skipped.
 2. Ask (any worker): for each pending guid whose last request is older than
-   the interval, claim the request with a conditional update (so several
-   workers send at most one request per guid per interval), then ask GitHub
-   to redeliver its newest attempt. The intake records the redelivery under
+   its backoff (the interval, doubling per ask up to 64 intervals), claim the
+   request with a conditional update on its ask count (so several workers
+   send at most one request per guid per interval), then ask GitHub to
+   redeliver its newest attempt. The intake records the redelivery under
    the same guid, once; the next pass sees the record and closes the row.
 
 GitHub's answers are classified by app/github/errors.py: a rate limit stores
@@ -59,7 +60,12 @@ REDELIVERABLE_FOR = 3 * 24 * 3600.0
 PAGE_SIZE = 100
 PAGES_PER_PASS = 10
 REQUESTS_PER_PASS = 50
-MAX_REQUESTS = 5
+#: Asks for one guid before giving up (with the backoff below, about a day at
+#: the default interval; GitHub's own limit, 3 days, ends it sooner if shorter).
+MAX_REQUESTS = 30
+#: The wait between asks doubles from the interval up to this many intervals,
+#: so an outage of hours is covered without asking every minute.
+MAX_BACKOFF_INTERVALS = 64
 Clock = Callable[[], float]
 
 
@@ -277,20 +283,27 @@ class DeliveryReconciler:
 
     # -- asking for redelivery -----------------------------------------------------
 
+    def backoff(self, requests: int) -> float:
+        """Seconds after the last ask before the next one."""
+        return self.interval * min(2 ** max(requests - 1, 0), MAX_BACKOFF_INTERVALS)
+
     def _due(self, now: float) -> list[Any]:
         with self.engine.begin() as conn:
-            return list(
-                conn.execute(
-                    select(redeliveries)
-                    .where(redeliveries.c.state == "pending")
-                    .where(
-                        redeliveries.c.requested_at.is_(None)
-                        | (redeliveries.c.requested_at <= now - self.interval)
-                    )
-                    .order_by(redeliveries.c.delivered_at)
-                    .limit(REQUESTS_PER_PASS)
-                ).all()
-            )
+            rows = conn.execute(
+                select(redeliveries)
+                .where(redeliveries.c.state == "pending")
+                .where(
+                    redeliveries.c.requested_at.is_(None)
+                    | (redeliveries.c.requested_at <= now - self.interval)
+                )
+                .order_by(redeliveries.c.delivered_at)
+            ).all()
+        due = [
+            r
+            for r in rows
+            if r.requested_at is None or r.requested_at <= now - self.backoff(r.requests)
+        ]
+        return due[:REQUESTS_PER_PASS]
 
     def _claim(self, row: Any, now: float) -> str:
         """``recorded``, ``gave-up``, ``claimed`` or ``taken`` (by another worker)."""
@@ -304,14 +317,13 @@ class DeliveryReconciler:
             if row.requests >= MAX_REQUESTS or now - row.delivered_at > REDELIVERABLE_FOR:
                 self._close(conn, row.guid, "gave-up", f"not recorded after {row.requests} asks")
                 return "gave-up"
+            # Compare-and-set on the ask count: of several workers that read the
+            # same row, one moves it on and the others find it changed.
             claimed = conn.execute(
                 update(redeliveries)
                 .where(redeliveries.c.guid == row.guid, redeliveries.c.state == "pending")
-                .where(
-                    redeliveries.c.requested_at.is_(None)
-                    | (redeliveries.c.requested_at <= now - self.interval)
-                )
-                .values(requested_at=now, requests=redeliveries.c.requests + 1)
+                .where(redeliveries.c.requests == row.requests)
+                .values(requested_at=now, requests=row.requests + 1)
             ).rowcount
         return "claimed" if claimed else "taken"
 

@@ -173,14 +173,19 @@ async def test_a_delivery_that_never_arrives_is_given_up_after_bounded_asks(
     await scene.issues(1)
     reconciler = scene.reconciler()
     asked = 0
+    waits = []
     for _ in range(MAX_REQUESTS + 2):
         report = await reconciler.run_once()
         asked += len(report.requested)
-        scene.clock[0] += 61
+        [row] = pending_redeliveries(scene.engine)
+        waits.append(reconciler.backoff(row.requests))
+        scene.clock[0] += 61 * 64
     await scene.client.deliveries.wait()
     assert asked == MAX_REQUESTS
     [row] = pending_redeliveries(scene.engine)
     assert row.state == "gave-up" and row.requests == MAX_REQUESTS
+    # The wait between asks doubled from the interval, up to its cap.
+    assert waits[:4] == [60.0, 120.0, 240.0, 480.0] and max(waits) == 60.0 * 64
 
 
 async def test_a_rate_limit_holds_back_every_worker(scene: Scene) -> None:
