@@ -285,7 +285,7 @@ class DeliveryReconciler:
 
     def backoff(self, requests: int) -> float:
         """Seconds after the last ask before the next one."""
-        return self.interval * min(2 ** max(requests - 1, 0), MAX_BACKOFF_INTERVALS)
+        return self.interval * float(min(2 ** max(requests - 1, 0), MAX_BACKOFF_INTERVALS))
 
     def _due(self, now: float) -> list[Any]:
         with self.engine.begin() as conn:
