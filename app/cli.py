@@ -338,6 +338,28 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_deliveries_reconcile(args: argparse.Namespace, settings: Settings) -> int:
+    from app.delivery_reconciler import pending_redeliveries
+    from app.worker import delivery_reconciler
+
+    if not settings.github_app_id:
+        print("GITHUB_APP_ID is not set: nothing to reconcile against", file=sys.stderr)
+        return 2
+    interval = args.interval or settings.delivery_reconcile_interval or 60.0
+    reconciler = delivery_reconciler(settings.with_overrides(delivery_reconcile_interval=interval))
+    assert reconciler is not None
+    report = asyncio.run(reconciler.run_once())
+    print(report.summary())
+    for row in pending_redeliveries(reconciler.engine):
+        if row.state != "recorded":
+            action = f".{row.action}" if row.action else ""
+            print(
+                f"{row.guid:38} {row.event + action:34} {row.state:8} asked {row.requests}x  "
+                f"{row.detail or ''}"
+            )
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from app.demo.run import run_demo
 
@@ -438,6 +460,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     reg.add_argument("--force", action="store_true", help="replace an existing credentials file")
     reg.add_argument("--host", default="127.0.0.1")
     reg.add_argument("--port", type=int, default=8765)
+    dc = deliveries_sub.add_parser(
+        "reconcile",
+        help="one pass of the delivery reconciler: have GitHub redeliver what never arrived",
+    )
+    dc.add_argument(
+        "--interval",
+        type=float,
+        help="seconds since the last request for a delivery before asking again "
+        "(default: REPAIRBOT_DELIVERY_RECONCILE_INTERVAL)",
+    )
+    handlers["deliveries reconcile"] = cmd_deliveries_reconcile
     runs = add("runs", lambda a, s: 0, "inspect runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     lst = runs_sub.add_parser("list", help="recent runs")

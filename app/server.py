@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+from types import FrameType
 
 import uvicorn
 from arq import create_pool
@@ -17,6 +19,19 @@ from app.web import create_app
 from app.worker import build_runtime
 
 log = logging.getLogger("repairbot.server")
+
+
+class GracefulServer(uvicorn.Server):
+    """SIGTERM is a deploy, not a crash: drain, then exit 0.
+
+    uvicorn finishes in-flight requests on SIGTERM and then raises the signal
+    again so the process dies of it; a supervisor would read that as a crash.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM and sig in self._captured_signals:
+            self._captured_signals.remove(sig)
 
 
 async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool) -> int:
@@ -43,7 +58,7 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
         timeout_graceful_shutdown=int(settings.web_shutdown_grace),
     )
     try:
-        await uvicorn.Server(config).serve()
+        await GracefulServer(config).serve()
     finally:
         if pool is not None:
             await pool.aclose()

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from typing import Any
 
 import httpx
 from arq import create_pool
@@ -19,6 +20,7 @@ from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
 from app.commands import Sandbox
 from app.config import Settings
+from app.delivery_reconciler import DeliveryReconciler
 from app.engine.activity_context import Dependencies
 from app.engine.arq_dispatch import ArqDispatcher, arq_workers
 from app.engine.db import make_engine
@@ -121,13 +123,43 @@ async def collect_evidence(settings: Settings, every: float = 6 * 3600.0) -> Non
         await asyncio.sleep(every)
 
 
+def delivery_reconciler(settings: Settings) -> DeliveryReconciler | None:
+    """The periodic delivery reconciler, when the App is configured and it is on."""
+    if not settings.github_app_id or settings.delivery_reconcile_interval <= 0:
+        return None
+    return DeliveryReconciler(
+        make_engine(settings.database_url, pool_size=2),
+        GitHubClientFactory.from_settings(settings),
+        interval=settings.delivery_reconcile_interval,
+        holder=settings.worker_id,
+    )
+
+
+@contextlib.asynccontextmanager
+async def background(name: str, work: Coroutine[Any, Any, None] | None) -> AsyncIterator[None]:
+    """Run ``work`` beside the block; cancelled when the block exits."""
+    task = asyncio.create_task(work, name=name) if work is not None else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def run_worker(settings: Settings) -> int:
     sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
     collector: asyncio.Task[None] | None = None
     if settings.evidence_store == "database":
         collector = asyncio.create_task(collect_evidence(settings), name="evidence-gc")
+
+    reconciler = delivery_reconciler(settings)
     try:
-        return await _run_worker(settings)
+        async with background(
+            "delivery-reconciler", reconciler.run_forever() if reconciler else None
+        ):
+            return await _run_worker(settings)
     finally:
         for task in (sweeper, collector):
             if task is not None:

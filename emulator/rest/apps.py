@@ -213,14 +213,54 @@ def manifest_conversion(ctx: Ctx) -> Reply:
 
 
 def list_deliveries(ctx: Ctx) -> Reply:
+    """Newest first, paged by cursor as GitHub does (``?cursor=`` from the
+    ``Link`` header; ``page`` is not accepted here). Only attempted deliveries
+    are listed: GitHub shows a delivery once it has been tried.
+    ``status=success|failure`` filters on the status code (2xx-3xx / 4xx-5xx)."""
     app = _app(ctx)
-    mine = [d for d in ctx.emu.dispatcher.list() if d.app_id == app.id]
+    try:
+        per_page = int(ctx.query.get("per_page", "30"))
+    except ValueError:
+        raise validation() from None
+    if not 1 <= per_page <= 100:
+        raise validation("per_page must be between 1 and 100")
+    wanted = ctx.query.get("status")
+    if wanted not in (None, "success", "failure"):
+        raise validation("status must be success or failure")
+    cursor = ctx.query.get("cursor")
+    start: int | None = None
+    if cursor is not None:
+        if not cursor.startswith("v1_") or not cursor[3:].isdigit():
+            raise ApiError(400, "Invalid cursor")
+        start = int(cursor[3:])
+    found = [
+        d
+        for d in reversed(ctx.emu.dispatcher.list())
+        if d.app_id == app.id
+        and d.delivered_at is not None
+        and (start is None or d.id <= start)
+        and (wanted is None or _outcome(d.status_code) == wanted)
+    ]
+    page, rest = found[:per_page], found[per_page:]
     out = []
-    for d in reversed(mine):
+    for d in page:
         item = d.to_json()
         del item["request"], item["response"], item["url"]
         out.append(item)
-    return paginate(ctx, out)
+    headers = {}
+    if rest:
+        query = f"per_page={per_page}" + (f"&status={wanted}" if wanted else "")
+        path = ctx.emu.base_path + ctx.params.get("__path__", "")
+        headers["link"] = f'<{ctx.urls.web}{path}?{query}&cursor=v1_{rest[0].id}>; rel="next"'
+    return Reply(200, out, headers)
+
+
+def _outcome(status_code: int) -> str | None:
+    if 200 <= status_code < 400:
+        return "success"
+    if 400 <= status_code < 600:
+        return "failure"
+    return None  # 0: no connection (GitHub's "failed to connect" matches neither)
 
 
 def get_delivery(ctx: Ctx) -> Reply:
@@ -235,6 +275,7 @@ def redeliver(ctx: Ctx) -> Reply:
     if d is None or d.app_id != _app(ctx).id:
         raise not_found()
     ctx.emu.dispatcher.redeliver(d.id)
+    # GitHub answers 202 with an empty object and sends the attempt later.
     return Reply(202, {})
 
 
