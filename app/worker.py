@@ -6,10 +6,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 
 import httpx
-from arq import create_pool
-from arq.connections import RedisSettings
 
 from activities.github import GitHubAccess
 from activities.workspace import InstallationGit
@@ -18,8 +17,9 @@ from app.agent.http import AgentHttp
 from app.commands import Sandbox
 from app.config import Settings
 from app.engine.activity_context import Dependencies
-from app.engine.arq_dispatch import ArqDispatcher, arq_workers
+from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher
 from app.engine.db import make_engine
+from app.engine.redis_channel import connect, redis_settings
 from app.engine.runtime import Runtime
 from app.evidence import EvidenceStore
 from app.github.client import GitHubClientFactory
@@ -72,6 +72,7 @@ def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runti
         reconcile_interval=settings.reconcile_interval,
         relay_grace=settings.relay_grace,
         worker_silence=settings.worker_silence,
+        db_patience=settings.db_patience,
     )
     deps.add(runtime)  # activities that start or signal other runs use it
     return runtime
@@ -104,28 +105,35 @@ async def run_worker(settings: Settings) -> int:
 
 async def _run_worker(settings: Settings) -> int:
     runtime = build_runtime(settings)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
     if not settings.redis_url:
         log.info("no REDIS_URL: running jobs in this process")
         await runtime.start_in_process()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runtime.stop()
+        await stopping.wait()
+        log.info("stopping: draining for up to %.0fs", settings.drain_grace)
+        await runtime.stop(grace=settings.drain_grace)
         return 0
-    redis_settings = RedisSettings.from_dsn(settings.redis_url)
-    pool = await create_pool(redis_settings)
+    pool = await connect(settings.redis_url)
     runtime.use_dispatcher(ArqDispatcher(pool), eager=True)
     runtime.start_liveness()
-    workers = arq_workers(runtime, redis_settings, max_jobs=settings.concurrency)
-    log.info("arq workers on queues %s", [w.queue_name for w in workers])
+    runtime.reconciler.start(settings.reconcile_interval)
+    consumers = ArqConsumers(
+        runtime, redis_settings(settings.redis_url), max_jobs=settings.concurrency
+    )
+    consumers.start()
+    log.info("arq consumers on queues %s", consumers.queues)
     try:
-        await asyncio.gather(*(w.async_run() for w in workers))
+        await stopping.wait()
+        # A deploy: take no new jobs, let running ones finish within the grace
+        # period, hand back the rest, mark this worker retired, exit 0.
+        log.info("stopping: draining for up to %.0fs", settings.drain_grace)
+        consumers.pause()
+        await runtime.stop(grace=settings.drain_grace)
     finally:
-        await runtime.stop()
-        for worker in workers:
-            # arq's close() re-raises the CancelledError of a job it just cancelled;
-            # that must not leave the other workers and the pool unclosed.
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker.close()
+        await consumers.stop()
         await pool.aclose()
+    log.info("worker %s retired", runtime.worker_id)
     return 0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, TypeVar
 
+from app.engine.db_retry import retrying
 from app.engine.faults import FaultPoints
 from app.engine.store import Claim, Store
 
@@ -56,13 +56,20 @@ class ActivityContext:
         self.cancel_requested = False
         self._store = store
         self._faults = faults
+        #: How long a heartbeat rides out a database outage before failing.
+        self.db_patience = 0.0
 
     async def heartbeat(self, details: Any = None) -> bool:
         """Extend the lease, record progress; True if cancellation was requested.
 
         Raises :class:`StaleLease` if this attempt lost its lease: stop at once.
         """
-        answer = await asyncio.to_thread(self._store.heartbeat, self.task_id, self.token, details)
+        answer = await retrying(
+            lambda: self._store.heartbeat(self.task_id, self.token, details),
+            what=f"heartbeating {self.operation_id}",
+            patience=self.db_patience,
+            in_thread=True,
+        )
         self.cancel_requested = self.cancel_requested or answer
         self._faults.hit("activity.after_heartbeat", self.activity)
         return self.cancel_requested

@@ -215,11 +215,18 @@ class CrashLab:
 
     def wait_killed(self, worker: WorkerProcess, timeout: float = 20.0) -> None:
         """The worker must die by its own SIGKILL at the fault point."""
-        self.wait_until(
-            lambda: worker.popen.poll() is not None,
-            f"worker {worker.worker_id} to hit its fault point",
-            timeout,
-        )
+        try:
+            self.wait_until(
+                lambda: worker.popen.poll() is not None,
+                f"worker {worker.worker_id} to hit its fault point",
+                timeout,
+            )
+        except AssertionError:
+            # Ask the stuck worker for its stacks (crash_worker registers
+            # faulthandler on SIGUSR1); the diagnostics print its log.
+            os.kill(worker.pid, signal.SIGUSR1)
+            time.sleep(1.0)
+            raise
         code = worker.popen.returncode
         assert code == -signal.SIGKILL, (
             f"worker {worker.worker_id} exited with {code}, not by SIGKILL at its fault point"

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,17 +225,17 @@ async def run_in_process(runtime: Runtime) -> None:
 
 
 async def run_arq(runtime: Runtime, redis_url: str, *, eager: bool) -> None:
-    from arq import create_pool
-    from arq.connections import RedisSettings
+    from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher
+    from app.engine.redis_channel import connect, redis_settings
 
-    from app.engine.arq_dispatch import ArqDispatcher, arq_workers
-
-    settings = RedisSettings.from_dsn(redis_url)
-    pool = await create_pool(settings)
+    pool = await connect(redis_url)
     runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
-    # No signal handlers: the tests end this process with SIGKILL or SIGTERM.
-    workers = arq_workers(runtime, settings, handle_signals=False, poll_delay=0.01)
-    await asyncio.gather(*(w.async_run() for w in workers))
+    # As app/worker.py wires it: liveness, the reconciler loop, arq consumers.
+    runtime.start_liveness()
+    runtime.reconciler.start(runtime.reconcile_interval)
+    consumers = ArqConsumers(runtime, redis_settings(redis_url), poll_delay=0.01)
+    consumers.start()
+    await asyncio.Event().wait()  # until killed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -263,6 +265,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # `kill -USR1 <pid>` prints every thread's stack to the log: a hung worker explains itself.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     while args.standby and not os.path.exists(args.standby):
         time.sleep(0.01)
     logging.basicConfig(
