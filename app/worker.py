@@ -105,33 +105,59 @@ async def run_worker(settings: Settings) -> int:
 
 async def _run_worker(settings: Settings) -> int:
     runtime = build_runtime(settings)
+    if not settings.redis_url:
+        log.info("no REDIS_URL: running jobs in this process")
+        await runtime.start_in_process()
+        await until_stopped()
+        log.info("stopping: draining for up to %.0fs", settings.drain_grace)
+        await runtime.stop(grace=settings.drain_grace)
+        return 0
+    return await serve_arq(
+        runtime,
+        settings.redis_url,
+        concurrency=settings.concurrency,
+        reconcile_interval=settings.reconcile_interval,
+        drain_grace=settings.drain_grace,
+    )
+
+
+async def until_stopped() -> None:
+    """Wait for SIGTERM (a deploy) or SIGINT."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    if not settings.redis_url:
-        log.info("no REDIS_URL: running jobs in this process")
-        await runtime.start_in_process()
-        await stopping.wait()
-        log.info("stopping: draining for up to %.0fs", settings.drain_grace)
-        await runtime.stop(grace=settings.drain_grace)
-        return 0
-    pool = await connect(settings.redis_url)
-    runtime.use_dispatcher(ArqDispatcher(pool), eager=True)
+    await stopping.wait()
+
+
+async def serve_arq(
+    runtime: Runtime,
+    redis_url: str,
+    *,
+    concurrency: int,
+    reconcile_interval: float,
+    drain_grace: float,
+    poll_delay: float = 0.005,
+    eager: bool = True,
+) -> int:
+    """Work arq's queues on ``redis_url`` until SIGTERM, then drain and return 0."""
+    pool = await connect(redis_url)
+    runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
     runtime.start_liveness()
-    runtime.reconciler.start(settings.reconcile_interval)
+    # The reconciler runs here, not as an arq cron: recovery goes on while Redis is away.
+    runtime.reconciler.start(reconcile_interval)
     consumers = ArqConsumers(
-        runtime, redis_settings(settings.redis_url), max_jobs=settings.concurrency
+        runtime, redis_settings(redis_url), max_jobs=concurrency, poll_delay=poll_delay
     )
     consumers.start()
     log.info("arq consumers on queues %s", consumers.queues)
     try:
-        await stopping.wait()
+        await until_stopped()
         # A deploy: take no new jobs, let running ones finish within the grace
         # period, hand back the rest, mark this worker retired, exit 0.
-        log.info("stopping: draining for up to %.0fs", settings.drain_grace)
+        log.info("stopping: draining for up to %.0fs", drain_grace)
         consumers.pause()
-        await runtime.stop(grace=settings.drain_grace)
+        await runtime.stop(grace=drain_grace)
     finally:
         await consumers.stop()
         await pool.aclose()

@@ -89,7 +89,11 @@ class Runtime:
         self.use_dispatcher(dispatcher)
         self.start_liveness()
         self.reconciler.start(self.reconcile_interval)
-        await self.reconciler.run_once()  # pick up whatever a previous process left
+        try:
+            await self.reconciler.run_once()  # pick up whatever a previous process left
+        except Exception:
+            # The database may not be up yet: the reconciler loop keeps trying.
+            log.exception("first reconciler pass failed")
 
     def use_dispatcher(self, dispatcher: Dispatcher, *, eager: bool = False) -> None:
         """``eager``: this process is a worker too; it runs the follow-up jobs it

@@ -171,6 +171,8 @@ class CrashLab:
         relay_grace: float = 0.2,
         worker_silence: float = 15.0,
         dispatch_only: bool = False,
+        drain_grace: float = 5.0,
+        db_patience: float = 15.0,
     ) -> WorkerProcess:
         """A worker process; with ``standby`` it only loads its code and waits
         for :meth:`WorkerProcess.go`, so a test can pay interpreter start-up
@@ -184,6 +186,8 @@ class CrashLab:
             "--reconcile-interval", str(reconcile_interval),
             "--relay-grace", str(relay_grace),
             "--worker-silence", str(worker_silence),
+            "--drain-grace", str(drain_grace),
+            "--db-patience", str(db_patience),
         ]  # fmt: skip
         if fault:
             argv += ["--fault", fault]

@@ -216,6 +216,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         relay_grace=args.relay_grace,
         liveness_interval=min(1.0, args.worker_silence / 4),
         worker_silence=args.worker_silence,
+        db_patience=args.db_patience,
     )
 
 
@@ -224,18 +225,19 @@ async def run_in_process(runtime: Runtime) -> None:
     await asyncio.Event().wait()  # until killed
 
 
-async def run_arq(runtime: Runtime, redis_url: str, *, eager: bool) -> None:
-    from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher
-    from app.engine.redis_channel import connect, redis_settings
+async def run_arq(runtime: Runtime, args: argparse.Namespace) -> None:
+    from app.worker import serve_arq
 
-    pool = await connect(redis_url)
-    runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
-    # As app/worker.py wires it: liveness, the reconciler loop, arq consumers.
-    runtime.start_liveness()
-    runtime.reconciler.start(runtime.reconcile_interval)
-    consumers = ArqConsumers(runtime, redis_settings(redis_url), poll_delay=0.01)
-    consumers.start()
-    await asyncio.Event().wait()  # until killed
+    # Wired as app/worker.py wires it: SIGTERM drains, SIGKILL is a crash.
+    await serve_arq(
+        runtime,
+        args.arq,
+        concurrency=8,
+        reconcile_interval=args.reconcile_interval,
+        drain_grace=args.drain_grace,
+        poll_delay=0.01,
+        eager=not args.dispatch_only,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -250,6 +252,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reconcile-interval", type=float, default=0.05)
     parser.add_argument("--relay-grace", type=float, default=0.2)
     parser.add_argument("--worker-silence", type=float, default=15.0)
+    parser.add_argument("--drain-grace", type=float, default=5.0)
+    parser.add_argument("--db-patience", type=float, default=15.0)
     parser.add_argument(
         "--dispatch-only",
         action="store_true",
@@ -281,11 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         args.fault,
         bool(args.arq),
     )
-    asyncio.run(
-        run_arq(runtime, args.arq, eager=not args.dispatch_only)
-        if args.arq
-        else run_in_process(runtime)
-    )
+    asyncio.run(run_arq(runtime, args) if args.arq else run_in_process(runtime))
 
 
 if __name__ == "__main__":

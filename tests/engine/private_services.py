@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -86,6 +87,12 @@ class PrivatePostgres:
         self.port = port or free_port()
         self._as_postgres = os.geteuid() == 0
         workdir.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def in_temp_dir(cls) -> PrivatePostgres:
+        """A cluster in a fresh directory of its own under the system temp dir
+        (pytest's, private to root, is out of the ``postgres`` user's reach)."""
+        return cls(Path(tempfile.mkdtemp(prefix="repairbot-pg-")))
 
     @property
     def url(self) -> str:
