@@ -206,6 +206,9 @@ class ArqConsumers:
                 log.warning(
                     "arq consumer of %s lost Redis (%s); restarting", worker.queue_name, exc
                 )
+            except Exception:
+                # arq re-raises what a job task raised; the consumer must go on.
+                log.exception("arq consumer of %s failed; restarting", worker.queue_name)
             await _abandon(worker)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

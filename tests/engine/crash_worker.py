@@ -226,7 +226,7 @@ async def run_in_process(runtime: Runtime) -> None:
 
 
 async def run_arq(runtime: Runtime, args: argparse.Namespace) -> None:
-    from app.worker import serve_arq
+    from app.engine.serve import serve_arq
 
     # Wired as app/worker.py wires it: SIGTERM drains, SIGKILL is a crash.
     await serve_arq(

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.redis
 SILENCE = 3.0
 #: Far below arq's own expiry of the keys a crash leaves (an hour and more);
 #: above the silence window plus retries and process start-up on a busy machine.
-RESUME_DEADLINE = 45.0
+RESUME_DEADLINE = 60.0
 
 # Where in a job's life the worker dies. ``@N``: on the N-th time it gets
 # there, so the run has made progress first.
@@ -55,7 +55,7 @@ async def test_arq_worker_killed_at_each_point_of_a_job_is_resumed(
             "A", arq=True, dispatch_only=True, fault=POINTS[point], worker_silence=SILENCE
         )
         fresh = lab.spawn("B", arq=True, standby=True, worker_silence=SILENCE)
-        lab.wait_killed(doomed)
+        lab.wait_killed(doomed, timeout=90)
         if point == "before-ack":
             redis = Redis.from_url(redis_url)
             left = [k async for k in redis.scan_iter(in_progress_key_prefix + "*")]
