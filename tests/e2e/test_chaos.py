@@ -52,7 +52,7 @@ from app.registry import build_registry
 from app.workflows.ids import repair_workflow_id
 from tests.engine.private_services import PrivatePostgres, PrivateRedis, wait_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 REPAIRS = 6
@@ -135,7 +135,7 @@ def _settings(stack: LocalStack, redis: PrivateRedis) -> Settings:
         agent_command=tuple(fix_agent_command()),
         relay_grace=0.5,
         reconcile_interval=0.2,
-        worker_silence=3.0,
+        worker_silence=5.0,
         concurrency=4,
         drain_grace=2.0,
     )
@@ -230,7 +230,7 @@ async def test_repairs_survive_chaos(
 
         plan = _Plan(stack, pg, redis, web, workers, reader, rng, chaos, started)
         plan.web_port = web_port
-        deadline = started + 240
+        deadline = started + 480
         while not all(i.merged_at for i in issues):
             assert time.monotonic() < deadline, _report(issues, reader, stack, tmp_path)
             await plan.step(issues)

@@ -21,7 +21,7 @@ from tests.conftest import _truncate_all
 from tests.engine.crash_support import CrashLab
 from tests.engine.private_services import PrivatePostgres
 
-pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
