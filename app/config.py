@@ -116,6 +116,12 @@ class Settings:
     worker_silence: float = 15.0
     #: REPAIRBOT_CONCURRENCY: jobs one worker runs at once.
     concurrency: int = 8
+    #: REPAIRBOT_DRAIN_GRACE: seconds a worker told to stop (SIGTERM) lets its
+    #: running jobs finish before handing the rest back.
+    drain_grace: float = 30.0
+    #: REPAIRBOT_DB_PATIENCE: seconds a worker retries a database write through
+    #: an outage before giving it up (an attempt it cannot record is released).
+    db_patience: float = 15.0
 
     #: GITHUB_API_URL: REST base URL (the emulator's in tests and the demo).
     github_api_url: str = "https://api.github.com"
@@ -244,6 +250,8 @@ class Settings:
             "REPAIRBOT_RELAY_GRACE": str(self.relay_grace),
             "REPAIRBOT_WORKER_SILENCE": str(self.worker_silence),
             "REPAIRBOT_CONCURRENCY": str(self.concurrency),
+            "REPAIRBOT_DRAIN_GRACE": str(self.drain_grace),
+            "REPAIRBOT_DB_PATIENCE": str(self.db_patience),
             "GITHUB_API_URL": self.github_api_url,
             "GITHUB_GIT_URL": self.github_git_url,
             "GITHUB_APP_ID": self.github_app_id,
@@ -310,6 +318,8 @@ class Settings:
             "concurrency": _int(env, "REPAIRBOT_CONCURRENCY", 8),
             "relay_grace": _float(env, "REPAIRBOT_RELAY_GRACE", 2.0),
             "worker_silence": _float(env, "REPAIRBOT_WORKER_SILENCE", 15.0),
+            "drain_grace": _float(env, "REPAIRBOT_DRAIN_GRACE", 30.0),
+            "db_patience": _float(env, "REPAIRBOT_DB_PATIENCE", 15.0),
             "github_api_url": env.get("GITHUB_API_URL", "https://api.github.com"),
             "github_git_url": env.get("GITHUB_GIT_URL", "https://github.com"),
             "github_app_id": env.get("GITHUB_APP_ID", ""),

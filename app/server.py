@@ -8,11 +8,10 @@ import signal
 from types import FrameType
 
 import uvicorn
-from arq import create_pool
-from arq.connections import RedisSettings
 
 from app.config import Settings
 from app.engine.arq_dispatch import ArqDispatcher
+from app.engine.redis_channel import connect
 from app.migrate import upgrade
 from app.registration import Registrar
 from app.web import create_app
@@ -42,7 +41,7 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
     if with_worker:
         upgrade(settings.database_url)
     elif settings.redis_url:
-        pool = await create_pool(RedisSettings.from_dsn(settings.redis_url))
+        pool = await connect(settings.redis_url)
         runtime.use_dispatcher(ArqDispatcher(pool))
     else:
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")

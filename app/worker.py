@@ -10,8 +10,6 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 import httpx
-from arq import create_pool
-from arq.connections import RedisSettings
 from sqlalchemy import Engine
 
 from activities.github import GitHubAccess
@@ -22,9 +20,9 @@ from app.commands import Sandbox
 from app.config import Settings
 from app.delivery_reconciler import DeliveryReconciler
 from app.engine.activity_context import Dependencies
-from app.engine.arq_dispatch import ArqDispatcher, arq_workers
 from app.engine.db import make_engine
 from app.engine.runtime import Runtime
+from app.engine.serve import serve_arq, until_stopped
 from app.evidence import open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
@@ -84,6 +82,7 @@ def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runti
         reconcile_interval=settings.reconcile_interval,
         relay_grace=settings.relay_grace,
         worker_silence=settings.worker_silence,
+        db_patience=settings.db_patience,
     )
     deps.add(runtime)  # activities that start or signal other runs use it
     return runtime
@@ -173,25 +172,14 @@ async def _run_worker(settings: Settings) -> int:
     if not settings.redis_url:
         log.info("no REDIS_URL: running jobs in this process")
         await runtime.start_in_process()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runtime.stop()
+        await until_stopped()
+        log.info("stopping: draining for up to %.0fs", settings.drain_grace)
+        await runtime.stop(grace=settings.drain_grace)
         return 0
-    redis_settings = RedisSettings.from_dsn(settings.redis_url)
-    pool = await create_pool(redis_settings)
-    runtime.use_dispatcher(ArqDispatcher(pool), eager=True)
-    runtime.start_liveness()
-    workers = arq_workers(runtime, redis_settings, max_jobs=settings.concurrency)
-    log.info("arq workers on queues %s", [w.queue_name for w in workers])
-    try:
-        await asyncio.gather(*(w.async_run() for w in workers))
-    finally:
-        await runtime.stop()
-        for worker in workers:
-            # arq's close() re-raises the CancelledError of a job it just cancelled;
-            # that must not leave the other workers and the pool unclosed.
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker.close()
-        await pool.aclose()
-    return 0
+    return await serve_arq(
+        runtime,
+        settings.redis_url,
+        concurrency=settings.concurrency,
+        reconcile_interval=settings.reconcile_interval,
+        drain_grace=settings.drain_grace,
+    )

@@ -8,9 +8,9 @@ later heartbeat carries it along, so a progress beat never erases it.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, TypeVar
 
+from app.engine.db_retry import retrying
 from app.engine.faults import FaultPoints
 from app.engine.store import Claim, Store
 
@@ -71,6 +71,8 @@ class ActivityContext:
             previous.get(CHECKPOINT_KEY) if isinstance(previous, dict) else None
         )
         self._checkpoint: Any = self.last_checkpoint
+        #: How long a heartbeat rides out a database outage before failing.
+        self.db_patience = 0.0
 
     async def heartbeat(self, details: Any = None) -> bool:
         """Extend the lease, record progress; True if cancellation was requested.
@@ -80,7 +82,12 @@ class ActivityContext:
         if self._checkpoint is not None:
             progress = details if isinstance(details, dict) else {"progress": details}
             details = {**progress, CHECKPOINT_KEY: self._checkpoint}
-        answer = await asyncio.to_thread(self._store.heartbeat, self.task_id, self.token, details)
+        answer = await retrying(
+            lambda: self._store.heartbeat(self.task_id, self.token, details),
+            what=f"heartbeating {self.operation_id}",
+            patience=self.db_patience,
+            in_thread=True,
+        )
         self.cancel_requested = self.cancel_requested or answer
         self._faults.hit("activity.after_heartbeat", self.activity)
         return self.cancel_requested

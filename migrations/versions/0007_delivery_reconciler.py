@@ -1,7 +1,7 @@
 """delivery reconciler: scan position and redelivery requests
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-30 14:30:00
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 
 
 revision = '0007'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 

@@ -118,6 +118,18 @@ class ActivityAttempts(StoreBase):
                 heartbeat_details=row.heartbeat_details,
             )
 
+    def held_token(self, task_id: int, worker_id: str) -> int | None:
+        """The token of the running attempt of ``task_id`` if ``worker_id`` holds it."""
+        with self.engine.connect() as conn:
+            token = conn.execute(
+                select(tasks.c.fencing_token).where(
+                    tasks.c.id == task_id,
+                    tasks.c.status == "running",
+                    tasks.c.worker_id == worker_id,
+                )
+            ).scalar()
+        return int(token) if token is not None else None
+
     def heartbeat(self, task_id: int, token: int, details: Any = None) -> bool:
         """Extend the lease; returns whether cancellation was requested.
 

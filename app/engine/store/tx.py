@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, String, cast, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from app.engine import commands as ev
-from app.engine.jobs import Job, workflow_queue, workflow_task_job
+from app.engine.jobs import Job, retractions, workflow_queue, workflow_task_job
 from app.engine.store.rows import RunRow, StartResult, run_row
 from app.engine.store.schema import counters, events, outbox, runs, signals, tasks, timers
 from app.engine.tables import (
@@ -39,6 +39,7 @@ class Tx:
             "queue": job.queue,
             "not_before": job.not_before,
             "created_at": self.now,
+            "relay_at": max(self.now, job.not_before),
         }
         dialect = self.conn.dialect.name
         stmt: Any
@@ -50,6 +51,17 @@ class Tx:
             stmt = insert(outbox).values(**values)
         self.conn.execute(stmt)
         self.jobs.append(job)
+
+    def drop_jobs(self, condition: ColumnElement[bool]) -> None:
+        """Delete the outbox rows matching ``condition`` (work that is no longer
+        due) and ask the channel, after commit, to drop their delayed jobs."""
+        dropped = self.conn.execute(
+            delete(outbox)
+            .where(condition)
+            .returning(outbox.c.job_id, outbox.c.queue, outbox.c.relays)
+        ).all()
+        for row in dropped:
+            self.jobs.extend(retractions(row.job_id, row.queue, row.relays))
 
     # -- history ---------------------------------------------------------------
 
@@ -273,11 +285,20 @@ class Tx:
             .where(tasks.c.run_id == run_id, tasks.c.status == "running")
             .values(cancel_requested=True)
         )
-        self.conn.execute(
+        cancelled_timers = self.conn.execute(
             update(timers)
             .where(timers.c.run_id == run_id, timers.c.status == "pending")
             .values(status="cancelled")
+            .returning(timers.c.cmd)
+        ).scalars()
+        # Tidy: no outbox row or delayed job may outlive the run.
+        refs = [f"{run_id}|{cmd}" for cmd in cancelled_timers]
+        self.drop_jobs((outbox.c.kind == "timer") & outbox.c.ref.in_(refs))
+        self.drop_jobs((outbox.c.kind == "workflow_task") & (outbox.c.ref == run_id))
+        closed_tasks = select(cast(tasks.c.id, String)).where(
+            tasks.c.run_id == run_id, tasks.c.status.in_(("cancelled", "failed", "completed"))
         )
+        self.drop_jobs((outbox.c.kind == "activity") & outbox.c.ref.in_(closed_tasks))
 
     def bump_counter(self, name: str, by: int = 1) -> None:
         moved = self.conn.execute(

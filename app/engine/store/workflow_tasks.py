@@ -116,6 +116,8 @@ class WorkflowTasks(StoreBase):
                 )
                 .values(status="cancelled")
             )
+            ref = f"{run.run_id}|{attrs['timer']}"
+            tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
 
     def _schedule_activity(
         self, tx: Tx, run: RunRow, command: Command
