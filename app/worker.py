@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 import httpx
 from arq import create_pool
@@ -26,6 +26,7 @@ from app.evidence import EvidenceStore
 from app.github.client import GitHubClientFactory
 from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
+from app.sandbox import describe
 from app.workspace import sweep_workspaces
 
 log = logging.getLogger("repairbot.worker")
@@ -36,8 +37,11 @@ def shared_clients(settings: Settings) -> Dependencies:
     deps = Dependencies(
         settings,
         EvidenceStore(settings.evidence_dir),
-        Sandbox(),
-        AgentPolicy.from_env(os.environ, default=_default_agent(settings)),
+        Sandbox(isolation=settings.isolation()),
+        replace(
+            AgentPolicy.from_env(dict(settings.agent_env), default=_default_agent(settings)),
+            command_network=settings.agent_network,
+        ),
         # A client of its own: never one that carries GitHub credentials.
         AgentHttp(httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=15.0))),
     )
@@ -97,6 +101,7 @@ async def sweep_orphan_workspaces(settings: Settings, every: float = 3600.0) -> 
 
 
 async def run_worker(settings: Settings) -> int:
+    log.info("repository commands run in: %s", describe(settings.isolation()))
     sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
     try:
         return await _run_worker(settings)

@@ -35,6 +35,9 @@ class AgentPolicy:
     allowed_base_urls: frozenset[str] = frozenset(DEFAULT_BASE_URLS.values())
     #: Extra environment for command agents (a CLI agent's own API key).
     command_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Command agents may reach the network (``REPAIRBOT_AGENT_NETWORK``): a CLI
+    #: agent calling its model needs it. Off by default: the sandbox has none.
+    command_network: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, default: AgentConfig | None = None) -> AgentPolicy:
@@ -74,6 +77,7 @@ def build_agent(
             sandbox=sandbox,
             extra_env=policy.command_env,
             heartbeat=heartbeat,
+            network=policy.command_network,
         )
     assert config.provider is not None and config.model is not None
     base_url = (config.base_url or DEFAULT_BASE_URLS[config.provider]).rstrip("/")
