@@ -54,11 +54,11 @@ def bwrap_argv(
             mounts.symlink(os.readlink(path), path)
         elif path.is_dir():
             mounts.bind("--ro-bind", path)
-    for path in read_only:
-        mounts.bind("--ro-bind", path)
     mounts.special("--proc", Path("/proc"))
     mounts.special("--dev", Path("/dev"))
     mounts.tmpfs(Path("/tmp"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
+    for path in read_only:  # after /tmp: a read-only path may lie under it
+        mounts.bind("--ro-bind", path)
     for hidden in isolation.hidden:
         mounts.mask(Path(os.path.realpath(hidden)))
     for path in writable:
