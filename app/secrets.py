@@ -78,11 +78,38 @@ def receive(environ: MutableMapping[str, str]) -> dict[str, str]:
 def lock_down(environ: MutableMapping[str, str], names: Iterable[str] = ()) -> bool:
     """Remove secrets from ``environ`` and make this process non-dumpable.
 
-    Returns whether the process is now non-dumpable (False off Linux).
+    ``unsetenv`` only drops libc's pointer: the original bytes stay in the
+    block the kernel shows as ``/proc/<pid>/environ``, so the values are
+    overwritten there too. Returns whether the process is now non-dumpable.
     """
-    for name in (*SECRET_NAMES, SECRETS_FD, *names):
+    wanted = {*SECRET_NAMES, SECRETS_FD, *names}
+    for name in wanted:
         environ.pop(name, None)
+    wipe_initial_environment(wanted)
     return set_non_dumpable()
+
+
+def wipe_initial_environment(names: Iterable[str]) -> int:
+    """Zero the values of ``names`` in the environment block this process was
+    started with (``/proc/self/stat`` fields 50-51); returns how many."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[50 - 3]), int(fields[51 - 3])
+    except (OSError, IndexError, ValueError):
+        return 0
+    if not 0 < start < end:
+        return 0
+    block = ctypes.string_at(start, end - start)
+    prefixes = [f"{name}=".encode() for name in names]
+    wiped = offset = 0
+    for entry in block.split(b"\0"):
+        for prefix in prefixes:
+            if entry.startswith(prefix) and len(entry) > len(prefix):
+                ctypes.memset(start + offset + len(prefix), 0, len(entry) - len(prefix))
+                wiped += 1
+        offset += len(entry) + 1
+    return wiped
 
 
 def _libc() -> ctypes.CDLL | None:
