@@ -2,7 +2,7 @@
 FROM python:3.11-slim
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git ca-certificates \
+    && apt-get install -y --no-install-recommends git ca-certificates bubblewrap util-linux \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /srv/repairbot
@@ -16,6 +16,8 @@ COPY alembic.ini ./
 RUN pip install --no-cache-dir . && useradd --create-home repairbot \
     && mkdir -p /data && chown repairbot /data
 
+# The worker is unprivileged here: bubblewrap builds the sandbox for repository
+# commands with user namespaces (the host must allow them; Fly.io machines do).
 USER repairbot
 ENV REPAIRBOT_DATA_DIR=/data PYTHONUNBUFFERED=1
 EXPOSE 8000
