@@ -48,10 +48,14 @@ class Worker:
         return [secret for secret in ALL_SECRETS if secret in text]
 
 
-@pytest.fixture
+@pytest.fixture(params=["bwrap", "unshare"])
 async def worker(
-    tmp_path: Path, sample_repo: SampleRepo, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sample_repo: SampleRepo,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Worker]:
+    """The worker, with each sandbox backend in turn."""
     for name, value in ENV_SECRETS.items():
         monkeypatch.setenv(name, value)  # as a worker started the old way would hold them
     data_dir = tmp_path / "data"
@@ -73,7 +77,7 @@ async def worker(
         patch=None,
     )
     (sibling.repo / "secret.txt").write_text(SIBLING_SECRET)
-    isolation = Isolation(hidden=(data_dir, key_file, Path.home()))
+    isolation = Isolation(mode=request.param, hidden=(data_dir, key_file, Path.home()))
     yield Worker(
         data_dir=data_dir,
         key_file=key_file,

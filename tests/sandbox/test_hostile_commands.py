@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import signal
 import sys
 from dataclasses import replace
@@ -202,7 +203,9 @@ async def test_hidden_paths_inside_a_readable_directory_are_masked(
     (tools / "key.pem").write_text(ALL_SECRETS[0])
     (tools / "private" / "data").write_text(ALL_SECRETS[1])
     isolation = Isolation(
-        read_only=(tools,), hidden=(tools / "key.pem", tools / "private", worker.data_dir)
+        mode=worker.sandbox.isolation.mode,
+        read_only=(tools,),
+        hidden=(tools / "key.pem", tools / "private", worker.data_dir),
     )
     sandbox = replace(worker.sandbox, isolation=isolation)
     script = f"sh {tools}/run.sh; cat {tools}/key.pem; ls {tools}/private; cat {tools}/private/data"
@@ -243,13 +246,11 @@ async def test_no_sandbox_means_no_run(
     empty = tmp_path / "no-tools"
     empty.mkdir()
     os.symlink("/bin/sh", empty / "sh")
-    monkeypatch.setenv("PATH", str(empty))  # bwrap cannot be found
-    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
-        await run(worker, workspace, "echo ran > ran.txt")
-    assert not (workspace.repo / "ran.txt").exists()
-    unsupported = replace(worker.sandbox, isolation=Isolation(mode="unshare"))
-    with pytest.raises(SandboxUnavailable):
-        await run(worker, workspace, "echo ran > ran.txt", sandbox=unsupported)
+    monkeypatch.setenv("PATH", str(empty))  # neither bwrap nor unshare can be found
+    for mode in ("auto", "bwrap", "unshare"):
+        refused = replace(worker.sandbox, isolation=Isolation(mode=mode))
+        with pytest.raises(SandboxUnavailable, match="Repository code was not run"):
+            await run(worker, workspace, "echo ran > ran.txt", sandbox=refused)
     assert not (workspace.repo / "ran.txt").exists()
 
 
@@ -258,9 +259,35 @@ async def test_the_operator_may_turn_it_off(worker: Worker, workspace: Workspace
     out = await run(worker, workspace, "echo ran > ran.txt; echo done", sandbox=trusted)
     assert out.result.sandbox == "none" and (workspace.repo / "ran.txt").exists()
     sandboxed = await run(worker, workspace, "true")
-    assert sandboxed.result.sandbox == "bwrap"
+    assert sandboxed.result.sandbox == worker.sandbox.isolation.mode
 
 
 def test_resource_limit_defaults_bound_the_tree() -> None:
     limits = ResourceLimits()
     assert limits.memory_bytes is not None and limits.tasks is not None
+
+
+async def test_auto_falls_back_to_unshare_without_bubblewrap(
+    worker: Worker, workspace: Workspace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    tools = tmp_path / "only-unshare"
+    tools.mkdir()
+    for program in ("sh", "unshare", "id"):
+        found = shutil.which(program)
+        assert found is not None
+        os.symlink(found, tools / program)
+    monkeypatch.setenv("PATH", str(tools))  # not visible inside: programs by absolute path
+    auto = replace(worker.sandbox, isolation=Isolation(mode="auto"))
+    script = "/usr/bin/id -u; /bin/cat /proc/net/dev | /usr/bin/wc -l"
+    out = await run_command(
+        Command.of(["/bin/sh", "-c", script]),
+        cwd=workspace.repo,
+        home=workspace.home,
+        tmpdir=workspace.tmp,
+        time_limit=20,
+        sandbox=auto,
+    )
+    assert out.result.sandbox == "unshare" and out.result.passed
+    if os.geteuid() == 0:
+        assert out.output.split()[0] == b"65534"
+    assert out.output.split()[1] == b"3"  # the header lines and lo: no network
