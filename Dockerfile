@@ -21,7 +21,7 @@ FROM python:3.11-slim
 # git: workspaces, commits and pushes. bubblewrap: the sandbox repository
 # commands run in. tini: reaps the sandbox's children and forwards signals.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git bubblewrap ca-certificates tini \
+    && apt-get install -y --no-install-recommends git bubblewrap util-linux ca-certificates tini \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index --find-links /wheels repairbot \

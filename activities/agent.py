@@ -82,6 +82,8 @@ class ProposeInput(BaseModel):
     feedback: list[FeedbackInput] = Field(default_factory=list)
     attempt: int = Field(default=1, ge=1)
     setup: list[Command] = Field(default_factory=list)
+    #: Setup commands may reach the network (the repository's ``network: setup``).
+    setup_network: bool = False
     time_limit_seconds: float = Field(gt=0)
     tool_retries: int = Field(default=2, ge=0)
     #: The repository's test command (the built-in agent's ``run_tests`` tool).
@@ -183,6 +185,7 @@ async def _prepare(
             StepInput(
                 workspace=request.workspace,
                 commands=request.setup,
+                setup_network=request.setup_network,
                 time_limit_seconds=request.time_limit_seconds,
             ),
             kind="setup",

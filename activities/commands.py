@@ -44,6 +44,8 @@ class StepInput(BaseModel):
 
     workspace: WorkspaceSpec
     setup: list[Command] = Field(default_factory=list)
+    #: Setup commands may reach the network (the repository's ``network: setup``).
+    setup_network: bool = False
     commands: list[Command] = Field(min_length=1)
     time_limit_seconds: float = Field(gt=0)
 
@@ -92,6 +94,7 @@ async def run_step(
                 time_limit=request.time_limit_seconds,
                 sandbox=sandbox,
                 heartbeat=actx.heartbeat,
+                network=label == "setup" and request.setup_network,
             )
             runs.append((label, run))
             if not run.result.passed:
@@ -112,7 +115,10 @@ def combined_log(runs: list[tuple[str, CommandRun]]) -> bytes:
             ending = f"[killed: time limit reached after {result.duration_seconds:.1f}s]"
         else:
             ending = f"[exit {result.exit_code} after {result.duration_seconds:.1f}s]"
-        header = f"$ {result.command.display()}    # {label}\n".encode()
+        where = "sandbox: network" if result.network else "sandbox: no network"
+        if result.sandbox == "none":
+            where = "NOT sandboxed (REPAIRBOT_SANDBOX=none)"
+        header = f"$ {result.command.display()}    # {label}; {where}\n".encode()
         body = run.output if run.output.endswith(b"\n") or not run.output else run.output + b"\n"
         parts.append(header + body + ending.encode() + b"\n")
     return b"\n".join(parts)
@@ -159,6 +165,7 @@ class VerifyInput(BaseModel):
     #: Base commit plus the candidate patch (required).
     workspace: WorkspaceSpec
     setup: list[Command] = Field(default_factory=list)
+    setup_network: bool = False
     reproduction: list[Command] = Field(min_length=1)
     test: Command | None = None
     time_limit_seconds: float = Field(gt=0)
@@ -206,6 +213,7 @@ async def _verify(
         StepInput(
             workspace=spec,
             setup=request.setup,
+            setup_network=request.setup_network,
             commands=request.reproduction,
             time_limit_seconds=request.time_limit_seconds,
         ),

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app import logs
+from app import logs, secrets
 from app.config import ConfigError, Settings
 from app.engine.db import make_engine
 from app.engine.history import export_history
@@ -507,8 +507,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logs.configure(args.log_level)
     try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
+        # Secrets are read once (from the environment, or a descriptor the
+        # starting process handed over), then scrubbed from this process.
+        handed_over = secrets.receive(os.environ)
+        settings = Settings.from_env({**os.environ, **handed_over})
+    except (ConfigError, secrets.SecretsError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     if args.command in ("web", "serve", "worker") and not os.environ.get(
@@ -520,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.metrics import use_multiprocess_dir
 
         use_multiprocess_dir(settings.data_dir / "metrics")
+    secrets.lock_down(os.environ, settings.secret_names())
     key = args.command
     sub_command: Any = getattr(args, f"{args.command}_command", None)
     if sub_command:

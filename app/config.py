@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.sandbox.policy import Isolation, parse_mode
+
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message names the variable."""
@@ -91,6 +93,13 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
+def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The agent policy's variables and the API keys they name."""
+    names = ["REPAIRBOT_AGENT_API_KEYS", "REPAIRBOT_AGENT_BASE_URLS"]
+    names += [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
+    return tuple((n, env[n]) for n in dict.fromkeys(names) if n and env.get(n))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every knob repairbot has. Field docs name the environment variable."""
@@ -156,6 +165,22 @@ class Settings:
     #: REPAIRBOT_AGENT_COMMAND: the operator's default command agent, a JSON list
     #: of arguments (used when a repository's config names no agent).
     agent_command: tuple[str, ...] = ()
+    #: REPAIRBOT_AGENT_NETWORK: command agents may reach the network (a CLI agent
+    #: calling its model API needs it); repository commands never get it from this.
+    agent_network: bool = False
+    #: REPAIRBOT_AGENT_API_KEYS (names), REPAIRBOT_AGENT_BASE_URLS and the named
+    #: keys' values: what ``AgentPolicy.from_env`` reads, kept here because the
+    #: process environment is scrubbed after start-up.
+    agent_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    #: REPAIRBOT_SANDBOX: auto | bwrap | none (see app/sandbox/policy.py). ``none``
+    #: runs repository code unisolated: only for a trusted single-user setup.
+    sandbox: str = "auto"
+    #: REPAIRBOT_SANDBOX_READ_ONLY: extra paths (os.pathsep-separated) commands
+    #: may read, e.g. a toolchain outside /usr.
+    sandbox_read_only: tuple[Path, ...] = ()
+    #: GITHUB_PRIVATE_KEY_FILE: where the key was read from (hidden from commands).
+    github_private_key_file: Path | None = None
 
     #: REPAIRBOT_PUBLIC_URL: where people reach this service (the sign-in
     #: callback and links are built from it), e.g. ``https://repairbot.example.com``.
@@ -236,13 +261,41 @@ class Settings:
     def workspaces_dir(self) -> Path:
         return self.data_dir / "workspaces"
 
-    def to_env(self) -> dict[str, str]:
-        """The environment that makes ``from_env`` rebuild these settings (for
-        starting worker processes)."""
+    def isolation(self) -> Isolation:
+        """The sandbox repository commands run in on this worker."""
+        hidden = [self.data_dir, Path.home()]
+        if self.github_private_key_file is not None:
+            hidden.append(self.github_private_key_file)
+        return Isolation(
+            mode=parse_mode(self.sandbox),
+            read_only=self.sandbox_read_only,
+            hidden=tuple(hidden),
+        )
+
+    def secret_env(self) -> dict[str, str]:
+        """The secrets, as ``from_env`` reads them: hand them to a worker process
+        through :func:`app.secrets.handover`, never in its environment."""
         env = {
-            "REPAIRBOT_DATA_DIR": str(self.data_dir),
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
+            "GITHUB_PRIVATE_KEY": self.github_private_key,
+            "GITHUB_WEBHOOK_SECRET": self.github_webhook_secret,
+            "GITHUB_CLIENT_SECRET": self.github_client_secret,
+            "REPAIRBOT_SESSION_SECRET": self.session_secret,
+        }
+        env.update(dict(self.agent_env))
+        return env
+
+    def secret_names(self) -> list[str]:
+        """Environment variables that held secrets (to scrub after start-up)."""
+        return [*self.secret_env(), "GITHUB_PRIVATE_KEY_FILE"]
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that, with :meth:`secret_env`, makes ``from_env``
+        rebuild these settings (for starting worker processes). It holds no
+        secret."""
+        env = {
+            "REPAIRBOT_DATA_DIR": str(self.data_dir),
             "REPAIRBOT_WORKER_ID": self.worker_id,
             "REPAIRBOT_CODE_VERSION": self.code_version,
             "REPAIRBOT_MAX_HISTORY_EVENTS": str(self.max_history_events),
@@ -255,8 +308,6 @@ class Settings:
             "GITHUB_API_URL": self.github_api_url,
             "GITHUB_GIT_URL": self.github_git_url,
             "GITHUB_APP_ID": self.github_app_id,
-            "GITHUB_PRIVATE_KEY": self.github_private_key,
-            "GITHUB_WEBHOOK_SECRET": self.github_webhook_secret,
             "GITHUB_APP_SLUG": self.github_app_slug,
             "REPAIRBOT_TRIGGER_LABEL": self.trigger_label,
             "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
@@ -273,16 +324,19 @@ class Settings:
             "REPAIRBOT_PUBLIC_URL": self.public_url,
             "GITHUB_WEB_URL": self.github_web_url,
             "GITHUB_CLIENT_ID": self.github_client_id,
-            "GITHUB_CLIENT_SECRET": self.github_client_secret,
-            "REPAIRBOT_SESSION_SECRET": self.session_secret,
             "REPAIRBOT_SESSION_HOURS": str(self.session_hours),
             "REPAIRBOT_PERMISSION_CACHE_SECONDS": str(self.permission_cache_seconds),
             "REPAIRBOT_WORKFLOWS_PERMISSION": str(self.workflows_permission).lower(),
             "REPAIRBOT_AGENT_PRICE_INPUT": str(self.agent_price_input),
             "REPAIRBOT_AGENT_PRICE_OUTPUT": str(self.agent_price_output),
+            "REPAIRBOT_AGENT_NETWORK": str(self.agent_network).lower(),
+            "REPAIRBOT_SANDBOX": self.sandbox,
+            "REPAIRBOT_SANDBOX_READ_ONLY": os.pathsep.join(map(str, self.sandbox_read_only)),
         }
         if self.app_file is not None:
             env["REPAIRBOT_APP_FILE"] = str(self.app_file)
+        if self.github_private_key_file is not None:
+            env["REPAIRBOT_PRIVATE_KEY_PATH"] = str(self.github_private_key_file)
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
         return env
@@ -308,6 +362,13 @@ class Settings:
                 key = Path(key_file).read_text()
             except OSError as exc:
                 raise ConfigError(f"GITHUB_PRIVATE_KEY_FILE cannot be read: {exc}") from exc
+        # Where the key came from, so the sandbox can hide it (a worker started
+        # by another process gets the key itself and this path).
+        key_path = key_file or env.get("REPAIRBOT_PRIVATE_KEY_PATH", "")
+        try:
+            mode = parse_mode(env.get("REPAIRBOT_SANDBOX", "auto"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         kwargs: dict[str, Any] = {
             "data_dir": data_dir,
             "database_url": env.get("DATABASE_URL", ""),
@@ -354,6 +415,13 @@ class Settings:
             "agent_price_input": _float(env, "REPAIRBOT_AGENT_PRICE_INPUT", 0.0),
             "agent_price_output": _float(env, "REPAIRBOT_AGENT_PRICE_OUTPUT", 0.0),
             "app_file": app_file,
+            "agent_network": _bool(env, "REPAIRBOT_AGENT_NETWORK", False),
+            "agent_env": _agent_env(env),
+            "sandbox": mode,
+            "sandbox_read_only": tuple(
+                Path(p) for p in env.get("REPAIRBOT_SANDBOX_READ_ONLY", "").split(os.pathsep) if p
+            ),
+            "github_private_key_file": Path(key_path) if key_path else None,
         }
         secret = kwargs["session_secret"]
         if secret and len(secret) < 32:

@@ -11,6 +11,7 @@ Example::
       command: [my-agent, --fix]
     budgets: {repair_attempts: 3, time_limit_seconds: 900}
     merge_method: squash
+    network: setup                    # setup may download; nothing else has network
 
 A command written as a single string is run with ``sh -c``. That is safe only
 because the string comes from the repository owner's own config file, which
@@ -169,6 +170,9 @@ class RepoConfig(BaseModel):
     approval_ttl_hours: StrictInt = Field(default=72, ge=1, le=30 * 24)
     on_base_moved: Literal["reverify", "rereview"] = "reverify"
     cleanup_branch_on_cancel: StrictBool = True
+    #: ``setup``: setup commands may reach the network (to install dependencies);
+    #: reproduction, tests and the agent never do. ``none`` (default): no command does.
+    network: Literal["none", "setup"] = "none"
 
 
 def parse_repo_config(text: str | None) -> RepoConfig:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -29,6 +29,7 @@ from app.github.client import GitHubClientFactory
 from app.metrics import metered_transport
 from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
+from app.sandbox import describe
 from app.workspace import sweep_workspaces
 
 log = logging.getLogger("repairbot.worker")
@@ -39,8 +40,11 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     deps = Dependencies(
         settings,
         open_evidence_store(settings, engine),
-        Sandbox(),
-        AgentPolicy.from_env(os.environ, default=_default_agent(settings)),
+        Sandbox(isolation=settings.isolation()),
+        replace(
+            AgentPolicy.from_env(dict(settings.agent_env), default=_default_agent(settings)),
+            command_network=settings.agent_network,
+        ),
         # A client of its own: never one that carries GitHub credentials.
         AgentHttp(httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=15.0))),
     )
@@ -148,6 +152,7 @@ async def background(name: str, work: Coroutine[Any, Any, None] | None) -> Async
 
 
 async def run_worker(settings: Settings) -> int:
+    log.info("repository commands run in: %s", describe(settings.isolation()))
     sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
     collector: asyncio.Task[None] | None = None
     if settings.evidence_store == "database":

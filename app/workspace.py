@@ -296,6 +296,18 @@ async def changed_paths(ws: Workspace, tree_ish: str) -> list[str]:
     return [p for p in out.decode(errors="surrogateescape").split("\0") if p]
 
 
+async def tracked_regular_files(ws: Workspace) -> list[str]:
+    """Tracked paths that are regular files (mode 100644/100755): no symlinks
+    (mode 120000, which could point anywhere) and no submodules."""
+    out = await _git_ok(["ls-files", "--stage", "-z"], ws=ws)
+    paths = []
+    for entry in out.decode(errors="surrogateescape").split("\0"):
+        info, _, path = entry.partition("\t")
+        if path and info.split(" ", 1)[0] in ("100644", "100755"):
+            paths.append(path)
+    return paths
+
+
 async def tracked_files(ws: Workspace) -> list[str]:
     """The paths git tracks in the checkout."""
     out = await _git_ok(["ls-files", "-z"], ws=ws)

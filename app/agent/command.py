@@ -49,8 +49,10 @@ class CommandAgent(Agent):
         sandbox: Sandbox | None = None,
         extra_env: Mapping[str, str] | None = None,
         heartbeat: Heartbeat | None = None,
+        network: bool = False,
     ) -> None:
         self.command = command
+        self.network = network
         self.time_limit = time_limit
         self.sandbox = sandbox
         self.extra_env = dict(extra_env or {})
@@ -75,6 +77,7 @@ class CommandAgent(Agent):
             heartbeat=self.heartbeat,
             # Its inputs and its result file live there, outside the tree.
             writable=[ws.scratch],
+            network=self.network,
         )
         if run.result.timed_out:
             raise AgentFailed(

@@ -6,15 +6,23 @@ frames of a traceback, ``path:line`` references), the deepest frame first,
 then paths named in the issue and feedback; then small text files, smallest
 first, while room is left. Paths are matched against ``git ls-files`` by
 suffix, so the absolute paths of a traceback count.
+
+Whatever is sent leaves the machine, so only regular files of the checkout
+are read: tracked symlinks (mode 120000) are skipped, and every read goes
+through :func:`app.checkout.read_in_checkout` (no symlink followed on the
+way, the resolved path inside the checkout), because a command or agent
+that ran in the workspace may have replaced a file with a link to a key.
 """
 
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.workspace import Workspace, tracked_files
+from app.checkout import read_in_checkout
+from app.workspace import Workspace, tracked_regular_files
 
 #: Path-like words: at least one dot-extension or slash.
 _PATHLIKE = re.compile(r"[\w.+-]*(?:/[\w.+-]+)*\.\w+|[\w.+-]+(?:/[\w.+-]+)+")
@@ -62,7 +70,7 @@ def mentioned_paths(tracked: list[str], text: str) -> list[str]:
 async def choose_files(
     ws: Workspace, *, failure_text: str, other_text: str, budget: ContextBudget
 ) -> list[ContextFile]:
-    tracked = await tracked_files(ws)
+    tracked = await tracked_regular_files(ws)
     return select(ws.repo, tracked, failure_text=failure_text, other_text=other_text, budget=budget)
 
 
@@ -81,7 +89,7 @@ def select(
     for path in pointed:
         if len(chosen) >= budget.max_files or room <= 0:
             return chosen
-        item = _read(repo / path, path, limit=min(budget.per_file_bytes, room))
+        item = _read(repo, path, limit=min(budget.per_file_bytes, room))
         if item is not None:
             chosen.append(item)
             room -= len(item.text.encode())
@@ -90,30 +98,32 @@ def select(
         if path in pointed:
             continue
         try:
-            sizes.append(((repo / path).stat().st_size, path))
+            info = (repo / path).lstat()
         except OSError:
             continue
+        if stat.S_ISREG(info.st_mode):
+            sizes.append((info.st_size, path))
     for size, path in sorted(sizes):
         if len(chosen) >= budget.max_files or size > min(budget.small_file_bytes, room):
             break
-        item = _read(repo / path, path, limit=size)
+        item = _read(repo, path, limit=size)
         if item is not None and not item.truncated:
             chosen.append(item)
             room -= item.size
     return chosen
 
 
-def _read(file: Path, path: str, *, limit: int) -> ContextFile | None:
+def _read(repo: Path, path: str, *, limit: int) -> ContextFile | None:
     try:
-        data = file.read_bytes()
+        size = (repo / path).lstat().st_size
+        data = read_in_checkout(repo, path, limit=limit)
     except OSError:
-        return None  # a submodule, a dangling symlink, a directory
+        return None  # a symlink on the way, a submodule, a directory, gone
     if b"\0" in data[:_BINARY_SNIFF]:
         return None
-    cut = data[:limit]
     return ContextFile(
         path=path,
-        text=cut.decode(errors="replace"),
-        size=len(data),
-        truncated=len(cut) < len(data),
+        text=data.decode(errors="replace"),
+        size=size,
+        truncated=len(data) < size,
     )

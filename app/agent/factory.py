@@ -54,6 +54,10 @@ class AgentPolicy:
         """Values that must never appear in a transcript."""
         return [*self.api_keys.values(), *self.command_env.values()]
 
+    #: Command agents may reach the network (``REPAIRBOT_AGENT_NETWORK``): a CLI
+    #: agent calling its model needs it. Off by default: the sandbox has none.
+    command_network: bool = False
+
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, default: AgentConfig | None = None) -> AgentPolicy:
         """Read ``REPAIRBOT_AGENT_API_KEYS`` (comma-separated variable names
@@ -116,6 +120,7 @@ def build_agent(
             sandbox=sandbox,
             extra_env=policy.command_env,
             heartbeat=heartbeat,
+            network=policy.command_network,
         )
     assert config.provider is not None and config.model is not None
     base_url = (config.base_url or DEFAULT_BASE_URLS[config.provider]).rstrip("/")

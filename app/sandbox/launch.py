@@ -8,9 +8,14 @@ repository code unsandboxed by accident.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +23,15 @@ from typing import Literal
 
 from app.sandbox.bwrap import SETPRIV, bwrap_argv, bwrap_path
 from app.sandbox.cgroups import CommandCgroup
+from app.sandbox.mounts import plan
 from app.sandbox.policy import Isolation, SandboxUnavailable
 
-Backend = Literal["bwrap", "none"]
+Backend = Literal["bwrap", "unshare", "none"]
 LimitsBy = Literal["cgroup", "rlimit"]
+#: What a probe runs in a fresh sandbox (an absolute path: PATH may be anything).
+PROBE = ["/bin/sh", "-c", ":"]
+#: Builds the sandbox inside ``unshare`` (standard library only).
+ENTER = Path(__file__).with_name("enter.py")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,11 +42,16 @@ class Launch:
     cgroup: CommandCgroup | None
     #: Runs in the child before exec: joins the cgroup, then ``apply_rlimits``.
     preexec: Callable[[], None]
+    #: An empty directory the ``unshare`` backend mounts the new root on.
+    mount_point: Path | None = None
 
     def cleanup(self) -> None:
         """Kill anything left in the command's cgroup and remove it."""
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self.mount_point is not None:
+            with contextlib.suppress(OSError):
+                self.mount_point.rmdir()
 
 
 def _as_root() -> bool:
@@ -50,7 +65,7 @@ def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
     argv = bwrap_argv(
         bwrap,
         Isolation(uid=uid, gid=gid),
-        ["true"],
+        PROBE,
         cwd=probe,
         writable=[],
         network=False,
@@ -68,27 +83,64 @@ def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
 
 
 def backend_for(isolation: Isolation) -> Backend:
-    """The backend commands use under ``isolation``; raises SandboxUnavailable."""
+    """The backend commands use under ``isolation``; raises SandboxUnavailable.
+
+    ``auto``: bubblewrap when it works here, else ``unshare``, else refuse.
+    """
     if isolation.mode == "none":
         return "none"
-    if isolation.mode == "unshare":
-        raise SandboxUnavailable(
-            "REPAIRBOT_SANDBOX=unshare is not supported by this version: use bwrap "
-            "(install the `bubblewrap` package) or auto"
+    problems = []
+    if isolation.mode in ("auto", "bwrap"):
+        bwrap = bwrap_path()
+        problem = (
+            "bubblewrap (`bwrap`) is not installed"
+            if bwrap is None
+            else _probe_bwrap(bwrap, _as_root(), isolation.uid, isolation.gid)
         )
-    bwrap = bwrap_path()
-    if bwrap is None:
-        raise SandboxUnavailable(
-            "no sandbox for repository commands: bubblewrap (`bwrap`) is not installed. "
-            "Install the `bubblewrap` package, or set REPAIRBOT_SANDBOX=none on a "
-            "trusted single-user setup."
+        if problem is None:
+            return "bwrap"
+        problems.append(problem)
+    if isolation.mode in ("auto", "unshare"):
+        unshare = shutil.which("unshare")
+        problem = (
+            "util-linux `unshare` is not installed"
+            if unshare is None
+            else _probe_unshare(unshare, _as_root(), isolation.uid, isolation.gid)
         )
-    problem = _probe_bwrap(bwrap, _as_root(), isolation.uid, isolation.gid)
-    if problem is not None:
-        raise SandboxUnavailable(
-            f"no sandbox for repository commands: {problem}. Repository code was not run."
+        if problem is None:
+            return "unshare"
+        problems.append(problem)
+    raise SandboxUnavailable(
+        f"no sandbox for repository commands: {'; '.join(problems)}. Repository code was "
+        "not run. Install the `bubblewrap` package, or set REPAIRBOT_SANDBOX=none on a "
+        "trusted single-user setup."
+    )
+
+
+@functools.cache
+def _probe_unshare(unshare: str, as_root: bool, uid: int, gid: int) -> str | None:
+    """``None`` when util-linux ``unshare`` builds a sandbox here; otherwise why not."""
+    mount_point = Path(tempfile.mkdtemp(prefix="repairbot-probe-"))
+    try:
+        argv = unshare_argv(
+            unshare,
+            Isolation(uid=uid, gid=gid),
+            PROBE,
+            cwd=Path("/"),
+            writable=[],
+            network=False,
+            as_root=as_root,
+            mount_point=mount_point,
         )
-    return "bwrap"
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare could not be started: {exc}"
+    finally:
+        with contextlib.suppress(OSError):
+            mount_point.rmdir()
+    if done.returncode != 0:
+        return f"unshare failed: {done.stderr.decode(errors='replace').strip()[:300]}"
+    return None
 
 
 def describe(isolation: Isolation) -> str:
@@ -100,7 +152,8 @@ def describe(isolation: Isolation) -> str:
     if backend == "none":
         return "none (REPAIRBOT_SANDBOX=none: commands run unisolated as the worker)"
     user = f"uid {isolation.uid}" if _as_root() else "a user namespace"
-    return f"bubblewrap (own PID, mount and network namespaces; {user})"
+    name = "bubblewrap" if backend == "bwrap" else "util-linux unshare"
+    return f"{name} (own PID, mount and network namespaces; {user})"
 
 
 def prepare(
@@ -116,13 +169,14 @@ def prepare(
 ) -> Launch:
     """What to execute for ``argv``; the caller must call ``cleanup`` afterwards."""
     backend = backend_for(isolation)
+    mount_point = None
+    as_root = _as_root()
+    if backend != "none" and as_root:
+        for path in writable:
+            _hand_over(path, isolation.uid, isolation.gid)
     if backend == "none":
         wrapped = list(argv)
-    else:
-        as_root = _as_root()
-        if as_root:
-            for path in writable:
-                _hand_over(path, isolation.uid, isolation.gid)
+    elif backend == "bwrap":
         wrapped = bwrap_argv(
             bwrap_path() or "bwrap",
             isolation,
@@ -131,6 +185,18 @@ def prepare(
             writable=writable,
             network=network,
             as_root=as_root,
+        )
+    else:
+        mount_point = Path(tempfile.mkdtemp(prefix="repairbot-root-"))
+        wrapped = unshare_argv(
+            shutil.which("unshare") or "unshare",
+            isolation,
+            argv,
+            cwd=cwd,
+            writable=writable,
+            network=network,
+            as_root=as_root,
+            mount_point=mount_point,
         )
     cgroup = CommandCgroup.create(memory_bytes=memory_bytes, max_tasks=max_tasks)
 
@@ -145,7 +211,37 @@ def prepare(
         limits_by="cgroup" if cgroup is not None else "rlimit",
         cgroup=cgroup,
         preexec=preexec,
+        mount_point=mount_point,
     )
+
+
+def unshare_argv(
+    unshare: str,
+    isolation: Isolation,
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    writable: Sequence[Path],
+    network: bool,
+    as_root: bool,
+    mount_point: Path,
+) -> list[str]:
+    """``unshare <namespaces> -- python enter.py <spec>``: the fallback backend."""
+    out = [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts"]
+    if not network:
+        out.append("--net")
+    if not as_root:
+        out += ["--user", "--map-root-user"]
+    spec = {
+        "root": str(mount_point),
+        "mounts": plan(isolation, writable),
+        "cwd": os.path.realpath(cwd),
+        "uid": isolation.uid,
+        "gid": isolation.gid,
+        "argv": list(argv),
+        "loopback": not network,  # a namespace of its own: bring its lo up
+    }
+    return [*out, "--", sys.executable, "-I", "-S", str(ENTER), json.dumps(spec)]
 
 
 def _hand_over(root: Path, uid: int, gid: int) -> None:

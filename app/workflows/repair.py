@@ -139,12 +139,14 @@ class Repair:
             commands.run_reproduction,
             {
                 "workspace": self._spec(self.state["base_sha"]),
-                "setup": self.config["setup"],
+                **self._setup(),
                 "commands": self.reproduction,
                 "time_limit_seconds": self.config["budgets"]["time_limit_seconds"],
             },
             step="reproduce",
         )
+        if any(r.get("network") for r in result.get("results", [])):
+            self.state["setup_network"] = True  # the status comment says so
         self.state["reproduction"] = {"reproduced": result["reproduced"]}
         self._reproduction_log = result["log"]
         self._evidence("reproduction on the base commit", result["log"])
@@ -153,6 +155,14 @@ class Repair:
                 "not-reproduced",
                 f"The reproduction ended with status `{result['status']}` on the base commit.",
             )
+
+    def _setup(self) -> dict[str, Any]:
+        """The setup commands for an activity input, and whether they may use
+        the network (only when the repository's config asks for it; the key
+        is absent otherwise, so inputs recorded before it existed still match)."""
+        if self.config.get("network") == "setup":
+            return {"setup": self.config["setup"], "setup_network": True}
+        return {"setup": self.config["setup"]}
 
     def _check_time(self) -> None:
         elapsed = (self.ctx.now() - self.started).total_seconds()
@@ -178,7 +188,7 @@ class Repair:
                     "reproduction_log": self._reproduction_log,
                     "feedback": self._feedback,
                     "attempt": attempt,
-                    "setup": self.config["setup"],
+                    **self._setup(),
                     "time_limit_seconds": self.config["budgets"]["time_limit_seconds"],
                 },
                 step=f"propose-{attempt}",
@@ -197,7 +207,7 @@ class Repair:
                 commands.verify_candidate,
                 {
                     "workspace": self._spec(self.state["base_sha"], proposal["patch"]),
-                    "setup": self.config["setup"],
+                    **self._setup(),
                     "reproduction": self.reproduction,
                     "test": self.config.get("test"),
                     "time_limit_seconds": self.config["budgets"]["time_limit_seconds"],
@@ -449,7 +459,7 @@ class Repair:
             commands.verify_candidate,
             {
                 "workspace": self._spec(base["sha"], self._patch),
-                "setup": self.config["setup"],
+                **self._setup(),
                 "reproduction": self.reproduction,
                 "test": self.config.get("test"),
                 "time_limit_seconds": self.config["budgets"]["time_limit_seconds"],

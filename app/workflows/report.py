@@ -70,6 +70,11 @@ def status_comment(state: dict[str, Any]) -> str:
         lines.append(f"Pull request: {state['pull_url']}")
     if state.get("proposed_sha"):
         lines.append(f"Proposed commit: `{state['proposed_sha']}`")
+    if state.get("setup_network"):
+        lines.append(
+            "Setup commands ran with network access (`network: setup` in "
+            "`.github/repairbot.yml`); every other command ran without network."
+        )
     if state.get("detail"):
         lines.extend(["", str(state["detail"])])
     if state.get("evidence"):

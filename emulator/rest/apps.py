@@ -74,6 +74,9 @@ def create_access_token(ctx: Ctx) -> Reply:
         if LEVEL_RANK.get(str(level), 99) > LEVEL_RANK.get(inst.permissions.get(name, "none"), 0):
             raise validation("The permissions requested are not granted to this installation.")
         permissions[name] = str(level)
+    if permissions:
+        # GitHub always includes read access to metadata in a narrowed token.
+        permissions.setdefault("metadata", "read")
     token = store.mint_token(
         Token(
             value=store.new_token_value("ghs_"),

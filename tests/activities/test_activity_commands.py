@@ -49,7 +49,7 @@ async def test_reproduction_fails_on_the_base(
     only = result["results"][0]
     assert only["exit_code"] == 1 and "AssertionError: -1" in only["output_tail"]
     log = evidence.get(result["log"]["sha256"])
-    assert log.startswith(f"$ {REPRO.display()}    # reproduce\n".encode())
+    assert log.startswith(f"$ {REPRO.display()}    # reproduce; sandbox: no network\n".encode())
     assert b"AssertionError: -1" in log and log.endswith(
         b"[exit 1 after " + log.split(b"[exit 1 after ")[1]
     )
@@ -72,8 +72,9 @@ async def test_setup_runs_first_and_its_failure_is_not_a_reproduction(
     result = await call(run_reproduction, actx, payload)
     assert (result["status"], result["reproduced"]) == ("setup-failed", False)
     assert len(result["results"]) == 1  # the reproduction did not run
-    assert b"$ echo installing; exit 4    # setup\ninstalling\n[exit 4" in evidence.get(
-        result["log"]["sha256"]
+    assert (
+        b"$ echo installing; exit 4    # setup; sandbox: no network\ninstalling\n[exit 4"
+        in evidence.get(result["log"]["sha256"])
     )
 
 

@@ -1,0 +1,94 @@
+"""The sandbox's file system view as a list of mount steps, whatever builds it.
+
+Both backends (bubblewrap, and ``unshare`` with :mod:`app.sandbox.enter`)
+build the same view from :func:`plan`: an empty tmpfs root; the system
+directories and the other read-only paths; a private ``/proc``, ``/dev`` and
+``/tmp``; masks over hidden paths that a read-only path would show; the
+writable paths last. Steps are tuples so they travel as JSON::
+
+    ("ro" | "rw", path)        bind the host's path at the same place
+    ("symlink", path, target)  /bin -> usr/bin on merged-/usr systems
+    ("dir", path)              a world-readable directory leading to a mount
+    ("tmpfs", path, mode)      an empty tmpfs
+    ("null", path)             /dev/null over a hidden file
+    ("proc", path), ("dev", path)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.sandbox.policy import SYSTEM_PATHS, Isolation
+
+Step = tuple[str, ...]
+
+
+def plan(isolation: Isolation, writable: Sequence[Path]) -> list[Step]:
+    mounts = _Mounts()
+    for system in SYSTEM_PATHS:
+        path = Path(system)
+        if path.is_symlink():  # merged /usr: /bin -> usr/bin
+            mounts.add(("symlink", system, os.readlink(path)), path, tmpfs=False)
+        elif path.is_dir():
+            mounts.bind("ro", path)
+    mounts.add(("proc", "/proc"), Path("/proc"), tmpfs=False)
+    mounts.add(("dev", "/dev"), Path("/dev"), tmpfs=False)
+    mounts.tmpfs(Path("/tmp"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
+    for path in isolation.visible_paths():  # after /tmp: one may lie under it
+        mounts.bind("ro", path)
+    for hidden in isolation.hidden:
+        mounts.mask(Path(os.path.realpath(hidden)))
+    for path in writable:
+        mounts.bind("rw", Path(os.path.realpath(path)))
+    return mounts.steps
+
+
+class _Mounts:
+    """Mount steps in order, with the directories leading to them.
+
+    bubblewrap would create the parents of a mount point (``/work/ws-1``
+    needs ``/work``) as root-only directories the sandbox user cannot cross,
+    so they are created first, world-readable.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        #: Mount points and whether each is an (empty, writable) tmpfs.
+        self._points: dict[Path, bool] = {Path("/"): True}
+
+    def _parents(self, target: Path) -> None:
+        for parent in reversed(target.parents):
+            if parent in self._points:
+                continue
+            deepest = max((p for p in self._points if p in parent.parents), key=_depth)
+            if self._points[deepest]:
+                self.steps.append(("dir", str(parent)))
+                self._points[parent] = True
+
+    def add(self, step: Step, path: Path, *, tmpfs: bool) -> None:
+        self._parents(path)
+        self.steps.append(step)
+        self._points[path] = tmpfs
+
+    def bind(self, kind: str, path: Path) -> None:
+        self.add((kind, str(path)), path, tmpfs=False)
+
+    def tmpfs(self, path: Path, *, mode: str = "0755") -> None:
+        self.add(("tmpfs", str(path), mode), path, tmpfs=True)
+
+    def mask(self, path: Path) -> None:
+        """Hide ``path`` if something mounted so far shows it."""
+        covering = [p for p in self._points if p == path or p in path.parents]
+        deepest = max(covering, key=_depth)
+        if self._points[deepest] or not path.exists():
+            return  # on one of our empty tmpfs: not there at all
+        if path.is_dir():
+            self.tmpfs(path, mode="0700")
+        else:
+            self.steps.append(("null", str(path)))
+
+
+def _depth(path: Path) -> int:
+    return len(path.parts)

@@ -1,0 +1,106 @@
+"""A hostile repro block through the whole repair, over real webhooks (issue 8).
+
+The issue's reproduction tries to read the worker's secrets (its environment,
+the key file, the database, the data directory, sibling workspaces) and to
+reach the emulator's loopback port, then runs the real failing test. The run
+goes on as usual (reproduce, repair, verify, draft PR) and no secret appears
+anywhere: history, evidence, logs, the JSON API, or what was written to GitHub.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from app.demo.project import ISSUE_BODY, fix_agent_command, write_project
+from app.demo.stack import LocalStack
+from app.engine.history import export_history
+from tests.e2e.scenario import github_state, open_labelled_issue, wait_phase, workflow_id
+
+CANARIES = {
+    "GITHUB_PRIVATE_KEY": "canary-env-private-key-d41c",
+    "GITHUB_WEBHOOK_SECRET": "canary-env-webhook-3f90",
+    "REPAIRBOT_CANARY_TOKEN": "canary-env-token-77ab",
+}
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    return write_project(tmp_path / "project")
+
+
+def hostile_issue(stack: LocalStack, db_url: str, key_file: Path) -> str:
+    assert stack.settings is not None
+    data = stack.settings.data_dir
+    port = urlsplit(stack.settings.github_api_url).port
+    db = db_url.removeprefix("sqlite:///")
+    steal = (
+        "cat /proc/*/environ | tr '\\\\0' '\\\\n'; "
+        f"cat {key_file} {db}; ls -R {data} {data}/workspaces; "
+        f"{sys.executable} -c 'import socket; "
+        f'socket.create_connection((\\"127.0.0.1\\", {port}), 3)\'; '
+        f"{sys.executable} -m unittest tests.test_punctuation"
+    )
+    return f'{ISSUE_BODY}\n\n```repro\nsh -c "{steal}"\n```\n'
+
+
+@pytest.mark.slow
+async def test_a_repro_block_that_hunts_secrets_finds_none(
+    stack: LocalStack,
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    for name, value in CANARIES.items():
+        monkeypatch.setenv(name, value)  # as if the worker had been started the old way
+    assert stack.settings is not None
+    key_file = tmp_path / "app-key.pem"
+    key_file.write_text(stack.settings.github_private_key)
+    stack.start_repairbot(
+        agent_command=tuple(fix_agent_command()), github_private_key_file=key_file
+    )
+    number = await open_labelled_issue(stack, body=hostile_issue(stack, db_url, key_file))
+    status = await wait_phase(stack, number, "awaiting-review", timeout=120)
+    assert status["pull_number"]  # the run went on: reproduced, repaired, verified, PR
+
+    settings = stack.settings
+    secrets = [
+        *CANARIES.values(),
+        settings.github_webhook_secret,
+        # Lines of the PEM body: any of them in the open is a leak.
+        *[line for line in settings.github_private_key.splitlines() if len(line) > 40][:5],
+    ]
+    assert stack.runtime is not None
+    run = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert run is not None
+    places: dict[str, str] = {
+        "history": str(export_history(stack.runtime.store, run.run_id)),
+        "logs": caplog.text,
+    }
+    evidence = sorted(p for p in settings.evidence_dir.rglob("*") if p.is_file())
+    assert evidence, "the reproduction's log is evidence"
+    reproduction_logs = ""
+    for path in evidence:
+        text = path.read_bytes().decode(errors="replace")
+        places[f"evidence {path.name}"] = text
+        if "sh -c" in text:
+            reproduction_logs += text
+    async with httpx.AsyncClient(base_url=stack.app_url) as client:
+        places["api runs"] = (await client.get("/api/runs")).text
+        places["api run"] = (await client.get(f"/api/runs/{run.run_id}")).text
+    state = await github_state(stack, number)
+    places["github"] = str(state["comments"]) + str(state["pulls"])
+    for where, text in places.items():
+        for secret in secrets:
+            assert secret not in text, f"{secret[:12]}... leaked into {where}"
+    # The attempts really ran, and really failed.
+    assert "No such file or directory" in reproduction_logs
+    assert "Connection refused" in reproduction_logs
+    assert "sandbox: no network" in reproduction_logs
