@@ -80,6 +80,10 @@ class RunFigures:
     overhead: float | None = None
     overhead_without_git: float | None = None
     runtime_gaps: float | None = None
+    #: From the label to the run's creation (webhook delivery and intake).
+    label_to_start: float | None = None
+    #: Seconds per activity attempt before the PR, by activity name (summed).
+    activity_seconds: dict[str, float] = field(default_factory=dict)
     runs_for_issue: int = 0
     branches: int = 0
     pulls: int = 0
@@ -119,6 +123,10 @@ class LoadResult:
     overhead_without_git_p95: float | None = None
     gaps_p50: float | None = None
     gaps_p95: float | None = None
+    label_to_start_p50: float | None = None
+    label_to_start_p95: float | None = None
+    #: Mean seconds per run spent in each activity before the PR.
+    activity_seconds: dict[str, float] = field(default_factory=dict)
     label_to_pr_p50: float | None = None
     label_to_pr_p95: float | None = None
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
@@ -186,6 +194,9 @@ def figures_for(engine: Engine, fig: RunFigures, run_id: str) -> None:
     fig.overhead = fig.label_to_pr - busy(EXCLUDED)
     fig.overhead_without_git = fig.label_to_pr - busy(EXCLUDED + GIT_WORK)
     fig.runtime_gaps = fig.label_to_pr - busy(("",))
+    for name, a, b in spans:
+        if a < pr_at:
+            fig.activity_seconds[name] = fig.activity_seconds.get(name, 0.0) + (min(b, pr_at) - a)
 
 
 class Sampler:
@@ -345,7 +356,12 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             fig = figs[name]
             with engine.connect() as conn:
                 found = conn.execute(
-                    select(runs_table.c.run_id, runs_table.c.status, runs_table.c.closed_at)
+                    select(
+                        runs_table.c.run_id,
+                        runs_table.c.status,
+                        runs_table.c.closed_at,
+                        runs_table.c.created_at,
+                    )
                     .where(runs_table.c.workflow_id == wid)
                     .order_by(runs_table.c.created_at)
                 ).all()
@@ -353,6 +369,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             if found:
                 fig.status = found[-1].status
                 fig.closed_at = found[-1].closed_at
+                fig.label_to_start = found[0].created_at - fig.label_at
                 figures_for(engine, fig, found[-1].run_id)
             await github_counts(stack, name, numbers[name], fig)
             if fig.closed_at is not None:
@@ -392,6 +409,13 @@ def summarize(result: LoadResult, figs: list[RunFigures]) -> None:
     )
     result.gaps_p50, result.gaps_p95 = p50_p95([f.runtime_gaps for f in figs])
     result.label_to_pr_p50, result.label_to_pr_p95 = p50_p95([f.label_to_pr for f in figs])
+    result.label_to_start_p50, result.label_to_start_p95 = p50_p95([f.label_to_start for f in figs])
+    with_pr = [f for f in figs if f.pr_at is not None]
+    names = sorted({name for f in with_pr for name in f.activity_seconds})
+    result.activity_seconds = {
+        name: round(sum(f.activity_seconds.get(name, 0.0) for f in with_pr) / len(with_pr), 3)
+        for name in names
+    }
 
 
 def _s(value: float | None) -> str:
@@ -420,6 +444,8 @@ def report(result: LoadResult) -> str:
         f"{_s(result.overhead_p50)} / {_s(result.overhead_p95)} |",
         f"| ... also excluding workspace builds (git), p50 / p95 | "
         f"{_s(result.overhead_without_git_p50)} / {_s(result.overhead_without_git_p95)} |",
+        f"| ... of which label to run started (webhook, intake), p50 / p95 | "
+        f"{_s(result.label_to_start_p50)} / {_s(result.label_to_start_p95)} |",
         f"| ... runtime gaps (no activity running), p50 / p95 | "
         f"{_s(result.gaps_p50)} / {_s(result.gaps_p95)} |",
         f"| peak database connections (pg_stat_activity) | {result.peak_connections} "
@@ -427,6 +453,15 @@ def report(result: LoadResult) -> str:
         " |",
         f"| peak RSS per process | "
         f"{', '.join(f'{k} {v} MiB' for k, v in result.peak_rss_mib.items())} |",
+        "",
+        "Mean seconds per run in each activity before the draft PR:",
+        "",
+        "| activity | seconds |",
+        "|---|---|",
+        *(
+            f"| {name} | {secs:.2f} |"
+            for name, secs in sorted(result.activity_seconds.items(), key=lambda kv: -kv[1])
+        ),
     ]
     return "\n".join(lines)
 
