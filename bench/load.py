@@ -287,7 +287,9 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     figs: dict[str, RunFigures] = {}
     numbers: dict[str, int] = {}
     try:
-        wait_healthy(f"{app_url}/healthz", web)
+        # Generous: on a loaded machine a cold start of the web process is slow.
+        wait_healthy(f"{app_url}/healthz", web, timeout=300)
+        print(f"  web up; {len(names)} repositories ready; labelling", file=sys.stderr)
         for name in names:
             issue = await stack.gh.create_issue(
                 people.owner, name, as_user=people.owner, title=ISSUE_TITLE, body=ISSUE_BODY
