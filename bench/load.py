@@ -130,6 +130,7 @@ class LoadResult:
     label_to_pr_p50: float | None = None
     label_to_pr_p95: float | None = None
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
     peak_connections: int = 0
     peak_connections_by_process: dict[str, int] = field(default_factory=dict)
     per_run: list[dict[str, Any]] = field(default_factory=list)
@@ -309,6 +310,8 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         deadline = time.monotonic() + args.timeout
         last_report = 0.0
         while time.monotonic() < deadline:
+            for name in fleet.revive():
+                print(f"  {name} exited by itself; restarted", file=sys.stderr)
             sampler.sample()
             with engine.connect() as conn:
                 rows = conn.execute(
@@ -391,6 +394,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     finally:
         fleet.stop()
         result.peak_rss_mib = {m.name: round(m.peak_rss_kib / 1024, 1) for m in fleet.machines}
+        result.restarts = {m.name: m.restarts for m in fleet.machines if m.restarts}
         result.peak_connections = sampler.peak
         result.peak_connections_by_process = dict(sampler.by_process)
         result.load_after = load()
@@ -453,6 +457,8 @@ def report(result: LoadResult) -> str:
         f"| peak database connections (pg_stat_activity) | {result.peak_connections} "
         f"({', '.join(f'{k} {v}' for k, v in sorted(result.peak_connections_by_process.items()))})"
         " |",
+        f"| processes that exited by themselves and were restarted | "
+        f"{', '.join(f'{k} x{v}' for k, v in result.restarts.items()) or 'none'} |",
         f"| peak RSS per process | "
         f"{', '.join(f'{k} {v} MiB' for k, v in result.peak_rss_mib.items())} |",
         "",

@@ -33,6 +33,9 @@ class MachineProcess:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.peak_rss_kib = 0
+        #: Times this machine's process exited by itself and was started again.
+        self.restarts = 0
+        self._killed = False
 
     def start(self) -> MachineProcess:
         env = {**os.environ, **self.settings.to_env()}
@@ -68,13 +71,24 @@ class MachineProcess:
 
     def kill(self) -> None:
         """SIGKILL: the machine vanishes mid-whatever it was doing."""
+        self._killed = True
         if self.alive():
             self.sample_rss()
             os.kill(self.pid, signal.SIGKILL)
             assert self.process is not None
             self.process.wait()
 
+    def revive(self) -> bool:
+        """Start the process again if it exited by itself (not killed or stopped
+        here), as a supervisor's restart policy would; whether it did."""
+        if self.process is None or self._killed or self.alive():
+            return False
+        self.restarts += 1
+        self.start()
+        return True
+
     def stop(self) -> None:
+        self._killed = True
         if self.alive():
             self.sample_rss()
             assert self.process is not None
@@ -112,6 +126,11 @@ class Fleet:
         machine.settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.machines.append(machine)
         return machine
+
+    def revive(self) -> list[str]:
+        """Restart every machine whose process exited by itself (Fly's
+        ``restart = always``); the names restarted."""
+        return [m.name for m in self.machines if m.revive()]
 
     def sample_rss(self) -> None:
         for machine in self.machines:
