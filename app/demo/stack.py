@@ -110,6 +110,23 @@ class LocalStack:
         self._servers.append(ServerThread(web, self._app_socket, name="repairbot").start())
         return self.runtime
 
+    def hand_app_port_over(self) -> int:
+        """Free repairbot's socket for a ``repairbot web`` process of its own to
+        listen on the same port (the App's webhook URL names it); the port."""
+        assert self._app_socket is not None, "start_github() first"
+        port = int(self._app_socket.getsockname()[1])
+        self._app_socket.close()
+        return port
+
+    async def add_repo(self, name: str, source: Path) -> str:
+        """Another repository of the owner, from ``source``, covered by the App's
+        installation; its full name."""
+        people = self.people
+        await self.gh.create_repo_from_folder(people.owner, name, source)
+        await self.gh.set_permission(people.owner, name, people.maintainer, "write")
+        await self.gh.set_permission(people.owner, name, people.reader, "read")
+        return f"{people.owner}/{name}"
+
     async def stop(self) -> None:
         for server in reversed(self._servers):
             server.stop()
