@@ -20,18 +20,18 @@ from app.engine.errors import PermanentError, TransientError
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Absent, Found, ReconcileResult, Unknown, activity
 from app.evidence import EvidenceStore
+from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
 from app.github.errors import classified, classify, status_of
-from app.github.gitcmd import git_env, run_git
+from app.github.gitcmd import fetch_commit, git_env, run_git
 from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
     Identity,
     Patch,
     build_commit,
-    git_auth_config,
     publish_branch,
     remote_ref,
 )
@@ -142,31 +142,40 @@ async def comment(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
 # -- branches -----------------------------------------------------------------
 
 
+#: What each git step may do with the repository it works on (and nothing else).
+_READ = {"contents": "read"}
+_WRITE = {"contents": "write"}
+
+
+async def _git_token(access: GitHubAccess, raw: dict[str, Any], permissions: dict[str, str]) -> str:
+    """A token for the run's one repository with ``permissions`` only."""
+    token = await access.factory.installation_token(
+        int(raw["installation_id"]), repository=raw["repo"], permissions=permissions
+    )
+    return token.token
+
+
 async def _fetch_base(
     access: GitHubAccess, repo: str, base_sha: str, token: str, into: Path
 ) -> Path:
     """A bare repository holding ``base_sha`` (fetched fresh: nothing survives a crash)."""
-    url = access.clone_url(repo)
-    env = git_env(git_auth_config(url, token))
     bare = into / "objects.git"
-    init = await run_git(["init", "--quiet", "--bare", str(bare)], cwd=into, env=env)
+    init = await run_git(["init", "--quiet", "--bare", str(bare)], cwd=into, env=git_env())
     if not init.ok:
         raise PermanentError(f"git init failed: {init.stderr.strip()}")
-    fetch = await run_git(
-        ["fetch", "--quiet", "--depth=1", url, base_sha], cwd=bare, env=env, secrets=[token]
-    )
-    if not fetch.ok:
-        fetch = await run_git(["fetch", "--quiet", url], cwd=bare, env=env, secrets=[token])
-    if not fetch.ok:
-        raise PermanentError(f"cannot fetch {base_sha} from {repo}: {fetch.stderr.strip()}")
+    fetched = await fetch_commit(bare, access.clone_url(repo), base_sha, token=token)
+    if fetched.status == "unreachable":
+        raise TransientError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
+    if fetched.status == "missing":
+        raise PermanentError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
     return bare
 
 
 async def _intended_commit(
-    actx: ActivityContext, raw: dict[str, Any], workdir: Path
+    actx: ActivityContext, raw: dict[str, Any], workdir: Path, *, push: bool = False
 ) -> tuple[Path, str, str]:
     access = _access(actx)
-    token = (await access.factory.installation_token(int(raw["installation_id"]))).token
+    token = await _git_token(access, raw, _WRITE if push else _READ)
     bare = await _fetch_base(access, raw["repo"], raw["base_sha"], token, workdir)
     patch = actx.dep(EvidenceStore).get(raw["patch_sha"])
     sha = await build_commit(
@@ -190,7 +199,7 @@ async def build_intended_commit(actx: ActivityContext, raw: dict[str, Any]) -> d
 
 async def _branch_state(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
     access = _access(actx)
-    token = (await access.factory.installation_token(int(raw["installation_id"]))).token
+    token = await _git_token(access, raw, _READ)
     at = await remote_ref(access.clone_url(raw["repo"]), raw["branch"], token=token)
     if at == raw["sha"]:
         return Found({"status": "already-there", "sha": at, "remote_sha": at})
@@ -206,7 +215,7 @@ async def _branch_state(actx: ActivityContext, raw: dict[str, Any]) -> Reconcile
 async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
     with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
-        bare, sha, token = await _intended_commit(actx, raw, Path(tmp))
+        bare, sha, token = await _intended_commit(actx, raw, Path(tmp), push=True)
         if sha != raw["sha"]:
             raise PermanentError(f"rebuilt commit {sha} differs from the recorded {raw['sha']}")
         outcome = await publish_branch(
@@ -222,26 +231,26 @@ async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
 
 @activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
 async def delete_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """Delete our branch only if it is still at the commit we put there."""
+    """Delete our branch only if it is still at the commit we put there (``sha``).
+
+    Usable after a merge and after cancellation. Input: ``installation_id``,
+    ``repo``, ``branch``, ``sha``. Result: ``deleted`` (True also when it was
+    already gone), ``status`` (deleted | absent | moved), ``remote_sha`` and,
+    when left alone, ``reason``.
+    """
     access = _access(actx)
-    token = (await access.factory.installation_token(int(raw["installation_id"]))).token
-    url = access.clone_url(raw["repo"])
-    ref = f"refs/heads/{raw['branch']}"
-    with tempfile.TemporaryDirectory(prefix="repairbot-delete-") as tmp:
-        env = git_env(git_auth_config(url, token))
-        await run_git(["init", "--quiet", "--bare", tmp], cwd=Path(tmp), env=env)
-        result = await run_git(
-            ["push", "--porcelain", f"--force-with-lease={ref}:{raw['sha']}", url, f":{ref}"],
-            cwd=Path(tmp),
-            env=env,
-            secrets=[token],
-        )
-    at = await remote_ref(url, raw["branch"], token=token)
-    if at is None:
-        return {"deleted": True}
-    if at != raw["sha"]:
-        return {"deleted": False, "reason": f"somebody moved {raw['branch']} to {at}"}
-    raise TransientError(f"branch deletion did not go through: {result.stderr.strip()[-300:]}")
+    token = await _git_token(access, raw, _WRITE)
+    outcome = await delete_branch_if_at(
+        access.clone_url(raw["repo"]), raw["branch"], raw["sha"], token=token
+    )
+    result: dict[str, Any] = {
+        "deleted": outcome.deleted,
+        "status": outcome.status.value,
+        "remote_sha": outcome.remote_sha,
+    }
+    if outcome.status is Deletion.MOVED:
+        result["reason"] = f"somebody moved {raw['branch']} to {outcome.remote_sha}"
+    return result
 
 
 # -- pull requests, checks, merge ----------------------------------------------
@@ -268,13 +277,19 @@ async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileR
             "state": pr.state,
             "merged": pr.merged_at is not None,
             "created": True,
+            "draft": pr.draft is True,
         }
     )
 
 
 @activity("github.pull_request", retry=API, timeouts=API_TIMEOUTS, reconcile=_pull_exists)
 async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """The draft pull request for the run's branch, with the evidence in its body."""
+    """The draft pull request for the run's branch, with the evidence in its body.
+
+    ``draft`` in the result is False where the repository's plan has no drafts
+    (GitHub's 422): the pull request is open for review, and merging still
+    waits for an approving review.
+    """
     access = _access(actx)
     result = await ensure_pull_request(
         access.factory.for_installation(int(raw["installation_id"])),
@@ -293,6 +308,7 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
         "state": result.state,
         "merged": result.merged,
         "created": result.created,
+        "draft": result.draft,
     }
 
 

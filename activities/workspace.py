@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +28,7 @@ from activities._support import (
     parse_input,
     read_evidence,
 )
+from app.checkout import UnsafePath, read_in_checkout
 from app.config import Settings
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import PermanentError, TransientError
@@ -35,6 +37,7 @@ from app.engine.registry import activity
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import (
     CONFIG_PATH,
+    MAX_CONFIG_BYTES,
     Command,
     RepoConfig,
     RepoConfigError,
@@ -49,7 +52,6 @@ from app.workspace import (
     Workspace,
     build_workspace,
     remove_workspace,
-    token_auth_env,
 )
 
 log = logging.getLogger("repairbot.activities")
@@ -76,21 +78,30 @@ class GitCredentials:
     repositories, and what a worker without any registered uses.
     """
 
-    async def auth_env(self, spec: WorkspaceSpec) -> Mapping[str, str]:
-        """``GIT_CONFIG_*`` environment for fetching ``spec.clone_url``."""
-        return {}
+    async def token(self, spec: WorkspaceSpec) -> str | None:
+        """A token for reading ``spec.repo`` (sent to ``spec.clone_url`` only)."""
+        return None
+
+    def git_config(self, spec: WorkspaceSpec) -> Sequence[tuple[str, str]]:
+        """Extra git settings for fetching ``spec.clone_url`` (a proxy, a protocol)."""
+        return ()
+
+
+#: Reading the code is all a fetch needs.
+FETCH_PERMISSIONS = {"contents": "read"}
 
 
 class InstallationGit(GitCredentials):
-    """A GitHub App installation token per fetch, from ``token_for(installation_id)``."""
+    """An installation token for the one repository, read-only, from
+    ``token_for(installation_id, repo, permissions)``."""
 
-    def __init__(self, token_for: Callable[[int], Awaitable[str]]) -> None:
+    def __init__(self, token_for: Callable[[int, str, Mapping[str, str]], Awaitable[str]]) -> None:
         self._token_for = token_for
 
-    async def auth_env(self, spec: WorkspaceSpec) -> Mapping[str, str]:
+    async def token(self, spec: WorkspaceSpec) -> str | None:
         if spec.installation_id is None:
-            return {}
-        return token_auth_env(await self._token_for(spec.installation_id))
+            return None
+        return await self._token_for(spec.installation_id, spec.repo, FETCH_PERMISSIONS)
 
 
 class PatchRejectedError(PermanentError):
@@ -111,7 +122,8 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
     """
     settings = actx.dep(Settings)
     patch = read_patch(actx.dep(EvidenceStore), spec.patch)
-    auth = await (optional_dep(actx, GitCredentials) or GitCredentials()).auth_env(spec)
+    credentials = optional_dep(actx, GitCredentials) or GitCredentials()
+    token = await credentials.token(spec)
     try:
         ws = await keep_alive(
             actx,
@@ -120,7 +132,8 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
                 clone_url=spec.clone_url,
                 base_sha=spec.base_sha,
                 patch=patch,
-                auth_env=auth,
+                token=token,
+                git_config=credentials.git_config(spec),
             ),
             doing=f"fetching {spec.repo}@{spec.base_sha[:12]}",
         )
@@ -178,14 +191,25 @@ async def prepare_workspace(actx: ActivityContext, raw: dict[str, Any]) -> dict[
 
 def read_config(ws: Workspace) -> tuple[str | None, str | None]:
     """The config file's text (``None``: no file), or why it cannot be read."""
-    path = ws.repo / CONFIG_PATH
-    # A symlink could point outside the checkout and leak the target's contents
-    # through our error messages: only a regular file in the tree counts.
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        return None, f"{CONFIG_PATH} must be a regular file"
-    if not path.exists():
+    return read_repo_file(ws.repo, CONFIG_PATH)
+
+
+def read_repo_file(root: Path, path: str) -> tuple[str | None, str | None]:
+    """A file of the checkout as text (``None``: absent), or why it cannot be read.
+
+    A symlink anywhere on the path (a linked ``.github`` included) is
+    refused: it could point outside the checkout and leak the target's
+    contents through our error messages.
+    """
+    try:
+        data = read_in_checkout(root, path, limit=MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
         return None, None
-    return path.read_bytes().decode(errors="replace"), None
+    except UnsafePath:
+        return None, f"{path} must be a regular file in the repository (no symlinks on its path)"
+    except OSError as exc:
+        return None, f"{path} cannot be read: {exc.strerror}"
+    return data.decode(errors="replace"), None
 
 
 def resolve_commands(base_sha: str, config_text: str | None, issue_body: str) -> PrepareResult:

@@ -81,7 +81,8 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
     evidence = (run.result or {}).get("evidence") if isinstance(run.result, dict) else None
     evidence = evidence or (phase or {}).get("evidence") or []
     if evidence:
-        print(f"\nevidence (in {settings.evidence_dir}):")
+        where = settings.evidence_dir if settings.evidence_store == "folder" else "the database"
+        print(f"\nevidence (in {where}; `repairbot evidence get <sha256>` prints one):")
         for item in evidence:
             ref = item["ref"]
             print(f"  {item['label']:40} {ref['sha256']}  {ref['size']} bytes")
@@ -166,6 +167,34 @@ def cmd_deliveries_retry(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if result.status_code < 400 else 1
 
 
+def cmd_evidence_get(args: argparse.Namespace, settings: Settings) -> int:
+    from app.evidence import EvidenceError, open_evidence_store
+
+    store = open_evidence_store(settings, make_engine(settings.database_url))
+    try:
+        data = store.get(args.sha256)
+    except (EvidenceError, ValueError) as exc:
+        print(f"cannot read evidence {args.sha256}: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def cmd_evidence_collect(args: argparse.Namespace, settings: Settings) -> int:
+    from app.evidence.collect import collect_unreferenced
+
+    retention = settings.evidence_retention
+    if args.retention_days is not None:
+        retention = args.retention_days * 86400
+    report = collect_unreferenced(make_engine(settings.database_url), retention=retention)
+    print(
+        f"{report.candidates} artifact(s) past retention, {report.referenced} still referenced, "
+        f"{report.deleted} deleted ({report.bytes_freed} bytes stored)"
+    )
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from app.demo.run import run_demo
 
@@ -229,6 +258,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     dr = deliveries_sub.add_parser("retry", help="run a recorded delivery's handlers again")
     dr.add_argument("delivery")
     handlers["deliveries retry"] = cmd_deliveries_retry
+    evidence = add("evidence", lambda a, s: 0, "read and collect evidence in the database")
+    evidence_sub = evidence.add_subparsers(dest="evidence_command", required=True)
+    eg = evidence_sub.add_parser("get", help="write an artifact's bytes to stdout")
+    eg.add_argument("sha256")
+    handlers["evidence get"] = cmd_evidence_get
+    ec = evidence_sub.add_parser(
+        "collect", help="delete artifacts no run refers to, once past their retention"
+    )
+    ec.add_argument(
+        "--retention-days", type=float, help="override REPAIRBOT_EVIDENCE_RETENTION_DAYS"
+    )
+    handlers["evidence collect"] = cmd_evidence_collect
     runs = add("runs", lambda a, s: 0, "inspect runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     lst = runs_sub.add_parser("list", help="recent runs")

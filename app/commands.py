@@ -1,23 +1,31 @@
 """Run one repository command (setup, reproduce, test, a CLI agent) in a sandbox.
 
-What the sandbox promises:
+What the sandbox promises (the isolation itself is :mod:`app.sandbox`):
 
+- Isolation: own PID, mount, network, IPC and UTS namespaces; only the
+  workspace is writable and nothing of the worker is visible; an
+  unprivileged user. When no sandbox can be built the command does not run
+  (:class:`~app.sandbox.SandboxUnavailable`, a permanent error), unless the
+  operator set ``REPAIRBOT_SANDBOX=none``.
 - Environment: built from an allow-list, never inherited. Only ``PATH``,
   ``LANG`` and ``LC_ALL`` are read from the worker; ``HOME`` and ``TMPDIR``
   point at directories of the workspace; anything else must be passed
   explicitly. The app's secrets (tokens, keys, database URLs) are therefore
   absent, and the few names that must never reach a command are refused
   even as explicit extras.
-- Time: a wall-clock limit. The command runs in its own session, so on
-  timeout or cancellation the whole process group (children and
-  grandchildren) is killed with SIGKILL, not only the direct child.
+- Network: none (a loopback of its own) unless the caller allows it for
+  this command; the result records which.
+- Time: a wall-clock limit. On timeout or cancellation the sandbox's PID
+  namespace is torn down, so every process the command started dies with
+  it (a ``setsid`` daemon included), not only the process group.
 - Output: stdout and stderr interleaved into one stream; the first and last
   bytes are kept up to a cap, the total is counted, truncation is recorded.
-- Resources: ``setrlimit`` in the child before exec (CPU seconds, address
-  space, file size, processes, open files, no core dumps).
+- Resources: a cgroup per command (memory, number of tasks) where the host
+  allows, and ``setrlimit`` in any case (CPU seconds, address space, file
+  size, processes, open files, no core dumps).
 - Liveness: an async heartbeat callback is awaited every few seconds with
-  progress; if it answers True (cancellation requested) the process group is
-  killed and :class:`ActivityCancelled` raised.
+  progress; if it answers True (cancellation requested) the sandbox is torn
+  down and :class:`ActivityCancelled` raised.
 """
 
 from __future__ import annotations
@@ -26,11 +34,12 @@ import asyncio
 import contextlib
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +48,7 @@ from pydantic import BaseModel, ConfigDict
 
 from app.engine.errors import ActivityCancelled
 from app.repo_config import Command
+from app.sandbox import Isolation, Launch, prepare
 
 Heartbeat = Callable[[dict[str, Any]], Awaitable[bool]]
 
@@ -74,6 +84,12 @@ class ResourceLimits:
     processes: int | None = 4096
     open_files: int | None = 4096
     core_file_bytes: int | None = 0
+    #: Memory of the whole command tree together (cgroup; where cgroups are
+    #: unavailable only the per-process address-space limit applies).
+    memory_bytes: int | None = 4 * _GiB
+    #: Tasks (processes and threads) of the whole command tree (cgroup
+    #: ``pids.max``): stops a fork bomb whatever the user id.
+    tasks: int | None = 1024
 
     def apply(self) -> None:
         """Lower the limits of the calling process (runs in the child, pre-exec)."""
@@ -115,6 +131,8 @@ class Sandbox:
 
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     output: OutputLimits = field(default_factory=OutputLimits)
+    #: Which namespaces and what is visible (the operator's choice, ``auto`` by default).
+    isolation: Isolation = field(default_factory=Isolation)
     #: Seconds between heartbeats while a command runs.
     heartbeat_interval: float = 10.0
 
@@ -133,6 +151,10 @@ class CommandResult(BaseModel):
     truncated: bool
     output_head: str
     output_tail: str
+    #: The sandbox it ran in: ``bwrap`` or ``none`` (the operator disabled it).
+    sandbox: str = "none"
+    #: Whether it could reach the network (setup commands, when the config allows).
+    network: bool = False
 
     @property
     def passed(self) -> bool:
@@ -261,31 +283,68 @@ async def run_command(
     extra_env: Mapping[str, str] | None = None,
     sandbox: Sandbox | None = None,
     heartbeat: Heartbeat | None = None,
+    writable: Sequence[Path] = (),
+    network: bool = False,
 ) -> CommandRun:
     """Run ``command`` in ``cwd`` and return what happened.
 
-    A non-zero exit or a timeout is a result, not an exception. Raises
-    :class:`ActivityCancelled` if ``heartbeat`` reports cancellation, and
-    re-raises whatever ``heartbeat`` raises (a lost lease); in every case the
-    process group is dead before this returns or raises.
+    ``cwd``, ``home``, ``tmpdir`` and ``writable`` are the only paths the
+    command may write (they must lie in the workspace); ``network`` lets it
+    reach the network. A non-zero exit or a timeout is a result, not an
+    exception. Raises :class:`~app.sandbox.SandboxUnavailable` (nothing ran)
+    when no sandbox can be built, :class:`ActivityCancelled` if ``heartbeat``
+    reports cancellation, and re-raises whatever ``heartbeat`` raises (a lost
+    lease); in every case everything the command started is dead before this
+    returns or raises.
     """
     sandbox = sandbox or Sandbox()
     _make_dirs(home, tmpdir)
     env = scrubbed_env(home=home, tmpdir=tmpdir, extra=extra_env)
+    argv = command.to_argv()
+    missing = _missing_program(argv[0], cwd=cwd, path=env["PATH"])
+    if missing is not None:
+        return _not_started(command, missing, 127)
+    launch = await asyncio.to_thread(
+        prepare,
+        sandbox.isolation,
+        argv,
+        cwd=cwd,
+        writable=_unique([cwd, home, tmpdir, *writable]),
+        network=network,
+        memory_bytes=sandbox.limits.memory_bytes,
+        max_tasks=sandbox.limits.tasks,
+        apply_rlimits=sandbox.limits.apply,
+    )
+    try:
+        return await _run(command, launch, cwd, env, time_limit, network, sandbox, heartbeat)
+    finally:
+        await asyncio.to_thread(launch.cleanup)
+
+
+async def _run(
+    command: Command,
+    launch: Launch,
+    cwd: Path,
+    env: dict[str, str],
+    time_limit: float,
+    network: bool,
+    sandbox: Sandbox,
+    heartbeat: Heartbeat | None,
+) -> CommandRun:
     capture = _Capture(sandbox.output.head_bytes, sandbox.output.tail_bytes)
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     try:
         transport, protocol = await loop.subprocess_exec(
             lambda: _Protocol(capture, loop),
-            *command.to_argv(),
+            *launch.argv,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=sandbox.limits.apply,
+            preexec_fn=launch.preexec,
         )
     except (FileNotFoundError, PermissionError) as exc:
         # What a shell would report (127 / 126): the repository's command is
@@ -308,9 +367,14 @@ async def run_command(
         # Always: a command that exited may have left children behind, and an
         # exception (cancellation, lost lease) must not leave anything running.
         _kill_group(transport.get_pid())
+        if launch.cgroup is not None:
+            launch.cgroup.kill_all()  # a daemon that left the group (setsid), too
         await _settle(transport, protocol)
     exit_code = transport.get_returncode()
     assert exit_code is not None
+    if launch.backend == "bwrap" and 128 < exit_code <= 128 + 64:
+        # bwrap reports a command killed by signal N as 128 + N, like a shell.
+        exit_code = 128 - exit_code
     head, tail = capture.excerpts(
         sandbox.output.excerpt_head_bytes, sandbox.output.excerpt_tail_bytes
     )
@@ -323,8 +387,33 @@ async def run_command(
         truncated=capture.truncated,
         output_head=head,
         output_tail=tail,
+        sandbox=launch.backend,
+        network=network,
     )
     return CommandRun(result=result, output=capture.captured())
+
+
+def _missing_program(program: str, *, cwd: Path, path: str) -> OSError | None:
+    """Why ``program`` cannot be found (as a shell would say), or None.
+
+    Checked before the sandbox starts so that a wrong command reads the same
+    (exit 127) with any backend; the sandbox shows the same paths.
+    """
+    if "/" in program:
+        found = (cwd / program).exists()
+    else:
+        found = shutil.which(program, path=path) is not None
+    if found:
+        return None
+    return FileNotFoundError(2, "No such file or directory", program)
+
+
+def _unique(paths: Sequence[Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        if path not in out:
+            out.append(path)
+    return out
 
 
 def _not_started(command: Command, exc: OSError, code: int) -> CommandRun:

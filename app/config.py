@@ -109,6 +109,16 @@ class Settings:
     #: REPAIRBOT_CANCEL_ON_UNLABEL: removing the trigger label cancels its run.
     cancel_on_unlabel: bool = True
 
+    #: REPAIRBOT_EVIDENCE_STORE: ``database`` (default: every machine reads it) or
+    #: ``folder`` (``<data_dir>/evidence``; one machine only).
+    evidence_store: str = "database"
+    #: REPAIRBOT_EVIDENCE_MAX_BYTES: an artifact above this is stored cut to its
+    #: head and tail around a marker saying so.
+    evidence_max_bytes: int = 8 * 1024 * 1024
+    #: REPAIRBOT_EVIDENCE_RETENTION_DAYS: unreferenced artifacts older than this
+    #: are collected (given here in seconds).
+    evidence_retention: float = 7 * 24 * 3600.0
+
     #: REPAIRBOT_AGENT_COMMAND: the operator's default command agent, a JSON list
     #: of arguments (used when a repository's config names no agent).
     agent_command: tuple[str, ...] = ()
@@ -117,7 +127,31 @@ class Settings:
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
 
+    #: REPAIRBOT_WEBHOOK_MAX_BYTES: largest webhook body accepted (413 above);
+    #: GitHub caps payloads at 25 MB.
+    webhook_max_bytes: int = 25 * 1024 * 1024
+    #: REPAIRBOT_WEBHOOK_READ_TIMEOUT: seconds a webhook body may take to arrive
+    #: in full (408 after). GitHub itself gives up on a delivery after 10 s.
+    webhook_read_timeout: float = 10.0
+    #: REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT: webhook body bytes the web process
+    #: holds at once across all connections; beyond it new deliveries get 503
+    #: with Retry-After (the delivery reconciler has GitHub redeliver them).
+    webhook_bytes_in_flight: int = 64 * 1024 * 1024
+    #: REPAIRBOT_WEB_SHUTDOWN_GRACE: seconds the web process waits on SIGTERM for
+    #: in-flight requests to finish before closing them.
+    web_shutdown_grace: float = 30.0
+    #: REPAIRBOT_DELIVERY_RECONCILE_INTERVAL: seconds between passes of the delivery
+    #: reconciler (asks GitHub to redeliver webhooks the intake never recorded),
+    #: also the least time between two redelivery requests for one delivery; 0 = off.
+    delivery_reconcile_interval: float = 60.0
+
     def __post_init__(self) -> None:
+        if self.evidence_store not in ("database", "folder"):
+            raise ConfigError(
+                f"REPAIRBOT_EVIDENCE_STORE must be database or folder, got {self.evidence_store!r}"
+            )
+        if self.evidence_max_bytes < 1024:
+            raise ConfigError("REPAIRBOT_EVIDENCE_MAX_BYTES must be at least 1024")
         if not self.database_url:
             object.__setattr__(
                 self, "database_url", f"sqlite:///{(self.data_dir / 'repairbot.db').as_posix()}"
@@ -155,6 +189,14 @@ class Settings:
             "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
             "REPAIRBOT_CANCEL_ON_UNLABEL": str(self.cancel_on_unlabel).lower(),
             "REPAIRBOT_FAULT_POINT": self.fault_point,
+            "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
+            "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
+            "REPAIRBOT_EVIDENCE_RETENTION_DAYS": repr(self.evidence_retention / 86400),
+            "REPAIRBOT_WEBHOOK_MAX_BYTES": str(self.webhook_max_bytes),
+            "REPAIRBOT_WEBHOOK_READ_TIMEOUT": str(self.webhook_read_timeout),
+            "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT": str(self.webhook_bytes_in_flight),
+            "REPAIRBOT_WEB_SHUTDOWN_GRACE": str(self.web_shutdown_grace),
+            "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": str(self.delivery_reconcile_interval),
         }
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
@@ -194,6 +236,18 @@ class Settings:
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
+            "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",
+            "evidence_max_bytes": _int(env, "REPAIRBOT_EVIDENCE_MAX_BYTES", 8 * 1024 * 1024),
+            "evidence_retention": _float(env, "REPAIRBOT_EVIDENCE_RETENTION_DAYS", 7.0) * 86400,
+            "webhook_max_bytes": _int(env, "REPAIRBOT_WEBHOOK_MAX_BYTES", 25 * 1024 * 1024),
+            "webhook_read_timeout": _float(env, "REPAIRBOT_WEBHOOK_READ_TIMEOUT", 10.0),
+            "webhook_bytes_in_flight": _int(
+                env, "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT", 64 * 1024 * 1024
+            ),
+            "web_shutdown_grace": _float(env, "REPAIRBOT_WEB_SHUTDOWN_GRACE", 30.0),
+            "delivery_reconcile_interval": _float(
+                env, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", 60.0
+            ),
         }
         if env.get("REPAIRBOT_WORKER_ID"):
             kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]

@@ -30,7 +30,16 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
     else:
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")
     app = create_app(settings, runtime, run_worker=with_worker)
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        # SIGTERM (a deploy): stop accepting, let in-flight deliveries finish and
+        # be recorded, then close whatever is still open after the grace period.
+        timeout_graceful_shutdown=int(settings.web_shutdown_grace),
+    )
     try:
         await uvicorn.Server(config).serve()
     finally:

@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Mapping
 
 import httpx
 from arq import create_pool
 from arq.connections import RedisSettings
+from sqlalchemy import Engine
 
 from activities.github import GitHubAccess
 from activities.workspace import InstallationGit
@@ -21,7 +23,8 @@ from app.engine.activity_context import Dependencies
 from app.engine.arq_dispatch import ArqDispatcher, arq_workers
 from app.engine.db import make_engine
 from app.engine.runtime import Runtime
-from app.evidence import EvidenceStore
+from app.evidence import open_evidence_store
+from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
 from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
@@ -30,11 +33,11 @@ from app.workspace import sweep_workspaces
 log = logging.getLogger("repairbot.worker")
 
 
-def shared_clients(settings: Settings) -> Dependencies:
+def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     """Clients built once per process and handed to every activity."""
     deps = Dependencies(
         settings,
-        EvidenceStore(settings.evidence_dir),
+        open_evidence_store(settings, engine),
         Sandbox(),
         AgentPolicy.from_env(os.environ, default=_default_agent(settings)),
         # A client of its own: never one that carries GitHub credentials.
@@ -44,8 +47,11 @@ def shared_clients(settings: Settings) -> Dependencies:
         factory = GitHubClientFactory.from_settings(settings)
         deps.add(GitHubAccess(factory, settings.github_git_url))
 
-        async def token_for(installation_id: int) -> str:
-            return (await factory.installation_token(installation_id)).token
+        async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
+            token = await factory.installation_token(
+                installation_id, repository=repo, permissions=permissions
+            )
+            return token.token
 
         deps.add(InstallationGit(token_for))
     return deps
@@ -59,9 +65,10 @@ def _default_agent(settings: Settings) -> AgentConfig | None:
 
 def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runtime:
     """The runtime with shared clients built once for the whole process."""
-    deps = deps or shared_clients(settings)
+    engine = make_engine(settings.database_url)
+    deps = deps or shared_clients(settings, engine)
     runtime = Runtime(
-        make_engine(settings.database_url),
+        engine,
         build_registry(),
         worker_id=settings.worker_id,
         code_version=settings.code_version,
@@ -92,14 +99,38 @@ async def sweep_orphan_workspaces(settings: Settings, every: float = 3600.0) -> 
         await asyncio.sleep(every)
 
 
+async def collect_evidence(settings: Settings, every: float = 6 * 3600.0) -> None:
+    """Delete artifacts no run refers to, once past their retention (safe on
+    every worker at once; see app/evidence/collect.py). A pass is rare, so it
+    opens its own connection rather than hold one in the pool between passes."""
+    while True:
+        engine = make_engine(settings.database_url, pool_size=1)
+        try:
+            report = await asyncio.to_thread(
+                collect_unreferenced, engine, retention=settings.evidence_retention
+            )
+            if report.deleted:
+                log.info("collected %d unreferenced artifacts", report.deleted)
+        except Exception:
+            log.exception("evidence collection failed; next pass in %.0fs", every)
+        finally:
+            engine.dispose()
+        await asyncio.sleep(every)
+
+
 async def run_worker(settings: Settings) -> int:
     sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
+    collector: asyncio.Task[None] | None = None
+    if settings.evidence_store == "database":
+        collector = asyncio.create_task(collect_evidence(settings), name="evidence-gc")
     try:
         return await _run_worker(settings)
     finally:
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
+        for task in (sweeper, collector):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 async def _run_worker(settings: Settings) -> int:

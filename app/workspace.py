@@ -5,21 +5,28 @@ directory and removes it when done; nothing depends on a directory
 surviving a crash, and no directory is ever reused (no ``git reset --hard``
 between jobs). A workspace directory holds::
 
-    repo/     the checkout, detached at the base commit (+ the patch); commands' cwd
+    git/      our own git directory: fetched into, read by the worker; never
+              visible to repository code
+    repo/     the checkout, detached at the base commit (+ the patch); commands' cwd;
+              its .git is a copy made for the commands and agents to use
     home/     HOME for commands (so tools' dotfiles stay out of the tree)
     tmp/      TMPDIR for commands
     scratch/  files handed to the agent (issue, logs), outside the repo tree
 
-Credentials reach git only through the environment (``GIT_CONFIG_COUNT`` /
-``GIT_CONFIG_KEY_n`` / ``GIT_CONFIG_VALUE_n`` setting ``http.extraHeader``),
-never through the URL or argv, where ``ps`` and logs would show them; git
-never prompts.
+Why two git directories: repository code runs in ``repo/`` and may rewrite
+``repo/.git`` (its config can name programs git runs: ``core.fsmonitor``,
+filter drivers, hooks; or point ``core.worktree`` at another directory).
+Every git command the worker itself runs here uses ``git/`` (our config,
+our index) with ``repo/`` as the work tree, so nothing the commands wrote
+can make the worker run a program or read outside the checkout.
+
+Fetching goes through :mod:`app.github.gitcmd`: the token in a header
+scoped to the remote URL, no credential helpers, no redirects.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import re
@@ -31,7 +38,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.github.gitcmd import git_env
+from app.github.gitcmd import fetch_commit, git_env
 
 #: Tool caches that a command run in the tree leaves behind; never part of a proposal.
 _LOCAL_EXCLUDES = (
@@ -72,6 +79,11 @@ class Workspace:
         return self.root / "repo"
 
     @property
+    def git_dir(self) -> Path:
+        """The worker's own git directory for this checkout (see the module doc)."""
+        return self.root / "git"
+
+    @property
     def home(self) -> Path:
         return self.root / "home"
 
@@ -84,25 +96,24 @@ class Workspace:
         return self.root / "scratch"
 
 
-def token_auth_env(token: str) -> dict[str, str]:
-    """Environment that makes git send ``token`` (GitHub's installation-token form)."""
-    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    return {
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "http.extraHeader",
-        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
-    }
+#: Pinned for every git command the worker runs in a workspace: settings that
+#: would run a program or change what is read, whatever a config says.
+_PINNED = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", os.devnull),
+    ("core.bare", "false"),
+    ("diff.external", ""),
+    ("safe.directory", "*"),  # the checkout belongs to the sandbox user
+)
 
 
-def _git_env(auth_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def _git_env(ws: Workspace | None = None) -> dict[str, str]:
     # Built from scratch (the operator's git config and stray GIT_* variables
-    # must not change what we fetch or build); credentials only via environment.
-    return git_env(extra=auth_env)
-
-
-def _secrets_of(auth_env: Mapping[str, str]) -> list[str]:
-    values = [v for k, v in auth_env.items() if k.startswith("GIT_CONFIG_VALUE_")]
-    return values + [v.rsplit(" ", 1)[-1] for v in values if " " in v]
+    # must not change what we fetch or build); in a workspace, our git directory.
+    extra = {}
+    if ws is not None:
+        extra = {"GIT_DIR": str(ws.git_dir), "GIT_WORK_TREE": str(ws.repo)}
+    return git_env(_PINNED, extra=extra)
 
 
 @dataclass(frozen=True)
@@ -146,8 +157,8 @@ async def _git(
     return _GitOutput(proc.returncode, out, text.strip())
 
 
-async def _git_ok(args: Sequence[str], *, cwd: Path, input: bytes | None = None) -> bytes:
-    result = await _git(args, cwd=cwd, env=_git_env(), input=input)
+async def _git_ok(args: Sequence[str], *, ws: Workspace, input: bytes | None = None) -> bytes:
+    result = await _git(args, cwd=ws.repo, env=_git_env(ws), input=input)
     if result.returncode != 0:
         raise WorkspaceError(f"git {args[0]} failed: {result.stderr}")
     return result.stdout
@@ -159,29 +170,39 @@ async def build_workspace(
     clone_url: str,
     base_sha: str,
     patch: str | None,
-    auth_env: Mapping[str, str],
+    token: str | None = None,
+    git_config: Sequence[tuple[str, str]] = (),
     time_limit: float = _GIT_TIME_LIMIT,
 ) -> Workspace:
     """A new workspace under ``root`` at ``base_sha`` with ``patch`` applied (staged).
 
-    Tries a shallow fetch of exactly ``base_sha``; when the server refuses
-    that, fetches the branches and looks for the commit among them. Raises
-    :class:`FetchFailed`, :class:`CommitNotFound` or :class:`PatchRejected`;
-    on any failure the half-built directory is removed.
+    ``token`` authenticates to ``clone_url`` only; ``git_config`` adds
+    settings for the fetch. Raises :class:`FetchFailed`,
+    :class:`CommitNotFound` or :class:`PatchRejected`; on any failure the
+    half-built directory is removed.
     """
     if not _SHA.match(base_sha):
         raise ValueError(f"base_sha must be a full commit id, got {base_sha!r}")
     ws = _new_workspace(root, base_sha)
     try:
-        await _git_ok(["-c", "init.defaultBranch=repairbot", "init", "--quiet"], cwd=ws.repo)
-        await _fetch(ws, clone_url, auth_env, time_limit)
-        await _git_ok(
-            ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", base_sha],
-            cwd=ws.repo,
+        init = await _git(
+            ["init", "--quiet", "--bare", str(ws.git_dir)], cwd=ws.root, env=_git_env()
         )
+        if init.returncode != 0:
+            raise WorkspaceError(f"git init failed: {init.stderr}")
+        fetched = await fetch_commit(
+            ws.git_dir, clone_url, base_sha, token=token, time_limit=time_limit, config=git_config
+        )
+        if fetched.status == "unreachable":
+            raise FetchFailed(f"git fetch failed: {fetched.detail}")
+        if fetched.status == "missing":
+            raise CommitNotFound(fetched.detail)
+        await _git_ok(["update-ref", "--no-deref", "HEAD", base_sha], ws=ws)
+        await _git_ok(["read-tree", "--reset", "-u", "HEAD"], ws=ws)
         _configure(ws)
         if patch:
             await apply_patch(ws, patch, index=True)
+        await asyncio.to_thread(_give_commands_a_git_dir, ws)
     except BaseException:
         remove_workspace(ws)
         raise
@@ -197,48 +218,28 @@ def _new_workspace(root: Path, base_sha: str) -> Workspace:
     return ws
 
 
-async def _fetch(
-    ws: Workspace, clone_url: str, auth_env: Mapping[str, str], time_limit: float
-) -> None:
-    env = _git_env(auth_env)
-    secrets = _secrets_of(auth_env)
-    shallow = await _git(
-        ["fetch", "--quiet", "--no-tags", "--depth=1", clone_url, ws.base_sha],
-        cwd=ws.repo,
-        env=env,
-        time_limit=time_limit,
-        secrets=secrets,
-    )
-    if shallow.returncode == 0:
-        return
-    # Servers that refuse a fetch by commit id (uploadpack.allowReachableSHA1InWant
-    # off) still serve their branches; the commit may be among them.
-    full = await _git(
-        ["fetch", "--quiet", "--no-tags", clone_url, "+refs/heads/*:refs/remotes/origin/*"],
-        cwd=ws.repo,
-        env=env,
-        time_limit=time_limit,
-        secrets=secrets,
-    )
-    if full.returncode != 0:
-        raise FetchFailed(f"git fetch failed: {full.stderr or shallow.stderr}")
-    found = await _git(["cat-file", "-e", f"{ws.base_sha}^{{commit}}"], cwd=ws.repo, env=_git_env())
-    if found.returncode != 0:
-        raise CommitNotFound(f"the repository has no commit {ws.base_sha}")
-
-
 def _configure(ws: Workspace) -> None:
-    git_dir = ws.repo / ".git"
-    # An identity, so a CLI agent that commits does not fail; its commits are
-    # harmless because the proposal is a diff against the base commit.
-    # Written directly: two fewer git processes per workspace.
-    with (git_dir / "config").open("a") as fh:
-        fh.write("[user]\n\tname = repairbot agent\n\temail = agent@repairbot.invalid\n")
-    exclude = git_dir / "info" / "exclude"
+    exclude = ws.git_dir / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     with exclude.open("a") as fh:
         fh.write("\n# repairbot: tool caches are never part of a proposal\n")
         fh.write("\n".join(_LOCAL_EXCLUDES) + "\n")
+
+
+def _give_commands_a_git_dir(ws: Workspace) -> None:
+    """``repo/.git``: a copy of ours, so agents can use git; ours stays private.
+
+    Only objects, refs, HEAD, index and excludes are copied, never hooks or
+    config; the copy gets a config of its own with an identity, so a CLI
+    agent that commits does not fail (its commits are harmless: the
+    proposal is a diff against the base).
+    """
+    theirs = ws.repo / ".git"
+    shutil.copytree(ws.git_dir, theirs, ignore=shutil.ignore_patterns("hooks", "config"))
+    (theirs / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+        "[user]\n\tname = repairbot agent\n\temail = agent@repairbot.invalid\n"
+    )
 
 
 async def apply_patch(
@@ -257,7 +258,7 @@ async def apply_patch(
     if not patch.endswith("\n"):
         patch += "\n"
     result = await _git(
-        [*args, "-"], cwd=ws.repo, env=_git_env(), input=patch.encode(errors="surrogateescape")
+        [*args, "-"], cwd=ws.repo, env=_git_env(ws), input=patch.encode(errors="surrogateescape")
     )
     if result.returncode != 0:
         raise PatchRejected(result.stderr or "git apply failed")
@@ -269,16 +270,16 @@ async def snapshot(ws: Workspace) -> str:
     Taken after setup commands ran, it keeps what setup created (build
     output, lock files) out of the agent's proposal.
     """
-    await _git_ok(["add", "--all"], cwd=ws.repo)
-    return (await _git_ok(["write-tree"], cwd=ws.repo)).decode().strip()
+    await _git_ok(["add", "--all"], ws=ws)
+    return (await _git_ok(["write-tree"], ws=ws)).decode().strip()
 
 
 async def diff_from(ws: Workspace, tree_ish: str) -> str:
     """Everything changed in the checkout since ``tree_ish``, as a binary-safe patch."""
-    await _git_ok(["add", "--all"], cwd=ws.repo)
+    await _git_ok(["add", "--all"], ws=ws)
     out = await _git_ok(
-        ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", tree_ish],
-        cwd=ws.repo,
+        ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", tree_ish],
+        ws=ws,
     )
     # surrogateescape keeps bytes of non-UTF-8 files exact through str.
     return out.decode(errors="surrogateescape")
@@ -291,13 +292,13 @@ async def diff_against_base(ws: Workspace) -> str:
 
 async def changed_paths(ws: Workspace, tree_ish: str) -> list[str]:
     """Paths staged differently from ``tree_ish`` (call after :func:`diff_from`)."""
-    out = await _git_ok(["diff", "--cached", "--name-only", "-z", tree_ish], cwd=ws.repo)
+    out = await _git_ok(["diff", "--cached", "--name-only", "-z", tree_ish], ws=ws)
     return [p for p in out.decode(errors="surrogateescape").split("\0") if p]
 
 
 async def tracked_files(ws: Workspace) -> list[str]:
     """The paths git tracks in the checkout."""
-    out = await _git_ok(["ls-files", "-z"], cwd=ws.repo)
+    out = await _git_ok(["ls-files", "-z"], ws=ws)
     return [p for p in out.decode(errors="surrogateescape").split("\0") if p]
 
 
@@ -341,11 +342,11 @@ async def fresh_workspace(
     clone_url: str,
     base_sha: str,
     patch: str | None,
-    auth_env: Mapping[str, str],
+    token: str | None = None,
 ) -> AsyncIterator[Workspace]:
     """Build a workspace, yield it, and remove it however the block ends."""
     ws = await build_workspace(
-        root, clone_url=clone_url, base_sha=base_sha, patch=patch, auth_env=auth_env
+        root, clone_url=clone_url, base_sha=base_sha, patch=patch, token=token
     )
     try:
         yield ws

@@ -270,6 +270,17 @@ class EmulatorClient:
     async def mark_ready(self, owner: str, repo: str, number: int, *, as_user: str) -> None:
         await self.control("POST", f"/repos/{owner}/{repo}/pulls/{number}/ready", {"as": as_user})
 
+    async def repo_settings(self, owner: str, repo: str, **settings: Any) -> dict[str, Any]:
+        """Plan-level switches, e.g. ``drafts_supported=False``."""
+        result: dict[str, Any] = await self.control("PATCH", f"/repos/{owner}/{repo}", settings)
+        return result
+
+    async def mergeable_unknown(self, owner: str, repo: str, number: int, *, reads: int) -> None:
+        """The next ``reads`` reads of the pull request answer ``mergeable: null``."""
+        await self.control(
+            "POST", f"/repos/{owner}/{repo}/pulls/{number}/mergeable-unknown", {"reads": reads}
+        )
+
     async def advance_clock(self, seconds: float) -> None:
         await self.control("POST", "/clock", {"advance_seconds": seconds})
 

@@ -320,6 +320,28 @@ def push_as(emu: Emulator, owner: str, name: str, body: dict[str, Any]) -> dict[
     return {"ref": ref, "before": before, "sha": sha}
 
 
+def repo_settings(emu: Emulator, owner: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Plan-level switches GitHub decides per repository.
+
+    ``drafts_supported``: false models a private repository on a plan without
+    draft pull requests (creating one answers 422).
+    """
+    repo = _repo(emu, owner, name)
+    if "drafts_supported" in body:
+        repo.drafts_supported = bool(body["drafts_supported"])
+    return {"drafts_supported": repo.drafts_supported}
+
+
+def mergeable_unknown(
+    emu: Emulator, owner: str, name: str, number: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    """The next ``reads`` reads of the pull request answer ``mergeable: null``
+    (GitHub still computing mergeability in the background)."""
+    pr = find_pull(_repo(emu, owner, name), number)
+    pr.mergeable_unknown_reads = max(0, int(body.get("reads", 1)))
+    return {"number": pr.number, "mergeable_unknown_reads": pr.mergeable_unknown_reads}
+
+
 def mark_ready(
     emu: Emulator, owner: str, name: str, number: int, body: dict[str, Any]
 ) -> dict[str, Any]:

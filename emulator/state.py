@@ -161,6 +161,8 @@ class PullRequest:
     maintainer_can_modify: bool = False
     #: (base_sha, head_sha) -> mergeable, computed from git and cached.
     mergeable_cache: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: Reads left that answer ``mergeable: null`` (scripted: GitHub computing).
+    mergeable_unknown_reads: int = 0
 
     @property
     def number(self) -> int:
@@ -224,6 +226,8 @@ class Repo:
     reviews: dict[int, Review] = field(default_factory=dict)
     check_runs: dict[int, CheckRun] = field(default_factory=dict)
     next_number: int = 1
+    #: False on a private repository whose plan has no draft pull requests.
+    drafts_supported: bool = True
 
     @property
     def full_name(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import sys
 import time
@@ -47,9 +48,30 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def wait_dead(*pids: int, within: float = 10.0) -> bool:
+def sleeper() -> str:
+    """A ``sleep`` argument no other process on the host has: the command's
+    processes live in their own PID namespace, so they are found by it."""
+    return f"{600 + secrets.randbelow(10**6)}.{os.getpid()}"
+
+
+def running_with(marker: str) -> list[int]:
+    """Host pids (not zombies) whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+async def wait_gone(marker: str, within: float = 10.0) -> bool:
     deadline = time.monotonic() + within
-    while any(alive(pid) for pid in pids):
+    while running_with(marker):
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.02)
@@ -93,7 +115,8 @@ async def test_the_environment_is_an_allow_list(
     env = dict(line.split("=", 1) for line in out.output.decode().splitlines())
     for value in planted.values():
         assert value not in out.output.decode()
-    assert set(env) == {
+    # PWD is the sandbox's account of the working directory (bwrap sets it).
+    assert set(env) - {"PWD"} == {
         "PATH",
         "HOME",
         "TMPDIR",
@@ -114,22 +137,32 @@ def test_secrets_are_refused_even_as_explicit_extras(tmp_path: Path) -> None:
 
 
 async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    script = "sleep 60 & echo $! > child.pid; echo $$ > parent.pid; sleep 60"
+    mark = sleeper()
+    script = f"sleep {mark} & setsid sleep {mark} & sleep {mark}"
     started = time.monotonic()
     out = await run(tmp_path, Command(shell=script), time_limit=0.5)
     assert out.result.timed_out and not out.result.passed
     assert out.result.exit_code == -signal.SIGKILL
     assert time.monotonic() - started < 5
-    pids = [int((tmp_path / name).read_text()) for name in ("child.pid", "parent.pid")]
-    assert await wait_dead(*pids)
+    assert await wait_gone(mark)
 
 
 async def test_children_left_behind_by_a_finished_command_are_killed(tmp_path: Path) -> None:
+    mark = sleeper()
     started = time.monotonic()
-    out = await run(tmp_path, Command(shell="sleep 60 & echo $! > child.pid; echo done"))
+    out = await run(tmp_path, Command(shell=f"sleep {mark} & echo done"))
     assert out.result.passed and out.output == b"done\n"
     assert time.monotonic() - started < 5  # did not wait for the child's open pipe
-    assert await wait_dead(int((tmp_path / "child.pid").read_text()))
+    assert await wait_gone(mark)
+
+
+async def test_a_daemon_that_left_the_session_dies_with_the_command(tmp_path: Path) -> None:
+    mark = sleeper()
+    # Double fork plus setsid, output closed: a classic daemon.
+    daemon = f"(setsid sh -c 'sleep {mark}' </dev/null >/dev/null 2>&1 &) ; echo started"
+    out = await run(tmp_path, Command(shell=daemon))
+    assert out.result.passed and out.output == b"started\n"
+    assert await wait_gone(mark)
 
 
 async def test_output_keeps_head_and_tail_and_counts_the_rest(tmp_path: Path) -> None:
@@ -203,30 +236,31 @@ async def test_cancellation_through_the_heartbeat_kills_the_group(tmp_path: Path
         beats += 1
         return beats >= 2
 
-    script = "sleep 60 & echo $! > child.pid; echo $$ > parent.pid; sleep 60"
+    mark = sleeper()
     with pytest.raises(ActivityCancelled):
-        await run(tmp_path, Command(shell=script), heartbeat=heartbeat)
-    pids = [int((tmp_path / name).read_text()) for name in ("child.pid", "parent.pid")]
-    assert await wait_dead(*pids)
+        await run(tmp_path, Command(shell=f"sleep {mark} & sleep {mark}"), heartbeat=heartbeat)
+    assert await wait_gone(mark)
 
 
 async def test_a_lost_lease_stops_the_command_and_propagates(tmp_path: Path) -> None:
     async def heartbeat(details: dict[str, Any]) -> bool:
         raise StaleLease("superseded")
 
+    mark = sleeper()
     with pytest.raises(StaleLease):
-        await run(tmp_path, Command(shell="echo $$ > pid; sleep 60"), heartbeat=heartbeat)
-    assert await wait_dead(int((tmp_path / "pid").read_text()))
+        await run(tmp_path, Command(shell=f"sleep {mark}"), heartbeat=heartbeat)
+    assert await wait_gone(mark)
 
 
 async def test_cancelling_the_caller_kills_the_command(tmp_path: Path) -> None:
-    task = asyncio.create_task(run(tmp_path, Command(shell="echo $$ > pid; sleep 60")))
-    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+    mark = sleeper()
+    task = asyncio.create_task(run(tmp_path, Command(shell=f"echo > started; sleep {mark}")))
+    while not running_with(mark):
         await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await wait_dead(int((tmp_path / "pid").read_text()))
+    assert await wait_gone(mark)
 
 
 async def test_a_missing_program_is_reported_like_a_shell_would(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.github.gitcmd import remote_auth
 from app.workspace import (
     CommitNotFound,
     FetchFailed,
@@ -21,7 +22,6 @@ from app.workspace import (
     remove_workspace,
     snapshot,
     sweep_workspaces,
-    token_auth_env,
 )
 from tests.agent.sample_repo import (  # noqa: F401
     FIX_DIFF,
@@ -32,11 +32,7 @@ from tests.agent.sample_repo import (  # noqa: F401
 )
 
 #: Protocol v0 refuses a fetch of an unadvertised commit, as some servers do.
-OLD_PROTOCOL = {
-    "GIT_CONFIG_COUNT": "1",
-    "GIT_CONFIG_KEY_0": "protocol.version",
-    "GIT_CONFIG_VALUE_0": "0",
-}
+OLD_PROTOCOL = [("protocol.version", "0")]
 
 
 async def build(
@@ -46,7 +42,6 @@ async def build(
         "clone_url": repo.url,
         "base_sha": repo.base_sha,
         "patch": patch,
-        "auth_env": {},
     }
     params.update(kwargs)
     return await build_workspace(tmp_path / "workspaces", **params)  # type: ignore[arg-type]
@@ -118,7 +113,7 @@ async def test_falls_back_to_fetching_branches_when_the_server_refuses_a_commit_
     tmp_path: Path, sample_repo: SampleRepo
 ) -> None:
     sample_repo.commit({"other.txt": "x\n"}, "tip moves on")
-    ws = await build(tmp_path, sample_repo, auth_env=OLD_PROTOCOL)
+    ws = await build(tmp_path, sample_repo, git_config=OLD_PROTOCOL)
     assert git(ws.repo, "rev-parse", "HEAD") == sample_repo.base_sha
 
 
@@ -126,7 +121,7 @@ async def test_unknown_commit_and_unreachable_remote(
     tmp_path: Path, sample_repo: SampleRepo
 ) -> None:
     with pytest.raises(CommitNotFound):
-        await build(tmp_path, sample_repo, base_sha="1" * 40, auth_env=OLD_PROTOCOL)
+        await build(tmp_path, sample_repo, base_sha="1" * 40, git_config=OLD_PROTOCOL)
     with pytest.raises(FetchFailed):
         await build(tmp_path, sample_repo, clone_url=(tmp_path / "nowhere").as_uri())
     assert list((tmp_path / "workspaces").iterdir()) == []  # half-built ones are removed
@@ -160,8 +155,8 @@ async def test_read_only_leftovers_do_not_stop_removal(
 async def test_the_token_travels_in_the_environment_never_argv(
     tmp_path: Path, sample_repo: SampleRepo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A git shim on PATH records each invocation's argv and whether the
-    # auth header arrived through GIT_CONFIG_*, then runs the real git.
+    # A git shim on PATH records each invocation's argv and its GIT_CONFIG_*
+    # environment, then runs the real git.
     real_git = subprocess.run(
         ["sh", "-c", "command -v git"], capture_output=True, text=True
     ).stdout.strip()
@@ -171,31 +166,67 @@ async def test_the_token_travels_in_the_environment_never_argv(
     (shim_dir / "git").write_text(
         "#!/bin/sh\n"
         f'echo "argv: $*" >> {log}\n'
-        f'echo "env: $GIT_CONFIG_KEY_0=$GIT_CONFIG_VALUE_0 prompt=$GIT_TERMINAL_PROMPT" >> {log}\n'
+        f"env | grep -E '^(GIT_CONFIG_|GIT_TERMINAL_PROMPT)' | sed 's/^/env: /' >> {log}\n"
         f'exec {real_git} "$@"\n'
     )
     (shim_dir / "git").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
     token = "ghs_secretinstallationtoken"
-    auth = token_auth_env(token)
-    ws = await build(tmp_path, sample_repo, auth_env=auth)
+    auth = remote_auth(sample_repo.url, token)
+    ws = await build(tmp_path, sample_repo, token=token)
     calls = log.read_text()
-    assert token not in calls.replace(auth["GIT_CONFIG_VALUE_0"], "")  # not in any argv
     argv_lines = [line for line in calls.splitlines() if line.startswith("argv:")]
-    assert not any(auth["GIT_CONFIG_VALUE_0"].split()[-1] in line for line in argv_lines)
-    assert f"env: http.extraHeader={auth['GIT_CONFIG_VALUE_0']} prompt=0" in calls
-    assert auth["GIT_CONFIG_VALUE_0"].startswith("Authorization: Basic ")
-    assert token not in (ws.repo / ".git" / "config").read_text()
+    for secret in auth.secrets:
+        assert not any(secret in line for line in argv_lines)
+        for config in (ws.git_dir / "config", ws.repo / ".git" / "config"):
+            assert secret not in config.read_text()
+    env_lines = set(calls.splitlines())
+    # Scoped to the remote, never a bare http.extraHeader; no helpers, no redirects.
+    assert f"env: GIT_CONFIG_KEY_2=http.{sample_repo.url}.extraHeader" in env_lines
+    assert "env: GIT_CONFIG_VALUE_2=Authorization: Basic " + auth.secrets[1] in env_lines
+    assert "env: GIT_CONFIG_KEY_0=credential.helper" in env_lines
+    assert "env: GIT_CONFIG_KEY_1=http.followRedirects" in env_lines
+    assert "env: GIT_CONFIG_VALUE_1=false" in env_lines
+    assert not any(line.endswith("=http.extraHeader") for line in env_lines)
+    assert "env: GIT_TERMINAL_PROMPT=0" in env_lines
 
 
 async def test_a_failed_fetch_does_not_echo_the_token(
     tmp_path: Path, sample_repo: SampleRepo
 ) -> None:
-    auth = token_auth_env("ghs_secretinstallationtoken")
+    token = "ghs_secretinstallationtoken"
     with pytest.raises(FetchFailed) as caught:
-        await build(tmp_path, sample_repo, clone_url="http://127.0.0.1:9/repo.git", auth_env=auth)
-    assert "ghs_secret" not in str(caught.value)
-    assert auth["GIT_CONFIG_VALUE_0"].split()[-1] not in str(caught.value)
+        await build(tmp_path, sample_repo, clone_url="http://127.0.0.1:9/repo.git", token=token)
+    for secret in remote_auth("", token).secrets:
+        assert secret not in str(caught.value)
+
+
+async def test_commands_cannot_make_the_worker_run_programs_through_git(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    """Repository code owns repo/.git; the worker's git never reads it."""
+    ws = await build(tmp_path, sample_repo)
+    planted = tmp_path / "planted-ran"
+    hook = f"#!/bin/sh\necho ran > {planted}\n"
+    theirs = ws.repo / ".git"
+    (theirs / "hook.sh").write_text(hook)
+    (theirs / "hook.sh").chmod(0o755)
+    with (theirs / "config").open("a") as fh:
+        fh.write(
+            f"[core]\n\tfsmonitor = {theirs / 'hook.sh'}\n\tworktree = /etc\n"
+            f'[filter "x"]\n\tclean = {theirs / "hook.sh"}\n'
+            f'[diff "x"]\n\ttextconv = {theirs / "hook.sh"}\n'
+        )
+    (ws.repo / ".gitattributes").write_text("* filter=x diff=x\n")
+    (ws.repo / "calc.py").write_text("changed\n")
+    patch = await diff_against_base(ws)
+    assert not planted.exists()
+    assert "+changed" in patch and "passwd" not in patch  # not /etc's files either
+    # Even a .git replaced wholesale changes nothing for the worker.
+    remove_workspace_git = theirs.rename(ws.repo / "old-git")
+    assert remove_workspace_git.exists()
+    assert "+changed" in await diff_against_base(ws)
+    assert not planted.exists()
 
 
 async def test_fresh_workspace_is_removed_however_the_block_ends(
@@ -207,7 +238,6 @@ async def test_fresh_workspace_is_removed_however_the_block_ends(
             clone_url=sample_repo.url,
             base_sha=sample_repo.base_sha,
             patch=None,
-            auth_env={},
         ) as ws:
             assert ws.repo.is_dir()
             raise RuntimeError("the activity failed")

@@ -16,10 +16,12 @@ their paths in the environment:
 ========================== =====================================================
 
 Issue text and logs are never interpolated into a command line or a shell
-string: they are data in files. The command runs with the same scrubbed
-environment, limits and heartbeats as any repository command
-(:mod:`app.commands`); API keys a CLI agent needs are passed explicitly by
-the operator (``extra_env``), never inherited.
+string: they are data in files. The command runs in the same sandbox, with
+the same scrubbed environment, limits and heartbeats, as any repository
+command (:mod:`app.commands`): it sees the workspace and nothing of the
+worker, and reaches the network only when the operator allows agents to
+(``REPAIRBOT_AGENT_NETWORK``). API keys a CLI agent needs are passed
+explicitly by the operator (``extra_env``), never inherited.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class CommandAgent(Agent):
             extra_env=env,
             sandbox=self.sandbox,
             heartbeat=self.heartbeat,
+            # Its inputs and its result file live there, outside the tree.
+            writable=[ws.scratch],
         )
         if run.result.timed_out:
             raise AgentFailed(

@@ -308,7 +308,8 @@ async def _summary(
     evidence = result.get("evidence") or []
     settings = stack.settings
     assert settings is not None
-    say(f"evidence ({len(evidence)} items) in {settings.evidence_dir}:")
+    where = settings.evidence_dir if settings.evidence_store == "folder" else "the database"
+    say(f"evidence ({len(evidence)} items) in {where}:")
     for item in evidence:
         ref = item["ref"]
         say(f"  {item['label']:40} {ref['sha256'][:16]}  {ref['size']:>7} bytes")

@@ -11,7 +11,11 @@ cache, and never refreshes on a 401. This module makes each of those explicit:
   minutes, enough for a git push that starts just before the margin);
 - one mint at a time per installation (concurrent callers wait and share it);
 - a request answered 401 invalidates the token it used, mints once, and is
-  sent once more; a second 401 reaches the caller (see ``errors.classify``).
+  sent once more; a second 401 reaches the caller (see ``errors.classify``);
+- tokens are cached per :class:`TokenScope`: an installation, optionally
+  narrowed to one repository and the permissions a step needs (a fetch gets
+  ``contents: read`` on its repository, nothing else), so a token handed to
+  git can do no more than that step.
 
 The private key never appears in a repr, a log line or an exception message.
 """
@@ -19,7 +23,7 @@ The private key never appears in a repr, a log line or an exception message.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -90,11 +94,53 @@ class InstallationToken:
         return now + margin < self.expires_at
 
 
-Mint = Callable[[int], Awaitable[InstallationToken]]
+@dataclass(frozen=True)
+class TokenScope:
+    """What a token may do: one installation, narrowed to repositories and permissions.
+
+    Empty ``repositories`` / ``permissions`` mean the installation's own.
+    """
+
+    installation_id: int
+    #: Repository names (without the owner), as GitHub's ``repositories`` field takes.
+    repositories: tuple[str, ...] = ()
+    #: ``(permission, level)`` pairs, sorted, e.g. ``(("contents", "read"),)``.
+    permissions: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        installation_id: int,
+        *,
+        repository: str | None = None,
+        permissions: Mapping[str, str] | None = None,
+    ) -> TokenScope:
+        """``repository`` may be ``owner/name`` or ``name``."""
+        names = (repository.rsplit("/", 1)[-1],) if repository else ()
+        return cls(installation_id, names, tuple(sorted((permissions or {}).items())))
+
+    def body(self) -> dict[str, object]:
+        """The request body for ``POST /app/installations/{id}/access_tokens``."""
+        body: dict[str, object] = {}
+        if self.repositories:
+            body["repositories"] = list(self.repositories)
+        if self.permissions:
+            body["permissions"] = dict(self.permissions)
+        return body
+
+
+Mint = Callable[[TokenScope], Awaitable[InstallationToken]]
+
+
+def _scope(key: int | TokenScope) -> TokenScope:
+    return key if isinstance(key, TokenScope) else TokenScope(key)
 
 
 class InstallationTokenCache:
-    """Installation tokens per installation id, minted on demand (single-flight)."""
+    """Installation tokens per :class:`TokenScope`, minted on demand (single-flight).
+
+    An ``int`` key means the whole installation (what REST clients use).
+    """
 
     def __init__(
         self,
@@ -106,29 +152,31 @@ class InstallationTokenCache:
         self._mint = mint
         self.refresh_margin = refresh_margin
         self._clock = clock
-        self._tokens: dict[int, InstallationToken] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._tokens: dict[TokenScope, InstallationToken] = {}
+        self._locks: dict[TokenScope, asyncio.Lock] = {}
         #: Tokens minted so far (tests and metrics read it).
         self.mints = 0
 
-    async def get(self, installation_id: int) -> InstallationToken:
-        cached = self._tokens.get(installation_id)
+    async def get(self, key: int | TokenScope) -> InstallationToken:
+        scope = _scope(key)
+        cached = self._tokens.get(scope)
         if cached is not None and cached.fresh(self._clock(), self.refresh_margin):
             return cached
-        lock = self._locks.setdefault(installation_id, asyncio.Lock())
+        lock = self._locks.setdefault(scope, asyncio.Lock())
         async with lock:
-            cached = self._tokens.get(installation_id)  # minted while we waited?
+            cached = self._tokens.get(scope)  # minted while we waited?
             if cached is not None and cached.fresh(self._clock(), self.refresh_margin):
                 return cached
-            token = await self._mint(installation_id)
+            token = await self._mint(scope)
             self.mints += 1
-            self._tokens[installation_id] = token
+            self._tokens[scope] = token
             return token
 
-    def invalidate(self, installation_id: int, token: InstallationToken) -> None:
+    def invalidate(self, key: int | TokenScope, token: InstallationToken) -> None:
         """Forget ``token`` if it is still the cached one (a newer token stays)."""
-        if self._tokens.get(installation_id) is token:
-            del self._tokens[installation_id]
+        scope = _scope(key)
+        if self._tokens.get(scope) is token:
+            del self._tokens[scope]
 
 
 class _InstallationAuth(httpx.Auth):

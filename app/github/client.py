@@ -10,12 +10,15 @@ the reconcile step that keeps effects single.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any, cast
 
 import httpx
 from githubkit import GitHub
 from githubkit.cache import MemCacheStrategy
 from githubkit.config import get_config
+from githubkit.utils import UNSET
 
 from app.config import Settings
 from app.github.auth import (
@@ -27,6 +30,7 @@ from app.github.auth import (
     InstallationAuthStrategy,
     InstallationToken,
     InstallationTokenCache,
+    TokenScope,
     parse_expiry,
     utcnow,
 )
@@ -122,16 +126,29 @@ class GitHubClientFactory:
             self._bot_login = f"{app.slug}[bot]"
         return self._bot_login
 
-    async def installation_token(self, installation_id: int) -> InstallationToken:
-        """A token with at least ``refresh_margin`` to live, for git over HTTPS."""
-        return await self.tokens.get(installation_id)
+    async def installation_token(
+        self,
+        installation_id: int,
+        *,
+        repository: str | None = None,
+        permissions: Mapping[str, str] | None = None,
+    ) -> InstallationToken:
+        """A token with at least ``refresh_margin`` to live, for git over HTTPS.
 
-    async def _mint(self, installation_id: int) -> InstallationToken:
+        ``repository`` (``owner/name``) and ``permissions`` narrow it to what the
+        step needs: GitHub then refuses it anything else (404 on another
+        repository, 403 for a write it was not given).
+        """
+        scope = TokenScope.of(installation_id, repository=repository, permissions=permissions)
+        return await self.tokens.get(scope)
+
+    async def _mint(self, scope: TokenScope) -> InstallationToken:
         # Minting is idempotent in effect (a new token each time, nothing to undo),
         # so it counts as a read for classification.
         with classified(mutation=False):
+            body = scope.body()
             response = await self._app.rest.apps.async_create_installation_access_token(
-                installation_id
+                scope.installation_id, data=cast(Any, body) if body else UNSET
             )
         data = response.parsed_data
         return InstallationToken(token=data.token, expires_at=parse_expiry(data.expires_at))

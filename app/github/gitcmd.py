@@ -1,21 +1,33 @@
-"""Run ``git`` for repairbot: argv only, a scrubbed environment, a deadline, secrets redacted.
+"""All of repairbot's git plumbing: one way to run git, authenticate, and fetch.
 
-The environment is built from scratch so neither the operator's git config
-nor stray ``GIT_*`` variables change what we build or where we push, and git
-never prompts (it would hang a worker). Secrets reach git only through
-environment variables (``GIT_CONFIG_COUNT``/``KEY``/``VALUE``), never argv,
-so ``ps`` and our logs cannot show them; any output we keep is redacted too.
+Run: argv only, a scrubbed environment, a deadline, secrets redacted. The
+environment is built from scratch so neither the operator's git config nor
+stray ``GIT_*`` variables change what we build or where we push, and git
+never prompts (it would hang a worker).
+
+Authenticate (:func:`remote_auth`, for fetch and push alike): the token
+travels in an ``http.<remote url>.extraHeader`` entry of ``GIT_CONFIG_*``
+environment variables, so git sends it to that remote only, never to
+another host a submodule or a redirect names; it is never in argv (``ps``)
+or a URL (logs, ``.git/config``). Credential helpers are switched off (none
+may answer, or store the token) and redirects are not followed (a redirect
+must not carry the header elsewhere). Any output we keep is redacted.
+
+Fetch (:func:`fetch_commit`): exactly one commit, shallow, into a git
+directory of ours.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 DEFAULT_TIME_LIMIT = 120.0
 
@@ -115,3 +127,78 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     await proc.wait()
+
+
+@dataclass(frozen=True)
+class RemoteAuth:
+    """How git talks to one remote: config entries, and the strings to redact."""
+
+    config: tuple[tuple[str, str], ...]
+    secrets: tuple[str, ...] = ()
+
+
+def remote_auth(remote_url: str, token: str | None) -> RemoteAuth:
+    """Config that authenticates to ``remote_url`` and nothing else (see the module doc)."""
+    config = [
+        # No helper may answer for us (or store our token), and a redirect must
+        # not carry the header elsewhere.
+        ("credential.helper", ""),
+        ("http.followRedirects", "false"),
+    ]
+    if not token:
+        return RemoteAuth(tuple(config))
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    config.append((f"http.{remote_url}.extraHeader", f"Authorization: Basic {basic}"))
+    return RemoteAuth(tuple(config), (token, basic))
+
+
+FetchStatus = Literal["fetched", "unreachable", "missing"]
+
+
+@dataclass(frozen=True)
+class FetchOutcome:
+    status: FetchStatus
+    #: git's explanation (redacted) when not fetched.
+    detail: str = ""
+
+
+async def fetch_commit(
+    git_dir: Path,
+    remote_url: str,
+    sha: str,
+    *,
+    token: str | None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    config: Sequence[tuple[str, str]] = (),
+) -> FetchOutcome:
+    """Fetch ``sha`` from ``remote_url`` into the repository at ``git_dir``.
+
+    Tries a shallow fetch of exactly ``sha``; when the server refuses that
+    (``uploadpack.allowReachableSHA1InWant`` off), fetches the branches and
+    looks for the commit among them. ``unreachable``: the remote could not
+    be read (network, auth: may work later); ``missing``: it has no such commit.
+    """
+    auth = remote_auth(remote_url, token)
+    env = git_env([*auth.config, *config], extra={"GIT_DIR": str(git_dir)})
+    shallow = await run_git(
+        ["fetch", "--quiet", "--no-tags", "--depth=1", remote_url, sha],
+        cwd=git_dir,
+        env=env,
+        time_limit=time_limit,
+        secrets=auth.secrets,
+    )
+    if shallow.ok:
+        return FetchOutcome("fetched")
+    full = await run_git(
+        ["fetch", "--quiet", "--no-tags", remote_url, "+refs/heads/*:refs/remotes/origin/*"],
+        cwd=git_dir,
+        env=env,
+        time_limit=time_limit,
+        secrets=auth.secrets,
+    )
+    if not full.ok:
+        return FetchOutcome("unreachable", (full.stderr or shallow.stderr).strip())
+    found = await run_git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=git_dir, env=env)
+    if not found.ok:
+        return FetchOutcome("missing", f"the repository has no commit {sha}")
+    return FetchOutcome("fetched")

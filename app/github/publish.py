@@ -29,7 +29,6 @@ the receiving side, configuration is not borrowed.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import enum
 import os
@@ -41,7 +40,14 @@ from datetime import datetime
 from pathlib import Path
 
 from app.engine.errors import AmbiguousError, PermanentError, TransientError
-from app.github.gitcmd import DEFAULT_TIME_LIMIT, GitResult, GitTimeout, git_env, run_git
+from app.github.gitcmd import (
+    DEFAULT_TIME_LIMIT,
+    GitResult,
+    GitTimeout,
+    git_env,
+    remote_auth,
+    run_git,
+)
 
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: Pushes sent for one publication before giving up on an unresponsive remote.
@@ -212,25 +218,15 @@ async def build_commit(
 
 def git_auth_config(remote_url: str, token: str | None) -> list[tuple[str, str]]:
     """git config entries that authenticate to ``remote_url`` and nothing else."""
-    return _auth_config(remote_url, token)
+    return list(remote_auth(remote_url, token).config)
 
 
 def _auth_config(remote_url: str, token: str | None) -> list[tuple[str, str]]:
-    config = [
-        # No helper may answer for us, and a redirect must not carry the header elsewhere.
-        ("credential.helper", ""),
-        ("http.followRedirects", "false"),
-    ]
-    if token:
-        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        config.append((f"http.{remote_url}.extraHeader", f"Authorization: Basic {basic}"))
-    return config
+    return git_auth_config(remote_url, token)
 
 
 def _secrets(token: str | None) -> list[str]:
-    if not token:
-        return []
-    return [token, base64.b64encode(f"x-access-token:{token}".encode()).decode()]
+    return list(remote_auth("", token).secrets)
 
 
 async def remote_ref(

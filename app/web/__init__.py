@@ -15,20 +15,40 @@ from starlette.routing import Route
 
 from app.config import Settings
 from app.engine.runtime import Runtime
+from app.evidence import open_evidence_store
 from app.intake import Intake
-from app.web.observe import dashboard, health_endpoint, metrics_endpoint, run_api, runs_api
+from app.web.limits import BodyGate, BodyLimits
+from app.web.observe import (
+    dashboard,
+    evidence_api,
+    health_endpoint,
+    metrics_endpoint,
+    run_api,
+    runs_api,
+)
 from app.web.webhooks import webhook_endpoint
 from handlers import build_router
 
 
 def create_app(settings: Settings, runtime: Runtime, *, run_worker: bool = False) -> Starlette:
     intake = Intake(runtime.store, runtime.registry, build_router(), settings)
+    gate = BodyGate(
+        BodyLimits(
+            max_bytes=settings.webhook_max_bytes,
+            read_timeout=settings.webhook_read_timeout,
+            bytes_in_flight=settings.webhook_bytes_in_flight,
+        )
+    )
     routes = [
-        Route("/webhooks/github", webhook_endpoint(intake, runtime), methods=["POST"]),
+        Route("/webhooks/github", webhook_endpoint(intake, runtime, gate), methods=["POST"]),
         Route("/healthz", health_endpoint(runtime)),
-        Route("/metrics", metrics_endpoint(runtime)),
+        Route("/metrics", metrics_endpoint(runtime, gate)),
         Route("/api/runs", runs_api(runtime)),
         Route("/api/runs/{run_id:path}", run_api(runtime)),
+        Route(
+            "/api/evidence/{sha256}",
+            evidence_api(open_evidence_store(settings, runtime.engine)),
+        ),
         Route("/", dashboard(runtime)),
     ]
 

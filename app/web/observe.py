@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -15,10 +17,16 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from app.engine.runtime import Runtime
 from app.engine.store import STALE_WRITES, RunRow
 from app.engine.store.schema import outbox, runs
+from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceStore
 from app.tables import WebhookDelivery
+from app.web.limits import BodyGate
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
+log = logging.getLogger("repairbot.web")
+#: A database that does not answer within this long counts as down (a
+#: black-holed host would otherwise hold the probe for the TCP timeout).
+HEALTH_TIMEOUT = 5.0
 
 
 def _run_json(run: RunRow) -> dict[str, Any]:
@@ -37,18 +45,25 @@ def _run_json(run: RunRow) -> dict[str, Any]:
 
 
 def health_endpoint(runtime: Runtime) -> Endpoint:
+    def ping() -> None:
+        with runtime.engine.connect() as conn:
+            conn.execute(text("select 1"))
+
     async def healthz(request: Request) -> Response:
         try:
-            with runtime.engine.connect() as conn:
-                conn.execute(text("select 1"))
-        except Exception as exc:
-            return JSONResponse({"ok": False, "database": str(exc)}, status_code=503)
+            # Off the event loop: a database that hangs must not stall webhooks.
+            await asyncio.wait_for(asyncio.to_thread(ping), HEALTH_TIMEOUT)
+        except Exception:
+            # The detail (host names, driver messages) goes to the log, never to
+            # the public port.
+            log.warning("health check: database unreachable", exc_info=True)
+            return JSONResponse({"ok": False}, status_code=503)
         return JSONResponse({"ok": True})
 
     return healthz
 
 
-def metrics_endpoint(runtime: Runtime) -> Endpoint:
+def metrics_endpoint(runtime: Runtime, gate: BodyGate | None = None) -> Endpoint:
     async def metrics(request: Request) -> Response:
         with runtime.engine.connect() as conn:
             by_status = conn.execute(
@@ -72,6 +87,18 @@ def metrics_endpoint(runtime: Runtime) -> Endpoint:
             "# TYPE repairbot_stale_writes_rejected_total counter",
             f"repairbot_stale_writes_rejected_total {runtime.store.counter(STALE_WRITES)}",
         ]
+        if gate is not None:
+            lines += [
+                "# HELP repairbot_webhook_bytes_in_flight Webhook body bytes held right now.",
+                "# TYPE repairbot_webhook_bytes_in_flight gauge",
+                f"repairbot_webhook_bytes_in_flight {gate.in_flight}",
+                "# HELP repairbot_webhook_refused_total Webhook bodies refused by a limit.",
+                "# TYPE repairbot_webhook_refused_total counter",
+                *(
+                    f'repairbot_webhook_refused_total{{status="{code}"}} {n}'
+                    for code, n in sorted(gate.refused.items())
+                ),
+            ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     return metrics
@@ -98,6 +125,34 @@ def run_api(runtime: Runtime) -> Endpoint:
         return JSONResponse(json.loads(json.dumps(body, default=str)))
 
     return show_run
+
+
+def evidence_api(store: EvidenceStore) -> Endpoint:
+    """``GET /api/evidence/{sha256}``: an artifact's bytes, checked against its hash.
+
+    Served as text when it decodes as UTF-8, else as bytes; never rendered as
+    HTML (repository output is hostile).
+    """
+
+    async def show_evidence(request: Request) -> Response:
+        sha = request.path_params["sha256"]
+        try:
+            data = await asyncio.to_thread(store.get, sha)
+        except ValueError:
+            return JSONResponse({"message": "not a sha256 hex digest"}, status_code=400)
+        except EvidenceMissing:
+            return JSONResponse({"message": "no such evidence"}, status_code=404)
+        except EvidenceCorrupt as exc:
+            return JSONResponse({"message": str(exc)}, status_code=500)
+        try:
+            data.decode()
+            media_type = "text/plain; charset=utf-8"
+        except UnicodeDecodeError:
+            media_type = "application/octet-stream"
+        headers = {"X-Content-Type-Options": "nosniff", "ETag": f'"{sha}"'}
+        return Response(data, media_type=media_type, headers=headers)
+
+    return show_evidence
 
 
 def _when(ts: float | None) -> str:

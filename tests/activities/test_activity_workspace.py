@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from activities.workspace import GitCredentials, InstallationGit, WorkspaceSpec, prepare_workspace
 from app.engine.errors import PermanentError, TransientError
-from app.evidence import EvidenceStore
+from app.evidence import DatabaseEvidenceStore, EvidenceStore
+from app.evidence.database import blobs
 from tests.activities.support import RecordingContext, call
 from tests.agent.sample_repo import SampleRepo
 
@@ -91,7 +95,24 @@ async def test_a_config_symlink_is_refused(
     result = await call(
         prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")}
     )
-    assert result["config_error"] == ".github/repairbot.yml must be a regular file"
+    assert result["config_error"] == (
+        ".github/repairbot.yml must be a regular file in the repository (no symlinks on its path)"
+    )
+
+
+async def test_a_symlinked_github_directory_is_refused(
+    actx: RecordingContext, spec: WorkspaceSpec, sample_repo: SampleRepo, tmp_path: Path
+) -> None:
+    # .github -> a directory elsewhere holding a perfectly valid config: still refused.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "repairbot.yml").write_text("test: [echo, secret-config]\n")
+    os.symlink(elsewhere, sample_repo.path / ".github")
+    sha = sample_repo.commit({}, "linked .github")
+    result = await call(
+        prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")}
+    )
+    assert result["config"] is None and "no symlinks on its path" in result["config_error"]
 
 
 async def test_no_config_means_defaults(actx: RecordingContext, spec: WorkspaceSpec) -> None:
@@ -122,8 +143,13 @@ async def test_a_corrupt_patch_is_permanent(
     bad = spec.model_copy(update={"patch": ref})
     with pytest.raises(PermanentError, match="does not apply"):
         await call(prepare_workspace, actx, {"workspace": bad.model_dump(mode="json")})
-    evidence.path(ref.sha256).chmod(0o644)
-    evidence.path(ref.sha256).write_bytes(b"tampered\n")
+    assert isinstance(evidence, DatabaseEvidenceStore)
+    with evidence.engine.begin() as conn:
+        conn.execute(
+            update(blobs)
+            .where(blobs.c.sha256 == ref.sha256)
+            .values(encoding="identity", data=b"tampered\n")
+        )
     with pytest.raises(PermanentError, match="altered"):
         await call(prepare_workspace, actx, {"workspace": bad.model_dump(mode="json")})
 
@@ -131,24 +157,21 @@ async def test_a_corrupt_patch_is_permanent(
 async def test_installation_credentials_ask_for_a_token_per_installation(
     spec: WorkspaceSpec,
 ) -> None:
-    asked: list[int] = []
+    asked: list[tuple[int, str, dict[str, str]]] = []
 
-    async def token_for(installation_id: int) -> str:
-        asked.append(installation_id)
+    async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
+        asked.append((installation_id, repo, dict(permissions)))
         return "ghs_token"
 
     creds = InstallationGit(token_for)
-    env = await creds.auth_env(spec.model_copy(update={"installation_id": 42}))
-    assert asked == [42] and env["GIT_CONFIG_KEY_0"] == "http.extraHeader"
-    assert await creds.auth_env(spec) == {}
+    token = await creds.token(spec.model_copy(update={"installation_id": 42}))
+    # One repository, read-only: all a fetch needs.
+    assert asked == [(42, "octo/calc", {"contents": "read"})] and token == "ghs_token"
+    assert await creds.token(spec) is None
 
 
 class _Protocol0(GitCredentials):
     """Makes git use protocol v0, where servers refuse unadvertised commits."""
 
-    async def auth_env(self, spec: WorkspaceSpec) -> dict[str, str]:
-        return {
-            "GIT_CONFIG_COUNT": "1",
-            "GIT_CONFIG_KEY_0": "protocol.version",
-            "GIT_CONFIG_VALUE_0": "0",
-        }
+    def git_config(self, spec: WorkspaceSpec) -> list[tuple[str, str]]:
+        return [("protocol.version", "0")]

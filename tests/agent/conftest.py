@@ -17,7 +17,6 @@ async def workspace(tmp_path: Path, sample_repo: SampleRepo) -> AsyncIterator[Wo
         clone_url=sample_repo.url,
         base_sha=sample_repo.base_sha,
         patch=None,
-        auth_env={},
     )
     yield ws
     remove_workspace(ws)

@@ -47,7 +47,6 @@ async def test_the_proposal_is_the_diff_the_agent_leaves(
         clone_url=sample_repo.url,
         base_sha=sample_repo.base_sha,
         patch=proposal.patch,
-        auth_env={},
     )
     assert "return a + b" in (fresh.repo / "calc.py").read_text()
 
@@ -146,7 +145,6 @@ async def test_wrong_first_then_right_with_feedback(
         clone_url=sample_repo.url,
         base_sha=sample_repo.base_sha,
         patch=None,
-        auth_env={},
     )
     feedback = [Feedback(kind="verification", text="The reproduction still fails: 6 != 5")]
     second = await agent.propose(request(retry_ws, feedback=feedback, attempt=2))

@@ -67,7 +67,7 @@ class WorkflowTasks(StoreBase):
                 seq += 1
                 self._write_outcome(tx, run, seq, step.outcome)
             if step.cancel_delivered:
-                follow_ups.extend(self._stop_active_work(tx, run.run_id))
+                follow_ups.extend(self._stop_active_work(tx, run.run_id, step.cancel_boundary))
             for type_, data in follow_ups:
                 tx.append_event(run.run_id, type_, data)
             self.faults.hit("workflow_task.mid_commit")
@@ -187,17 +187,26 @@ class WorkflowTasks(StoreBase):
                 continued_from=run.run_id,
             )
 
-    def _stop_active_work(self, tx: Tx, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-        """Cancellation reached the code: stop queued activities, tell running ones."""
+    def _stop_active_work(
+        self, tx: Tx, run_id: str, boundary: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Cancellation reached the code: stop queued activities, tell running ones.
+
+        Only work scheduled before the cancel reached the code (command number up
+        to ``boundary``) is stopped. What the code scheduled while handling the
+        cancel (closing a PR, deleting a branch) may sit in this same commit when
+        nothing was in flight, and must run. A full replay delivers the same
+        cancel at the same boundary again, so repeating this is harmless.
+        """
         queued = tx.conn.execute(
             update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled")
+            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled", tasks.c.cmd <= boundary)
             .values(status="cancelled", cancel_requested=True, closed_at=tx.now)
             .returning(tasks.c.cmd, tasks.c.activity, tasks.c.attempt)
         ).all()
         tx.conn.execute(
             update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "running")
+            .where(tasks.c.run_id == run_id, tasks.c.status == "running", tasks.c.cmd <= boundary)
             .values(cancel_requested=True)
         )
         return [

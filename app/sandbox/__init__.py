@@ -1,0 +1,17 @@
+"""The namespace sandbox every piece of repository code runs in (see :mod:`.policy`)."""
+
+from app.sandbox.launch import Backend, Launch, backend_for, describe, prepare
+from app.sandbox.policy import MODES, Isolation, Mode, SandboxUnavailable, parse_mode
+
+__all__ = [
+    "MODES",
+    "Backend",
+    "Isolation",
+    "Launch",
+    "Mode",
+    "SandboxUnavailable",
+    "backend_for",
+    "describe",
+    "parse_mode",
+    "prepare",
+]
