@@ -103,6 +103,7 @@ class BuiltinAgent(Agent):
         request_retries: int = 3,
         longest_wait: float = 60.0,
         beat_interval: float | None = None,
+        network: bool = False,
     ) -> None:
         self.model = model
         self.host = host
@@ -116,6 +117,7 @@ class BuiltinAgent(Agent):
         self.request_retries = request_retries
         self.longest_wait = longest_wait
         self.beat_interval = beat_interval or self.sandbox.heartbeat_interval
+        self.network = network
 
     @property
     def name(self) -> str:
@@ -152,6 +154,7 @@ class BuiltinAgent(Agent):
             time_limit=self.time_limit,
             sandbox=self.sandbox,
             heartbeat=self._beat,
+            network=self.network,
         )
         while (done := finished(journal.steps)) is None:
             calls = pending_calls(journal.steps)
