@@ -31,7 +31,7 @@ from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
 from app.agent.budget import LoopBudget, Price, Usage
 from app.agent.chat import ChatModel, ContextTooLong
 from app.agent.context import ContextBudget, choose_files
-from app.agent.journal import Journal, LoopHost, restore_workspace
+from app.agent.journal import Journal, LoopHost, WorkspaceRestoreFailed, restore_workspace
 from app.agent.prompt import user_message
 from app.agent.steps import (
     ModelStep,
@@ -49,6 +49,7 @@ from app.agent.steps import (
 from app.agent.tools import MalformedCall, Toolbox, ToolOutcome
 from app.commands import Sandbox
 from app.engine.errors import ActivityCancelled, TransientError
+from app.evidence import EvidenceError
 from app.workspace import changed_paths, diff_from
 
 T = TypeVar("T")
@@ -102,6 +103,7 @@ class BuiltinAgent(Agent):
         request_retries: int = 3,
         longest_wait: float = 60.0,
         beat_interval: float | None = None,
+        network: bool = False,
     ) -> None:
         self.model = model
         self.host = host
@@ -115,6 +117,7 @@ class BuiltinAgent(Agent):
         self.request_retries = request_retries
         self.longest_wait = longest_wait
         self.beat_interval = beat_interval or self.sandbox.heartbeat_interval
+        self.network = network
 
     @property
     def name(self) -> str:
@@ -136,7 +139,14 @@ class BuiltinAgent(Agent):
             await self._save(journal)
         else:
             patch = journal.workspace_patch
-            await restore_workspace(ws, baseline, self.host.store.get(patch) if patch else None)
+            try:
+                await restore_workspace(ws, baseline, self.host.store.get(patch) if patch else None)
+            except (WorkspaceRestoreFailed, EvidenceError) as exc:
+                # The recorded edits no longer apply (setup left a different
+                # tree): resuming would diverge, so this attempt ends honestly.
+                raise self._fail(
+                    LoopFailed, journal, f"the workspace cannot be rebuilt from the record: {exc}"
+                ) from None
         toolbox = Toolbox(
             ws,
             reproduction=request.reproduction_commands,
@@ -144,6 +154,7 @@ class BuiltinAgent(Agent):
             time_limit=self.time_limit,
             sandbox=self.sandbox,
             heartbeat=self._beat,
+            network=self.network,
         )
         while (done := finished(journal.steps)) is None:
             calls = pending_calls(journal.steps)
@@ -206,11 +217,16 @@ class BuiltinAgent(Agent):
     async def _run_call(
         self, journal: Journal, toolbox: Toolbox, call: ToolCall, baseline: str
     ) -> None:
-        cap = self.budget.attempt.tool_calls
-        if cap is not None and journal.usage.tool_calls >= cap:
-            raise self._fail(
-                BudgetExhausted, journal, f"attempt tool call cap reached ({cap} of {cap})"
-            )
+        # The answered turn's calls run even past a token or turn cap (that
+        # turn is paid for); only the tool call caps stop them.
+        for scope, cap, spent in (
+            ("attempt", self.budget.attempt.tool_calls, journal.usage.tool_calls),
+            ("run", self.budget.run.tool_calls, (self.earlier_usage + journal.usage).tool_calls),
+        ):
+            if cap is not None and spent >= cap:
+                raise self._fail(
+                    BudgetExhausted, journal, f"{scope} tool call cap reached ({spent} of {cap})"
+                )
         try:
             outcome = await toolbox.run(call.name, call.parsed())
             journal.corrections = 0

@@ -48,6 +48,8 @@ class AgentPolicy:
     budget: LoopBudget = field(default_factory=LoopBudget)
     #: US dollars per million tokens, by model name (or name prefix).
     prices: Mapping[str, Price] = field(default_factory=dict)
+    #: Whether the built-in agent's commands may reach the network.
+    tool_network: bool = False
 
     @property
     def secrets(self) -> list[str]:
@@ -69,7 +71,8 @@ class AgentPolicy:
         ``REPAIRBOT_AGENT_BUDGET`` (JSON ``{"attempt": {...}, "run": {...}}``
         with ``turns``, ``tool_calls``, ``tokens``, ``cost_usd``) and
         ``REPAIRBOT_AGENT_PRICES`` (JSON ``{"<model>": {"input_per_mtok": ..,
-        "output_per_mtok": ..}}``)."""
+        "output_per_mtok": ..}}``) and ``REPAIRBOT_AGENT_TOOL_NETWORK``
+        (``true`` lets the built-in agent's commands reach the network)."""
         names = [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
         urls = [u.strip().rstrip("/") for u in env.get("REPAIRBOT_AGENT_BASE_URLS", "").split(",")]
         passed = [n.strip() for n in env.get("REPAIRBOT_AGENT_COMMAND_ENV", "").split(",")]
@@ -89,6 +92,7 @@ class AgentPolicy:
             api_keys={n: env[n] for n in names if n and env.get(n)},
             allowed_base_urls=frozenset(DEFAULT_BASE_URLS.values()) | {u for u in urls if u},
             command_env={n: env[n] for n in passed if n and env.get(n)},
+            tool_network=env.get("REPAIRBOT_AGENT_TOOL_NETWORK", "").lower() in ("1", "true"),
             budget=budget,
             prices=prices,
         )
@@ -153,4 +157,5 @@ def build_agent(
         earlier_usage=earlier_usage,
         sandbox=sandbox,
         context=ContextBudget(max_files=config.max_files),
+        network=policy.tool_network,
     )

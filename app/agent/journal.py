@@ -18,6 +18,7 @@ crash) runs again on the rebuilt workspace, so its edit lands once.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,9 +27,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.agent.budget import Usage
 from app.agent.steps import STEP, Step, redact
-from app.evidence import EvidenceStore
+from app.evidence import EvidenceError, EvidenceStore
 from app.github.gitcmd import git_env, run_git
 from app.workspace import Workspace, diff_from
+
+log = logging.getLogger("repairbot.agent")
 
 
 class LoopCheckpoint(BaseModel):
@@ -85,15 +88,16 @@ class Journal:
             return None
         if checkpoint.repair_attempt != repair_attempt:
             return None
-        steps: list[Step] = []
-        sha: str | None = checkpoint.head
-        while sha:
-            blob = json.loads(host.store.get(sha))
-            steps.append(STEP.validate_python(blob["step"]))
-            sha = blob["prev"]
-        steps.reverse()
+        try:
+            steps = _read_chain(host.store, checkpoint.head)
+        except (EvidenceError, ValueError, KeyError) as exc:
+            # Evidence this worker cannot read: start the attempt afresh
+            # rather than fail it (the workspace has not been touched yet).
+            log.warning("agent journal %s unreadable, starting afresh: %s", checkpoint.head, exc)
+            return None
         if len(steps) != checkpoint.steps:
-            raise ValueError(f"agent journal has {len(steps)} steps, checkpoint {checkpoint.steps}")
+            log.warning("agent journal has %d steps, checkpoint %d", len(steps), checkpoint.steps)
+            return None
         return cls(
             host,
             repair_attempt,
@@ -138,6 +142,17 @@ class Journal:
             corrections=self.corrections,
         )
         return await self.host.save(checkpoint.model_dump(mode="json"))
+
+
+def _read_chain(store: EvidenceStore, head: str) -> list[Step]:
+    steps: list[Step] = []
+    sha: str | None = head
+    while sha:
+        blob = json.loads(store.get(sha))
+        steps.append(STEP.validate_python(blob["step"]))
+        sha = blob["prev"]
+    steps.reverse()
+    return steps
 
 
 class WorkspaceRestoreFailed(Exception):

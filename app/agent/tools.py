@@ -117,6 +117,8 @@ class Toolbox:
     time_limit: float
     sandbox: Sandbox | None = None
     heartbeat: Heartbeat | None = None
+    #: Whether the agent's commands may reach the network (the operator's choice).
+    network: bool = False
     checkout: Checkout = field(init=False)
 
     def __post_init__(self) -> None:
@@ -238,6 +240,7 @@ class Toolbox:
             time_limit=self.time_limit,
             sandbox=self.sandbox,
             heartbeat=self.heartbeat,
+            network=self.network,
         )
         result = run.result
         status = "timed out" if result.timed_out else f"exit status {result.exit_code}"

@@ -277,3 +277,16 @@ async def test_unusable_answers_fail_the_attempt_with_feedback(
     assert (result["outcome"], result["tool_attempt"]) == ("agent-failed", 1)
     assert "unusable answers in a row" in result["error"]
     assert llm.turns_asked() == [0, 1, 2, 3]
+
+
+async def test_the_loop_stops_at_its_tool_call_cap(
+    deps: Dependencies, llm: FakeLLM, spec: WorkspaceSpec
+) -> None:
+    async with httpx.AsyncClient() as client:
+        deps.add(AgentHttp(client))
+        deps.add(policy(llm, budget=LoopBudget(attempt=Caps(tool_calls=6))))
+        result = await call(propose_fix, RecordingContext(deps), loop_input(spec, llm, "openai"))
+    # Turn 6 asks for two calls (the reproduction, the tests): the cap stops the second.
+    assert result["outcome"] == "budget-exhausted"
+    assert result["error"] == "attempt tool call cap reached (6 of 6)"
+    assert (result["turns"], result["tool_calls"]) == (6, 6)

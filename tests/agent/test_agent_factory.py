@@ -11,7 +11,7 @@ from app.agent import AgentPolicy, BuiltinAgent, CommandAgent, LoopHost, build_a
 from app.agent.budget import price_of
 from app.config import ConfigError
 from app.engine.errors import PermanentError
-from app.evidence import EvidenceStore
+from app.evidence import FolderEvidenceStore
 from app.repo_config import AgentConfig, parse_repo_config
 
 
@@ -38,7 +38,9 @@ async def test_command_and_builtin_agents_are_built(tmp_path: Path) -> None:
     )
     assert isinstance(built, CommandAgent)
     async with httpx.AsyncClient() as client:
-        host = LoopHost(store=EvidenceStore(tmp_path), save=_never_cancelled, beat=_never_cancelled)
+        host = LoopHost(
+            store=FolderEvidenceStore(tmp_path), save=_never_cancelled, beat=_never_cancelled
+        )
         http = build_agent(config(HTTP), policy=policy, http_client=client, time_limit=5, host=host)
     assert isinstance(http, BuiltinAgent) and http.model.base_url == "https://api.openai.com/v1"
     assert http.name == "builtin:openai/gpt-x"
