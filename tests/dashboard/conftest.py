@@ -15,7 +15,15 @@ from app.evidence import EvidenceStore
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
-from tests.dashboard.support import PATCH, REPRO_LOG, SESSION_SECRET, People, waiting_repair
+from tests.dashboard.support import (
+    ACTIVITIES,
+    PATCH,
+    REPRO_LOG,
+    SESSION_SECRET,
+    People,
+    settle,
+    waiting_repair,
+)
 
 GITHUB = "http://github.test"
 REPAIRBOT = "http://repairbot.test"
@@ -90,7 +98,7 @@ async def build_world(db_engine: Engine, tmp_path: Any) -> AsyncIterator[World]:
     evidence = EvidenceStore(settings.evidence_dir)
     patch = evidence.put_text(PATCH, kind="patch", name="fix.diff").model_dump()
     log = evidence.put_text(REPRO_LOG, kind="reproduce", name="reproduce.log").model_dump()
-    runtime = Runtime(db_engine, Registry.of([waiting_repair]), reconcile_interval=0.1)
+    runtime = Runtime(db_engine, Registry.of([waiting_repair], ACTIVITIES), reconcile_interval=0.1)
     await runtime.start_in_process()
     runs = {}
     for name, number in (("widgets", 1), ("secret", 1), ("widgets", 2)):
@@ -108,6 +116,7 @@ async def build_world(db_engine: Engine, tmp_path: Any) -> AsyncIterator[World]:
             },
         )
         runs[f"{name}#{number}"] = started.run_id
+    await settle(runtime, list(runs.values()))
     app = create_app(settings, runtime, github_transport=transport)
     try:
         yield World(gh, runtime, settings, people, app, runs, emulator)
