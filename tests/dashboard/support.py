@@ -9,6 +9,7 @@ in the real evidence store, and ends when cancelled.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from app.engine.errors import WorkflowCancelled
 from app.engine.registry import activity, workflow
 from app.engine.runtime import Runtime
 
+log = logging.getLogger("tests.dashboard")
 SESSION_SECRET = "s" * 40
 PATCH = """diff --git a/calc.py b/calc.py
 index 1111111..2222222 100644
@@ -34,6 +36,7 @@ REPRO_LOG = "$ python -m pytest tests/test_calc.py\nFAILED tests/test_calc.py::t
 
 @activity("commands.run_reproduction")
 async def reproduce(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    log.info("reproducing in %s", raw["repo"])
     return {"reproduced": True}
 
 
