@@ -119,7 +119,8 @@ async def run_demo(*, crash: bool, keep: Path | None, seed: int | None, timeout:
         worker = WorkerProcess(settings, root / "worker.log")
         worker.start()
         say(f"  GitHub (emulated)  {settings.github_git_url}")
-        say(f"  repairbot          {stack.app_url}/webhooks/github (dashboard at /)")
+        say(f"  repairbot          {stack.app_url}/webhooks/github")
+        say(f"  dashboard          {stack.app_url}/ (sign in as {stack.people.maintainer})")
         say(f"  data               {settings.data_dir}")
         say()
         people = stack.people
