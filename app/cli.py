@@ -385,6 +385,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         prog="repairbot", description="Coding-agent bug repairs as durable workflows."
     )
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--log-format",
+        choices=["json", "text"],
+        default="json",
+        help="json: one object per line, with run and delivery ids (default); text: for reading",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     handlers: dict[str, Command] = {}
 
@@ -505,7 +511,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser, handlers = build_parser()
     args = parser.parse_args(argv)
-    logs.configure(args.log_level)
+    logs.configure(args.log_level, json_lines=args.log_format == "json")
     try:
         # Secrets are read once (from the environment, or a descriptor the
         # starting process handed over), then scrubbed from this process.

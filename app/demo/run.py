@@ -183,7 +183,8 @@ async def run_demo(
         say(f"  GitHub (emulated)  {settings.github_git_url}")
         if model_server is not None:
             say(f"  model (scripted)   {model_server.url}/v1 (OpenAI-compatible, tool calling)")
-        say(f"  repairbot          {stack.app_url}/webhooks/github (dashboard at /)")
+        say(f"  repairbot          {stack.app_url}/webhooks/github")
+        say(f"  dashboard          {stack.app_url}/ (sign in as {stack.people.maintainer})")
         say(f"  data               {settings.data_dir}")
         say(f"  sandbox            {describe(settings.isolation())}")
         say()

@@ -8,6 +8,7 @@ thread) or be left to the caller (separate worker processes for crash tests).
 
 from __future__ import annotations
 
+import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,12 @@ class LocalStack:
             github_private_key=app.private_key_pem,
             github_webhook_secret=WEBHOOK_SECRET,
             github_app_slug=app.slug,
+            # Sign-in through the emulator, so the dashboard is there too.
+            public_url=app_url,
+            github_web_url=emu_url,
+            github_client_id=app.client_id,
+            github_client_secret=app.client_secret,
+            session_secret=secrets.token_urlsafe(32),
             reconcile_interval=0.2,
             worker_id="demo-worker",
         )

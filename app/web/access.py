@@ -107,7 +107,12 @@ class RepoAccess:
             if cached is not None and cached[0] > time.monotonic():
                 return cached[1]
             found = await self._ask_github(token)
-            self._cache[key] = (time.monotonic() + self.ttl, found)
+            now = time.monotonic()
+            # Drop what has expired, so signed-out users do not accumulate.
+            for stale in [k for k, (until, _) in self._cache.items() if until <= now]:
+                self._cache.pop(stale, None)
+                self._locks.pop(stale, None)
+            self._cache[key] = (now + self.ttl, found)
             return found
 
     async def _ask_github(self, token: str) -> dict[str, Level]:

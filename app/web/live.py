@@ -49,8 +49,9 @@ class Live:
         self.runtime = runtime
 
     async def _watch(
-        self, request: Request, principal: Principal, keys: list[str], *, until_closed: bool
+        self, request: Request, principal: Principal, keys: list[str]
     ) -> AsyncIterator[str]:
+        """Events for the runs named by ``keys`` until every one has closed."""
         seen: dict[str, tuple[str, str | None, int]] = {}
         started = last_sent = time.monotonic()
         yield "retry: 2000\n\n"
@@ -71,7 +72,7 @@ class Live:
                 data = await asyncio.to_thread(run_event, self.runtime, run)
                 yield sse("run", data)
                 last_sent = time.monotonic()
-            if until_closed and all_closed and seen:
+            if all_closed and seen:
                 return
             if time.monotonic() - last_sent > KEEPALIVE_SECONDS:
                 yield ": keep-alive\n\n"
@@ -87,8 +88,8 @@ class Live:
 
     async def run(self, request: Request, principal: Principal) -> Response:
         key = request.path_params["run_id"]
-        return self._stream(self._watch(request, principal, [key], until_closed=True))
+        return self._stream(self._watch(request, principal, [key]))
 
     async def runs(self, request: Request, principal: Principal) -> Response:
         keys = request.query_params.getlist("run")[:MAX_LISTED_RUNS]
-        return self._stream(self._watch(request, principal, keys, until_closed=True))
+        return self._stream(self._watch(request, principal, keys))

@@ -155,12 +155,15 @@ def list_runs(
     """One page of runs, newest first, and how many match in all."""
     where = and_(true(), *_where(filters, visible))
     offset = (max(filters.page, 1) - 1) * PER_PAGE
-    with runtime.engine.connect() as conn:
-        if filters.phase:
+    # One connection at a time: on SQLite every transaction takes the write
+    # lock (app/engine/db.py), so a query nested inside another would wait on it.
+    if filters.phase:
+        with runtime.engine.connect() as conn:
             rows = conn.execute(select(runs).where(where).order_by(runs.c.created_at.desc())).all()
-            every = [summarize(runtime, run_row(r)) for r in rows]
-            matching = [s for s in every if s.phase == filters.phase]
-            return matching[offset : offset + PER_PAGE], len(matching)
+        every = [summarize(runtime, run_row(r)) for r in rows]
+        matching = [s for s in every if s.phase == filters.phase]
+        return matching[offset : offset + PER_PAGE], len(matching)
+    with runtime.engine.connect() as conn:
         total = conn.execute(select(func.count()).select_from(runs).where(where)).scalar_one()
         rows = conn.execute(
             select(runs)

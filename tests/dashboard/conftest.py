@@ -15,7 +15,15 @@ from app.evidence import EvidenceStore
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
-from tests.dashboard.support import PATCH, REPRO_LOG, SESSION_SECRET, People, waiting_repair
+from tests.dashboard.support import (
+    ACTIVITIES,
+    PATCH,
+    REPRO_LOG,
+    SESSION_SECRET,
+    People,
+    settle,
+    waiting_repair,
+)
 
 GITHUB = "http://github.test"
 REPAIRBOT = "http://repairbot.test"
@@ -61,11 +69,8 @@ class World:
         return await client.get(back.headers["location"])
 
 
-async def build_world(db_engine: Engine, tmp_path: Any) -> AsyncIterator[World]:
-    emulator = Emulator(root=tmp_path / "github")
-    transport = httpx.ASGITransport(app=emulator.asgi())
-    gh = EmulatorClient(GITHUB, transport=transport)
-    people = People()
+async def populate(gh: EmulatorClient, people: People, tmp_path: Any) -> Any:
+    """People, two repositories (one private) and the App installed on both."""
     for login in (people.owner, people.maintainer, people.reader, people.stranger):
         await gh.create_user(login)
     source = tmp_path / "src"
@@ -77,21 +82,27 @@ async def build_world(db_engine: Engine, tmp_path: Any) -> AsyncIterator[World]:
     await gh.set_permission(people.owner, "widgets", people.reader, "read")
     registered = await gh.create_app(name="repairbot")
     await gh.create_installation(registered.id, people.owner)
-    settings = Settings(
+    return registered
+
+
+def sign_in_settings(registered: Any, tmp_path: Any, *, github: str, public: str) -> Settings:
+    return Settings(
         data_dir=tmp_path / "data",
-        github_api_url=GITHUB,
-        github_web_url=GITHUB,
-        public_url=REPAIRBOT,
+        github_api_url=github,
+        github_web_url=github,
+        public_url=public,
         github_client_id=registered.client_id,
         github_client_secret=registered.client_secret,
         session_secret=SESSION_SECRET,
         github_webhook_secret="hook-secret",
     )
+
+
+async def start_runs(runtime: Runtime, settings: Settings, people: People) -> dict[str, str]:
+    """Three waiting repair runs (two in widgets, one in secret) with evidence."""
     evidence = EvidenceStore(settings.evidence_dir)
     patch = evidence.put_text(PATCH, kind="patch", name="fix.diff").model_dump()
     log = evidence.put_text(REPRO_LOG, kind="reproduce", name="reproduce.log").model_dump()
-    runtime = Runtime(db_engine, Registry.of([waiting_repair]), reconcile_interval=0.1)
-    await runtime.start_in_process()
     runs = {}
     for name, number in (("widgets", 1), ("secret", 1), ("widgets", 2)):
         repo = f"{people.owner}/{name}"
@@ -108,6 +119,24 @@ async def build_world(db_engine: Engine, tmp_path: Any) -> AsyncIterator[World]:
             },
         )
         runs[f"{name}#{number}"] = started.run_id
+    return runs
+
+
+def registry() -> Registry:
+    return Registry.of([waiting_repair], ACTIVITIES)
+
+
+async def build_world(db_engine: Engine, tmp_path: Any) -> AsyncIterator[World]:
+    emulator = Emulator(root=tmp_path / "github")
+    transport = httpx.ASGITransport(app=emulator.asgi())
+    gh = EmulatorClient(GITHUB, transport=transport)
+    people = People()
+    registered = await populate(gh, people, tmp_path)
+    settings = sign_in_settings(registered, tmp_path, github=GITHUB, public=REPAIRBOT)
+    runtime = Runtime(db_engine, registry(), reconcile_interval=0.1)
+    await runtime.start_in_process()
+    runs = await start_runs(runtime, settings, people)
+    await settle(runtime, list(runs.values()))
     app = create_app(settings, runtime, github_transport=transport)
     try:
         yield World(gh, runtime, settings, people, app, runs, emulator)
