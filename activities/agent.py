@@ -34,6 +34,7 @@ from app.agent import (
     Feedback,
     build_agent,
 )
+from app.config import Settings
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import TransientError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -90,6 +91,21 @@ class ProposeResult(BaseModel):
     error: str | None = None
     #: The activity attempt that produced this (tool retries spent = this - 1).
     tool_attempt: int = 1
+    #: What the tokens cost, from the operator's price table (0 when unpriced).
+    cost_usd: float = 0.0
+
+
+def model_cost(
+    settings: Settings | None, backend: str, input_tokens: int, output_tokens: int
+) -> float:
+    """USD for the tokens, priced by the model named in ``backend`` (``http:<p>/<model>``)."""
+    if settings is None or not settings.model_prices:
+        return 0.0
+    model = backend.rsplit("/", 1)[-1]
+    price = settings.model_prices.get(model) or settings.model_prices.get(backend)
+    if price is None:
+        return 0.0
+    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
 
 
 @activity(
@@ -218,6 +234,12 @@ def _proposed(
         backend=proposal.backend,
         transcript=transcript,
         tool_attempt=actx.attempt,
+        cost_usd=model_cost(
+            optional_dep(actx, Settings),
+            proposal.backend,
+            proposal.input_tokens,
+            proposal.output_tokens,
+        ),
     )
 
 

@@ -63,6 +63,19 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
+def _prices(env: Mapping[str, str], name: str) -> dict[str, tuple[float, float]]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+        return {str(model): (float(price[0]), float(price[1])) for model, price in data.items()}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise ConfigError(
+            f'{name} must be a JSON object like {{"model": [input_usd, output_usd]}}'
+        ) from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every knob repairbot has. Field docs name the environment variable."""
@@ -112,6 +125,10 @@ class Settings:
     #: REPAIRBOT_AGENT_COMMAND: the operator's default command agent, a JSON list
     #: of arguments (used when a repository's config names no agent).
     agent_command: tuple[str, ...] = ()
+    #: REPAIRBOT_MODEL_PRICES: the price table for model cost budgets, a JSON
+    #: object ``{"<model>": [usd per million input tokens, per million output]}``;
+    #: a model not listed costs nothing (its tokens are still counted and capped).
+    model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
@@ -158,6 +175,10 @@ class Settings:
         }
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
+        if self.model_prices:
+            env["REPAIRBOT_MODEL_PRICES"] = json.dumps(
+                {model: list(price) for model, price in self.model_prices.items()}
+            )
         return env
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -194,6 +215,7 @@ class Settings:
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
+            "model_prices": _prices(env, "REPAIRBOT_MODEL_PRICES"),
         }
         if env.get("REPAIRBOT_WORKER_ID"):
             kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]

@@ -82,6 +82,15 @@ class Tx:
         row = self.conn.execute(select(runs).where(runs.c.active_key == workflow_id)).first()
         return run_row(row) if row else None
 
+    def has_run(self, workflow_id: str) -> bool:
+        """Whether any run, open or closed, ever had ``workflow_id``."""
+        return (
+            self.conn.execute(
+                select(runs.c.run_id).where(runs.c.workflow_id == workflow_id).limit(1)
+            ).first()
+            is not None
+        )
+
     def start_run(
         self,
         *,

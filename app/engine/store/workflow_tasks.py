@@ -59,6 +59,10 @@ class WorkflowTasks(StoreBase):
                 delete(outbox).where(outbox.c.kind == "workflow_task", outbox.c.ref == run.run_id)
             )
             follow_ups: list[tuple[str, dict[str, Any]]] = []
+            if step.cancel_delivered:
+                # Before this task's own commands are written: the cleanup the
+                # workflow schedules in the same task as the cancel must run.
+                follow_ups.extend(self._stop_active_work(tx, run.run_id))
             seq = run.history_length
             for command in step.commands:
                 seq += 1
@@ -66,8 +70,6 @@ class WorkflowTasks(StoreBase):
             if step.outcome is not None:
                 seq += 1
                 self._write_outcome(tx, run, seq, step.outcome)
-            if step.cancel_delivered:
-                follow_ups.extend(self._stop_active_work(tx, run.run_id))
             for type_, data in follow_ups:
                 tx.append_event(run.run_id, type_, data)
             self.faults.hit("workflow_task.mid_commit")
