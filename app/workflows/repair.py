@@ -108,6 +108,24 @@ class Repair(WorkPhases, ReviewPhases):
         except ActivityError as error:
             self.state.leftovers.append(f"the check run on {sha[:12]}: {error.message}")
 
+    async def refresh_pull(self) -> None:
+        """The pull request's true state before cleaning (a human, or a merge in
+        flight, may have closed or merged it)."""
+        pull = self.state.pull
+        if pull is None:
+            return
+        try:
+            seen = await call(
+                self.ctx,
+                github.read_pull_request,
+                github.PullInput(**self.repo_fields(), number=pull.number),
+                github.PullView,
+                step="cancel-read-pull",
+            )
+        except ActivityError:
+            return  # closing will find out
+        pull.state = "merged" if seen.merged else "closed" if seen.state == "closed" else "open"
+
     async def close_pull(self, why: str, step: str) -> None:
         pull = self.state.pull
         if pull is None or pull.state != "open":
@@ -157,6 +175,8 @@ class Repair(WorkPhases, ReviewPhases):
     async def cancel(self, reason: str) -> None:
         """Stop active work, keep the evidence, clean what the run owns, say so."""
         await self.ctx.stop_active_work()
+        self.settle_inflight()
+        await self.refresh_pull()
         self.end_work_round()
         self.ctx.enter_cancel_phase("preserving-evidence")
         self.state.outcome = "cancelled"

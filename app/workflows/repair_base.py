@@ -78,6 +78,8 @@ class RunBase:
         self.publications = 0
         #: Commits with a check run of ours still in progress.
         self.checks_open: list[str] = []
+        #: Publication effects whose result the run has not taken in yet.
+        self.inflight: dict[str, WorkflowFuture] = {}
         ctx.set_query("status", lambda: self.state.summary())
 
     # -- inputs of activities ---------------------------------------------------

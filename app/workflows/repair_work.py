@@ -7,7 +7,7 @@ from activities import agent, commands, github, workspace
 from activities.agent import FeedbackInput, ProposeInput, ProposeResult
 from activities.commands import ReproductionResult, StepInput, VerifyInput, VerifyResult
 from app.repo_config import reproduction_from_issue
-from app.workflows.calls import call
+from app.workflows.calls import call, schedule
 from app.workflows.ids import run_branch
 from app.workflows.repair_base import Finished, Next, RunBase
 from app.workflows.report import pull_request_body
@@ -270,14 +270,17 @@ class WorkPhases(RunBase):
         )
         branch = self.state.branch or run_branch(request.issue_number, self.ctx.run_id)
         expected = self.state.pushed[-1] if self.state.pushed else None
-        pushed = await self.timed(
+        self.state.branch = branch
+        push = schedule(
+            self.ctx,
             github.push_branch,
             github.PushInput(
                 **commit.model_dump(), branch=branch, sha=built.sha, expected=expected
             ),
-            github.PushResult,
             step=f"push-{n}",
         )
+        self.inflight["push"] = push
+        pushed = github.PushResult.model_validate(await self.within_budget(push))
         if pushed.status == "lease-refused":
             if expected is None:
                 raise Finished(
@@ -290,10 +293,10 @@ class WorkPhases(RunBase):
                 f"Branch `{branch}` was moved by someone else (now at `{pushed.remote_sha}`); "
                 "repairbot will not overwrite it.",
             )
-        self.state.branch = branch
         self.state.pushed.append(built.sha)
         self.state.proposed_sha = built.sha
-        pull = await self.timed(
+        pull_future = schedule(
+            self.ctx,
             github.pull_request,
             github.PullRequestInput(
                 **self.repo_fields(),
@@ -304,21 +307,43 @@ class WorkPhases(RunBase):
                 op_run=self.ctx.run_id,
                 op_step="pull-request",
             ),
-            github.PullRequestResult,
             step=f"pull-request-{n}",
         )
-        self.state.pull = PullState(
-            number=pull.number,
-            url=pull.url,
-            state="merged" if pull.merged else "closed" if pull.state == "closed" else "open",
-            draft=pull.draft,
-        )
+        self.inflight["pull"] = pull_future
+        pull = github.PullRequestResult.model_validate(await self.within_budget(pull_future))
+        self.inflight.clear()
+        self.opened(pull)
         self.end_work_round()
         for old in self.checks_open:
             await self.check_superseded(old, n)
         self.checks_open = [built.sha]
         await self.check(built.sha, final=False, step=f"check-{n}")
         return "awaiting-review"
+
+    def opened(self, pull: github.PullRequestResult) -> None:
+        self.state.pull = PullState(
+            number=pull.number,
+            url=pull.url,
+            state="merged" if pull.merged else "closed" if pull.state == "closed" else "open",
+            draft=pull.draft,
+        )
+
+    def settle_inflight(self) -> None:
+        """After cancellation stopped active work: take in what a push or a pull
+        request that was in flight did, so cleanup knows the branch and the PR."""
+        push, pull = self.inflight.get("push"), self.inflight.get("pull")
+        if push is not None and push.done and push.error is None:
+            pushed = github.PushResult.model_validate(push.result)
+            if (
+                pushed.status != "lease-refused"
+                and pushed.sha
+                and pushed.sha not in self.state.pushed
+            ):
+                self.state.pushed.append(pushed.sha)
+                self.state.proposed_sha = pushed.sha
+        if pull is not None and pull.done and pull.error is None and self.state.pull is None:
+            self.opened(github.PullRequestResult.model_validate(pull.result))
+        self.inflight.clear()
 
     async def check_superseded(self, sha: str, n: int) -> None:
         await call(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -69,7 +70,9 @@ async def github_state(stack: LocalStack, number: int) -> dict[str, Any]:
     )
     pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=who)
     branches = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/branches", as_user=who)
-    status = [c for c in comments if "repairbot:op=" in c["body"] and "status" in c["body"]]
+    # The run's status comment carries the marker of its ``status`` step (a
+    # command's reply may mention "status" in its text).
+    status = [c for c in comments if re.search(r"repairbot:op=\S+:status[ \t]*-->", c["body"])]
     return {
         "comments": comments,
         "status_comments": status,

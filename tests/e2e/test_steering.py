@@ -86,10 +86,10 @@ async def test_label_from_someone_without_write_access_starts_nothing(
 @SQLITE_ONLY
 async def test_label_from_a_bot_is_ignored_unless_allow_listed(stack: LocalStack) -> None:
     people = stack.people
-    await stack.gh.create_user("ci-helper[bot]", type="Bot")
-    await stack.gh.set_permission(people.owner, stack.repo_name, "ci-helper[bot]", "write")
+    await stack.gh.create_user("ci-helper", type="Bot")
+    await stack.gh.set_permission(people.owner, stack.repo_name, "ci-helper", "write")
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
-    number = await open_labelled_issue(stack, label_as="ci-helper[bot]")
+    number = await open_labelled_issue(stack, label_as="ci-helper")
     await _quiet_end(stack, number)
 
 
