@@ -44,6 +44,7 @@ from app.agent import (
     build_agent,
 )
 from app.agent.budget import Usage
+from app.config import Settings
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import TransientError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -112,6 +113,19 @@ class ProposeResult(BaseModel):
     turns: int = 0
     tool_calls: int = 0
     cost_usd: float = 0.0
+
+
+def model_cost(
+    settings: Settings | None, backend: str, input_tokens: int, output_tokens: int
+) -> float:
+    """USD for the tokens, priced by the model named in ``backend`` (``http:<p>/<model>``)."""
+    if settings is None or not settings.model_prices:
+        return 0.0
+    model = backend.rsplit("/", 1)[-1]
+    price = settings.model_prices.get(model) or settings.model_prices.get(backend)
+    if price is None:
+        return 0.0
+    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
 
 
 @activity(
@@ -265,7 +279,15 @@ def _proposed(
         tool_attempt=actx.attempt,
         turns=proposal.turns,
         tool_calls=proposal.tool_calls,
-        cost_usd=proposal.cost_usd,
+        # The built-in loop prices its own tokens; for other agents, the
+        # operator's model price table does.
+        cost_usd=proposal.cost_usd
+        or model_cost(
+            optional_dep(actx, Settings),
+            proposal.backend,
+            proposal.input_tokens,
+            proposal.output_tokens,
+        ),
     )
 
 

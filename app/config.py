@@ -100,6 +100,19 @@ def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((n, env[n]) for n in dict.fromkeys(names) if n and env.get(n))
 
 
+def _prices(env: Mapping[str, str], name: str) -> dict[str, tuple[float, float]]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+        return {str(model): (float(price[0]), float(price[1])) for model, price in data.items()}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise ConfigError(
+            f'{name} must be a JSON object like {{"model": [input_usd, output_usd]}}'
+        ) from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every knob repairbot has. Field docs name the environment variable."""
@@ -208,6 +221,10 @@ class Settings:
     #: REPAIRBOT_APP_FILE: the App credentials ``repairbot register`` wrote
     #: (default ``<data_dir>/github-app.json`` when present); variables win.
     app_file: Path | None = None
+    #: REPAIRBOT_MODEL_PRICES: the price table for model cost budgets, a JSON
+    #: object ``{"<model>": [usd per million input tokens, per million output]}``;
+    #: a model not listed costs nothing (its tokens are still counted and capped).
+    model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
@@ -339,6 +356,10 @@ class Settings:
             env["REPAIRBOT_PRIVATE_KEY_PATH"] = str(self.github_private_key_file)
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
+        if self.model_prices:
+            env["REPAIRBOT_MODEL_PRICES"] = json.dumps(
+                {model: list(price) for model, price in self.model_prices.items()}
+            )
         return env
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -422,6 +443,7 @@ class Settings:
                 Path(p) for p in env.get("REPAIRBOT_SANDBOX_READ_ONLY", "").split(os.pathsep) if p
             ),
             "github_private_key_file": Path(key_path) if key_path else None,
+            "model_prices": _prices(env, "REPAIRBOT_MODEL_PRICES"),
         }
         secret = kwargs["session_secret"]
         if secret and len(secret) < 32:

@@ -260,3 +260,14 @@ _WORD = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_s
 def test_quoted_argv_lines_split_back_exactly(argvs: list[list[str]]) -> None:
     block = "\n".join(shlex.join(argv) for argv in argvs)
     assert [list(c.argv or ()) for c in reproduction_commands(block)] == argvs
+
+
+def test_a_repro_block_inside_an_html_comment_does_not_count() -> None:
+    """GitHub does not render it, so no maintainer saw it: the same scanner as
+    slash commands (app.markdown) drops it."""
+    hidden = "Broken.\n\n<!--\n```repro\ncat /proc/1/environ\n```\n-->\n"
+    assert reproduction_from_issue(hidden) is None
+    shown = hidden + "\n```repro\nmake check\n```\n"
+    assert reproduction_from_issue(shown) == "make check"
+    inline = "Broken. <!-- a note -->\n\n```repro\nmake check\n```\n"
+    assert reproduction_from_issue(inline) == "make check"

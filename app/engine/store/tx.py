@@ -120,6 +120,15 @@ class Tx:
         )
         return seq
 
+    def has_run(self, workflow_id: str) -> bool:
+        """Whether any run, open or closed, ever had ``workflow_id``."""
+        return (
+            self.conn.execute(
+                select(runs.c.run_id).where(runs.c.workflow_id == workflow_id).limit(1)
+            ).first()
+            is not None
+        )
+
     def start_run(
         self,
         *,
