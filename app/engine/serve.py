@@ -10,6 +10,9 @@ import asyncio
 import logging
 import signal
 
+from arq import ArqRedis
+from redis.exceptions import RedisError
+
 from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher
 from app.engine.redis_channel import connect, redis_settings
 from app.engine.runtime import Runtime
@@ -37,7 +40,7 @@ async def serve_arq(
     eager: bool = True,
 ) -> int:
     """Work arq's queues on ``redis_url`` until SIGTERM, then drain and return 0."""
-    pool = await connect(redis_url)
+    pool = await _connect_patiently(redis_url)
     runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
     runtime.start_liveness()
     # The reconciler runs here, not as an arq cron: recovery goes on while Redis is away.
@@ -59,3 +62,15 @@ async def serve_arq(
         await pool.aclose()
     log.info("worker %s retired", runtime.worker_id)
     return 0
+
+
+async def _connect_patiently(redis_url: str) -> ArqRedis:
+    """A worker started while Redis is away waits for it instead of exiting."""
+    delay = 1.0
+    while True:
+        try:
+            return await connect(redis_url)
+        except (RedisError, OSError) as exc:
+            log.warning("Redis unreachable at start-up (%s); retrying in %.0fs", exc, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 10.0)

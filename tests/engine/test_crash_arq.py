@@ -66,6 +66,13 @@ async def test_arq_worker_killed_at_each_point_of_a_job_is_resumed(
 
         fresh.go()
         run = lab.wait_settled(run_id, timeout=RESUME_DEADLINE)
+        if point == "before-ack":
+            redis = Redis.from_url(redis_url)
+            still = [k for k in left if await redis.exists(k)]
+            await redis.aclose()
+            # The run finished while arq still held the killed job: recovery
+            # never waited for arq's keys.
+            assert still == left
 
         assert (run.status, run.result) == ("completed", [0, 1, 4, 9])
         # No activity body ran twice: each point is before a body or after

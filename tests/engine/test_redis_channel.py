@@ -21,6 +21,7 @@ from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher, arq_workers
 from app.engine.jobs import DEFAULT_QUEUE
 from app.engine.redis_channel import RefusedJob, connect, load_job, redis_settings
 from app.engine.runtime import Runtime
+from tests.engine.crash_support import CrashLab
 from tests.engine.private_services import PrivateRedis, free_port
 from tests.engine.test_workflows_basic import REGISTRY
 
@@ -170,4 +171,23 @@ async def test_a_worker_rides_out_a_redis_restart(tmp_path: Path, db_engine: Eng
         await runtime.stop()
         await consumers.stop()
         await pool.aclose()
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_worker_started_while_redis_is_down_waits_for_it(db_url: str, tmp_path: Path) -> None:
+    server = PrivateRedis(tmp_path / "redis")  # not started yet
+    try:
+        with CrashLab(db_url, tmp_path, redis_url=server.url) as lab:
+            worker = lab.spawn("A", arq=True)
+            lab.wait_until(
+                lambda: "Redis unreachable at start-up" in worker.log(), "a failed connect", 90
+            )
+            server.start()
+            run_id = lab.start("crash_pipeline", "redis-late", {"steps": 2})
+            run = lab.wait_settled(run_id, timeout=60)
+            assert (run.status, run.result) == ("completed", [0, 1])
+            assert worker.popen.poll() is None
+    finally:
         server.stop()
