@@ -138,12 +138,10 @@ async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
     pool = None
     if settings.redis_url:
         # Prompt pickup; without Redis the outbox rows wait for a worker's relay.
-        from arq import create_pool
-        from arq.connections import RedisSettings
-
         from app.engine.arq_dispatch import ArqDispatcher
+        from app.engine.redis_channel import connect
 
-        pool = await create_pool(RedisSettings.from_dsn(settings.redis_url))
+        pool = await connect(settings.redis_url)
         runtime.use_dispatcher(ArqDispatcher(pool))
     action, key, reason, by = args.runs_command, args.run, args.reason, args.by
     try:
