@@ -260,3 +260,20 @@ _WORD = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_s
 def test_quoted_argv_lines_split_back_exactly(argvs: list[list[str]]) -> None:
     block = "\n".join(shlex.join(argv) for argv in argvs)
     assert [list(c.argv or ()) for c in reproduction_commands(block)] == argvs
+
+
+def test_network_is_off_unless_setup_asks_for_it() -> None:
+    assert parse_repo_config("test: make test\n").network == "none"
+    assert parse_repo_config("network: setup\n").network == "setup"
+    with pytest.raises(RepoConfigError, match="`network`"):
+        parse_repo_config("network: always\n")
+
+
+def test_the_status_comment_says_when_setup_had_network() -> None:
+    from app.workflows.report import status_comment
+
+    state = {"run_id": "r", "policy_version": "p", "phase": "reproducing"}
+    assert "network access" not in status_comment(state)
+    assert "Setup commands ran with network access" in status_comment(
+        {**state, "setup_network": True}
+    )
