@@ -1,24 +1,43 @@
 # repairbot: one image for the web and worker processes (see fly.toml).
-FROM python:3.11-slim
+#
+#   docker build --build-arg REPAIRBOT_CODE_VERSION=$(git rev-parse HEAD) -t repairbot .
+#
+# The first stage builds the wheel and its dependencies' wheels; the second
+# installs them alone (no source tree, no compiler), exactly what
+# tests/packaging/test_wheel.py checks: the installed `repairbot` migrates,
+# serves and runs workflows with its migrations found inside the package.
 
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends git ca-certificates bubblewrap util-linux \
-    && rm -rf /var/lib/apt/lists/*
-
-WORKDIR /srv/repairbot
+FROM python:3.11-slim AS build
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY handlers ./handlers
 COPY activities ./activities
 COPY emulator ./emulator
 COPY migrations ./migrations
-COPY alembic.ini ./
-RUN pip install --no-cache-dir . && useradd --create-home repairbot \
-    && mkdir -p /data && chown repairbot /data
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
-# The worker is unprivileged here: bubblewrap builds the sandbox for repository
-# commands with user namespaces (the host must allow them; Fly.io machines do).
+FROM python:3.11-slim
+# git: workspaces, commits and pushes. bubblewrap: the sandbox repository
+# commands run in. tini: reaps the sandbox's children and forwards signals.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git bubblewrap util-linux ca-certificates tini \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir --no-index --find-links /wheels repairbot \
+    && rm -rf /wheels \
+    && useradd --create-home --uid 10001 repairbot \
+    && mkdir -p /var/lib/repairbot && chown repairbot /var/lib/repairbot
+
+# Not root: bubblewrap makes its namespaces as this user (unprivileged user
+# namespaces, which Fly's VMs allow; under Docker the worker needs a seccomp
+# profile that permits them). Nothing here needs to survive a restart:
+# evidence and state are in PostgreSQL, workspaces are rebuilt per attempt.
 USER repairbot
-ENV REPAIRBOT_DATA_DIR=/data PYTHONUNBUFFERED=1
+ARG REPAIRBOT_CODE_VERSION=dev
+ENV REPAIRBOT_DATA_DIR=/var/lib/repairbot \
+    REPAIRBOT_CODE_VERSION=${REPAIRBOT_CODE_VERSION} \
+    PYTHONUNBUFFERED=1
 EXPOSE 8000
+ENTRYPOINT ["tini", "--"]
 CMD ["repairbot", "web", "--host", "0.0.0.0", "--port", "8000"]

@@ -7,6 +7,12 @@ nothing usable (crashes, times out, answers without a diff that applies) is
 retried while the repository's ``tool_retries`` allow, and then reported
 as the outcome ``agent-failed``: tool retries. Whether to ask again with
 feedback is the workflow's decision: repair attempts.
+
+The built-in agent (``backend: http``) checkpoints each step through this
+activity's heartbeat details (:mod:`app.agent.journal`), so a retried
+attempt resumes its loop where the last one recorded it; a loop that stops
+at a budget cap or on unusable model answers is reported at once (resuming
+would stop the same way), with what it spent.
 """
 
 from __future__ import annotations
@@ -31,9 +37,14 @@ from app.agent import (
     AgentPolicy,
     AgentProposal,
     AgentRequest,
+    BudgetExhausted,
     Feedback,
+    LoopHost,
+    LoopStopped,
     build_agent,
 )
+from app.agent.budget import Usage
+from app.config import Settings
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import TransientError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -76,12 +87,17 @@ class ProposeInput(BaseModel):
     setup_network: bool = False
     time_limit_seconds: float = Field(gt=0)
     tool_retries: int = Field(default=2, ge=0)
+    #: The repository's test command (the built-in agent's ``run_tests`` tool).
+    test: Command | None = None
+    #: What the built-in agent spent in this run's earlier repair attempts.
+    run_usage: Usage | None = None
 
 
 class ProposeResult(BaseModel):
     #: ``proposed``: a non-empty patch; ``no-change``: the agent changed nothing;
-    #: ``agent-failed``: it ran out of tool retries without a usable answer.
-    outcome: Literal["proposed", "no-change", "agent-failed"]
+    #: ``agent-failed``: it ran out of tool retries without a usable answer;
+    #: ``budget-exhausted``: the built-in loop reached a cap (``error`` says which).
+    outcome: Literal["proposed", "no-change", "agent-failed", "budget-exhausted"]
     patch: EvidenceRef | None = None
     files_changed: list[str] = Field(default_factory=list)
     summary: str = ""
@@ -92,6 +108,24 @@ class ProposeResult(BaseModel):
     error: str | None = None
     #: The activity attempt that produced this (tool retries spent = this - 1).
     tool_attempt: int = 1
+    #: What the built-in agent spent in this repair attempt (zeros for CLI agents
+    #: other than their own token report).
+    turns: int = 0
+    tool_calls: int = 0
+    cost_usd: float = 0.0
+
+
+def model_cost(
+    settings: Settings | None, backend: str, input_tokens: int, output_tokens: int
+) -> float:
+    """USD for the tokens, priced by the model named in ``backend`` (``http:<p>/<model>``)."""
+    if settings is None or not settings.model_prices:
+        return 0.0
+    model = backend.rsplit("/", 1)[-1]
+    price = settings.model_prices.get(model) or settings.model_prices.get(backend)
+    if price is None:
+        return 0.0
+    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
 
 
 @activity(
@@ -118,6 +152,8 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
             time_limit=request.time_limit_seconds,
             sandbox=sandbox_of(actx),
             heartbeat=actx.heartbeat,
+            host=_loop_host(actx, store),
+            earlier_usage=request.run_usage,
         )
         agent_request = AgentRequest(
             workspace=ws,
@@ -128,6 +164,8 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
             feedback=[_feedback(store, item) for item in request.feedback],
             attempt=request.attempt,
             baseline=baseline,
+            reproduction_commands=list(request.reproduction),
+            test_command=request.test,
         )
         try:
             proposal = await keep_alive(
@@ -136,6 +174,18 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
         except AgentFailed as failure:
             return _failed(actx, request, store, failure).model_dump(mode="json")
     return _proposed(actx, request, store, proposal).model_dump(mode="json")
+
+
+def _loop_host(actx: ActivityContext, store: EvidenceStore) -> LoopHost:
+    policy = optional_dep(actx, AgentPolicy) or AgentPolicy()
+    return LoopHost(
+        store=store,
+        save=actx.checkpoint,
+        beat=actx.heartbeat,
+        previous=actx.last_checkpoint,
+        fault=actx.fault,
+        secrets=policy.secrets,
+    )
 
 
 async def _prepare(
@@ -181,13 +231,19 @@ def _failed(
         kind="agent-transcript",
         name=f"agent-attempt-{request.attempt}-try-{actx.attempt}.log",
     )
-    if actx.attempt <= request.tool_retries:
+    if failure.retryable and actx.attempt <= request.tool_retries:
         raise TransientError(f"{failure.message} (transcript {transcript.sha256}); trying again")
+    usage = failure.usage if isinstance(failure, LoopStopped) else Usage()
     return ProposeResult(
-        outcome="agent-failed",
+        outcome="budget-exhausted" if isinstance(failure, BudgetExhausted) else "agent-failed",
         transcript=transcript,
         error=failure.message,
         tool_attempt=actx.attempt,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        turns=usage.turns,
+        tool_calls=usage.tool_calls,
+        cost_usd=usage.cost_usd,
     )
 
 
@@ -221,6 +277,17 @@ def _proposed(
         backend=proposal.backend,
         transcript=transcript,
         tool_attempt=actx.attempt,
+        turns=proposal.turns,
+        tool_calls=proposal.tool_calls,
+        # The built-in loop prices its own tokens; for other agents, the
+        # operator's model price table does.
+        cost_usd=proposal.cost_usd
+        or model_cost(
+            optional_dep(actx, Settings),
+            proposal.backend,
+            proposal.input_tokens,
+            proposal.output_tokens,
+        ),
     )
 
 

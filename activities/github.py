@@ -7,31 +7,34 @@ lost response, whether the effect happened.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from githubkit.exception import GitHubException
+from pydantic import BaseModel, ConfigDict
 
+from activities._support import parse_input
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import PermanentError, TransientError
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Absent, Found, ReconcileResult, Unknown, activity
 from app.evidence import EvidenceStore
-from app.github.checks import CheckRunView, ensure_check_run
+from app.github.branches import Deletion, delete_branch_if_at
+from app.github.checks import CheckRunView, Conclusion, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
 from app.github.errors import classified, classify, status_of
 from app.github.gitcmd import fetch_commit, git_env, run_git
-from app.github.markers import OpId
+from app.github.markers import OpId, strip_markers
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
     Identity,
     Patch,
     build_commit,
-    git_auth_config,
     publish_branch,
     remote_ref,
 )
@@ -59,8 +62,205 @@ def _access(actx: ActivityContext) -> GitHubAccess:
     return actx.dep(GitHubAccess)
 
 
-def _op(raw: dict[str, Any]) -> OpId:
-    return OpId(str(raw["op_run"]), str(raw["op_step"]))
+# -- contracts ------------------------------------------------------------------
+# Inputs forbid unknown keys (a typo is a permanent error, not a silent default);
+# results ignore unknown keys so an older workflow reads a newer result.
+
+
+class RepoInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str
+    installation_id: int
+
+
+class Marked(RepoInput):
+    """Inputs of mutations that leave an operation marker in what they write."""
+
+    op_run: str
+    op_step: str
+
+    @property
+    def op(self) -> OpId:
+        return OpId(self.op_run, self.op_step)
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class PermissionInput(RepoInput):
+    user: str
+
+
+WRITE_OR_HIGHER: frozenset[str] = frozenset({"admin", "maintain", "write"})
+
+
+class PermissionResult(Result):
+    permission: str
+
+    @property
+    def may_write(self) -> bool:
+        return self.permission in WRITE_OR_HIGHER
+
+
+class BranchInput(RepoInput):
+    branch: str
+
+
+class BranchHeadResult(Result):
+    sha: str
+
+
+class PullInput(RepoInput):
+    number: int
+
+
+class PullView(Result):
+    number: int
+    state: str
+    merged: bool
+    draft: bool = False
+    head_sha: str
+    merge_commit_sha: str | None = None
+
+
+class CommentInput(Marked):
+    issue_number: int
+    body: str
+
+
+class CommentResult(Result):
+    id: int
+    url: str = ""
+    created: bool = False
+
+
+class CommitInput(RepoInput):
+    base_sha: str
+    patch_sha: str
+    message: str
+    timestamp: str
+
+
+class CommitResult(Result):
+    sha: str
+
+
+class PushInput(CommitInput):
+    branch: str
+    sha: str
+    #: Where the branch must be now; ``None``: it must not exist.
+    expected: str | None = None
+
+
+class PushResult(Result):
+    status: str
+    sha: str | None = None
+    remote_sha: str | None = None
+
+
+class DeleteBranchInput(BranchInput):
+    #: Deleted only while the branch is still at this commit (ours).
+    sha: str
+
+
+class DeleteBranchResult(Result):
+    deleted: bool
+    reason: str | None = None
+
+
+class PullRequestInput(Marked):
+    head: str
+    base: str
+    title: str
+    body: str
+
+
+class PullRequestResult(Result):
+    number: int
+    url: str = ""
+    head_sha: str = ""
+    state: str = "open"
+    merged: bool = False
+    created: bool = False
+    #: False when the repository cannot have drafts and a ready PR was opened.
+    draft: bool = True
+
+
+class ReadyResult(Result):
+    changed: bool
+
+
+class ClosePullInput(PullInput):
+    #: A comment posted on the pull request before it is closed (found by marker).
+    comment: str | None = None
+    op_run: str | None = None
+    op_step: str | None = None
+
+
+class ClosePullResult(Result):
+    closed: bool
+
+
+class CheckRunInput(Marked):
+    head_sha: str
+    name: str
+    title: str
+    summary: str
+    #: ``None``: in progress.
+    conclusion: Conclusion | None = None
+
+
+class CheckRunResult(Result):
+    id: int
+
+
+class MergeInput(PullInput):
+    sha: str
+    method: Literal["merge", "squash", "rebase"]
+
+
+class MergeResult(Result):
+    #: ``merged``, ``head-moved`` or ``not-mergeable`` (others: a human decides).
+    outcome: str
+    merge_commit_sha: str | None = None
+    head_sha: str | None = None
+    reason: str | None = None
+
+
+class ReviewView(Result):
+    id: int
+    state: str
+    commit_id: str
+    reviewer: str
+    body: str = ""
+    submitted_at: str | None = None
+
+
+class ObserveInput(Marked):
+    """What the drift check looks at: the run's issue, pull request and branch."""
+
+    issue_number: int
+    pull_number: int | None = None
+    branch: str | None = None
+    #: sha256 of the status comment's body as the run last wrote it (marker excluded).
+    status_sha256: str | None = None
+
+
+class ObserveResult(Result):
+    issue_state: str = "open"
+    pull: PullView | None = None
+    #: Where the branch is (``None``: it does not exist).
+    branch_sha: str | None = None
+    #: ``ok``, ``missing`` (deleted by someone) or ``edited``.
+    status_comment: Literal["ok", "missing", "edited", "unknown"] = "unknown"
+    reviews: list[ReviewView] = []
+
+
+def body_sha256(body: str) -> str:
+    """How the drift check compares the status comment with what the run wrote."""
+    return hashlib.sha256(strip_markers(body).strip().encode()).hexdigest()
 
 
 # -- reads --------------------------------------------------------------------
@@ -69,74 +269,146 @@ def _op(raw: dict[str, Any]) -> OpId:
 @activity("github.permission", retry=API, timeouts=API_TIMEOUTS)
 async def permission(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """A user's permission on the repository (admin, write, read or none), from the API."""
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
-    repo = RepoRef.parse(raw["repo"])
+    request = parse_input(PermissionInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id)
+    repo = RepoRef.parse(request.repo)
     try:
         response = await gh.rest.repos.async_get_collaborator_permission_level(
-            repo.owner, repo.name, raw["user"]
+            repo.owner, repo.name, request.user
         )
     except GitHubException as exc:
         if status_of(exc) == 404:
-            return {"permission": "none"}
+            return PermissionResult(permission="none").model_dump(mode="json")
         raise classify(exc, mutation=False) from exc
-    return {"permission": response.parsed_data.permission}
+    return PermissionResult(permission=response.parsed_data.permission).model_dump(mode="json")
 
 
 @activity("github.branch_head", retry=API, timeouts=API_TIMEOUTS)
 async def branch_head(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The commit a branch points at now."""
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
-    repo = RepoRef.parse(raw["repo"])
+    request = parse_input(BranchInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id)
+    repo = RepoRef.parse(request.repo)
     with classified(mutation=False):
-        response = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{raw['branch']}")
-    return {"sha": response.parsed_data.object_.sha}
+        response = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
+    return BranchHeadResult(sha=response.parsed_data.object_.sha).model_dump(mode="json")
+
+
+def _pull_view(state: Any) -> PullView:
+    return PullView(
+        number=state.number,
+        state=state.state,
+        merged=state.merged,
+        draft=state.draft,
+        head_sha=state.head_sha,
+        merge_commit_sha=state.merge_commit_sha,
+    )
 
 
 @activity("github.read_pull", retry=API, timeouts=API_TIMEOUTS)
 async def read_pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
-    state = await read_pull(gh, RepoRef.parse(raw["repo"]), int(raw["number"]))
-    return {
-        "number": state.number,
-        "state": state.state,
-        "merged": state.merged,
-        "draft": state.draft,
-        "head_sha": state.head_sha,
-        "merge_commit_sha": state.merge_commit_sha,
-    }
+    request = parse_input(PullInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id)
+    state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
+    return _pull_view(state).model_dump(mode="json")
+
+
+@activity("github.observe", retry=API, timeouts=API_TIMEOUTS)
+async def observe(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The drift check's read: what humans may have changed while the run waited."""
+    request = parse_input(ObserveInput, raw)
+    access = _access(actx)
+    gh = access.factory.for_installation(request.installation_id)
+    repo = RepoRef.parse(request.repo)
+    with classified(mutation=False):
+        issue = (
+            await gh.rest.issues.async_get(repo.owner, repo.name, request.issue_number)
+        ).parsed_data
+    pull: PullView | None = None
+    reviews: list[ReviewView] = []
+    if request.pull_number is not None:
+        pull = _pull_view(await read_pull(gh, repo, request.pull_number))
+        with classified(mutation=False):
+            listed = await gh.rest.pulls.async_list_reviews(
+                repo.owner, repo.name, request.pull_number, per_page=100
+            )
+        parsed: list[Any] = list(listed.parsed_data)
+        for review in parsed:
+            if review.user is None or not review.commit_id:
+                continue
+            reviews.append(
+                ReviewView(
+                    id=review.id,
+                    state=review.state.lower(),
+                    commit_id=review.commit_id,
+                    reviewer=review.user.login,
+                    body=review.body or "",
+                    submitted_at=review.submitted_at.isoformat() if review.submitted_at else None,
+                )
+            )
+    branch_sha: str | None = None
+    if request.branch is not None:
+        token = await _git_token(access, request.installation_id, request.repo, _READ)
+        branch_sha = await remote_ref(access.clone_url(request.repo), request.branch, token=token)
+    status: Literal["ok", "missing", "edited", "unknown"] = "unknown"
+    if request.status_sha256 is not None:
+        found = await find_comments(
+            gh,
+            repo,
+            request.issue_number,
+            OpId(request.op_run, request.op_step),
+            bot_login=await access.factory.bot_login(),
+        )
+        if not found:
+            status = "missing"
+        elif body_sha256(found[0].body or "") != request.status_sha256:
+            status = "edited"
+        else:
+            status = "ok"
+    return ObserveResult(
+        issue_state=issue.state,
+        pull=pull,
+        branch_sha=branch_sha,
+        status_comment=status,
+        reviews=reviews,
+    ).model_dump(mode="json")
 
 
 # -- comments -----------------------------------------------------------------
 
 
 async def _comment_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
+    request = parse_input(CommentInput, raw)
     access = _access(actx)
-    gh = access.factory.for_installation(int(raw["installation_id"]))
+    gh = access.factory.for_installation(request.installation_id)
     found = await find_comments(
         gh,
-        RepoRef.parse(raw["repo"]),
-        int(raw["issue_number"]),
-        _op(raw),
+        RepoRef.parse(request.repo),
+        request.issue_number,
+        request.op,
         bot_login=await access.factory.bot_login(),
     )
     if not found:
         return Absent()
-    return Found({"id": found[0].id, "url": found[0].html_url, "created": True})
+    return Found(CommentResult(id=found[0].id, url=found[0].html_url, created=True).model_dump())
 
 
 @activity("github.comment", retry=API, timeouts=API_TIMEOUTS, reconcile=_comment_exists)
 async def comment(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Exactly one comment for the operation, created or updated in place."""
+    request = parse_input(CommentInput, raw)
     access = _access(actx)
     result = await ensure_comment(
-        access.factory.for_installation(int(raw["installation_id"])),
-        RepoRef.parse(raw["repo"]),
-        int(raw["issue_number"]),
-        _op(raw),
-        raw["body"],
+        access.factory.for_installation(request.installation_id),
+        RepoRef.parse(request.repo),
+        request.issue_number,
+        request.op,
+        request.body,
         bot_login=await access.factory.bot_login(),
     )
-    return {"id": result.id, "url": result.html_url, "created": result.created}
+    return CommentResult(id=result.id, url=result.html_url, created=result.created).model_dump(
+        mode="json"
+    )
 
 
 # -- branches -----------------------------------------------------------------
@@ -147,10 +419,12 @@ _READ = {"contents": "read"}
 _WRITE = {"contents": "write"}
 
 
-async def _git_token(access: GitHubAccess, raw: dict[str, Any], permissions: dict[str, str]) -> str:
+async def _git_token(
+    access: GitHubAccess, installation_id: int, repo: str, permissions: dict[str, str]
+) -> str:
     """A token for the run's one repository with ``permissions`` only."""
     token = await access.factory.installation_token(
-        int(raw["installation_id"]), repository=raw["repo"], permissions=permissions
+        installation_id, repository=repo, permissions=permissions
     )
     return token.token
 
@@ -172,19 +446,21 @@ async def _fetch_base(
 
 
 async def _intended_commit(
-    actx: ActivityContext, raw: dict[str, Any], workdir: Path, *, push: bool = False
+    actx: ActivityContext, request: CommitInput, workdir: Path, *, push: bool = False
 ) -> tuple[Path, str, str]:
     access = _access(actx)
-    token = await _git_token(access, raw, _WRITE if push else _READ)
-    bare = await _fetch_base(access, raw["repo"], raw["base_sha"], token, workdir)
-    patch = actx.dep(EvidenceStore).get(raw["patch_sha"])
+    token = await _git_token(
+        access, request.installation_id, request.repo, _WRITE if push else _READ
+    )
+    bare = await _fetch_base(access, request.repo, request.base_sha, token, workdir)
+    patch = actx.dep(EvidenceStore).get(request.patch_sha)
     sha = await build_commit(
         bare,
-        raw["base_sha"],
+        request.base_sha,
         Patch(patch),
-        raw["message"],
+        request.message,
         BOT,
-        datetime.fromisoformat(raw["timestamp"]),
+        datetime.fromisoformat(request.timestamp),
     )
     return bare, sha, token
 
@@ -192,77 +468,79 @@ async def _intended_commit(
 @activity("github.build_commit", retry=API, timeouts=GIT_TIMEOUTS)
 async def build_intended_commit(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The commit we mean to publish, built deterministically; recorded before any push."""
+    request = parse_input(CommitInput, raw)
     with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
-        _, sha, _ = await _intended_commit(actx, raw, Path(tmp))
-    return {"sha": sha}
+        _, sha, _ = await _intended_commit(actx, request, Path(tmp))
+    return CommitResult(sha=sha).model_dump(mode="json")
 
 
 async def _branch_state(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
+    request = parse_input(PushInput, raw)
     access = _access(actx)
-    token = await _git_token(access, raw, _READ)
-    at = await remote_ref(access.clone_url(raw["repo"]), raw["branch"], token=token)
-    if at == raw["sha"]:
-        return Found({"status": "already-there", "sha": at, "remote_sha": at})
-    if at == (raw.get("expected") or None):
+    token = await _git_token(access, request.installation_id, request.repo, _READ)
+    at = await remote_ref(access.clone_url(request.repo), request.branch, token=token)
+    if at == request.sha:
+        return Found(PushResult(status="already-there", sha=at, remote_sha=at).model_dump())
+    if at == (request.expected or None):
         return Absent()
     return Unknown(
-        f"branch {raw['branch']} is at {at or 'nothing'}; we expected "
-        f"{raw.get('expected') or 'no branch'} or our commit {raw['sha']}"
+        f"branch {request.branch} is at {at or 'nothing'}; we expected "
+        f"{request.expected or 'no branch'} or our commit {request.sha}"
     )
 
 
 @activity("github.push_branch", retry=API, timeouts=GIT_TIMEOUTS, reconcile=_branch_state)
 async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
+    request = parse_input(PushInput, raw)
     with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
-        bare, sha, token = await _intended_commit(actx, raw, Path(tmp), push=True)
-        if sha != raw["sha"]:
-            raise PermanentError(f"rebuilt commit {sha} differs from the recorded {raw['sha']}")
+        bare, sha, token = await _intended_commit(actx, request, Path(tmp), push=True)
+        if sha != request.sha:
+            raise PermanentError(f"rebuilt commit {sha} differs from the recorded {request.sha}")
         outcome = await publish_branch(
             bare,
-            _access(actx).clone_url(raw["repo"]),
-            raw["branch"],
+            _access(actx).clone_url(request.repo),
+            request.branch,
             sha,
-            expected=raw.get("expected") or None,
+            expected=request.expected or None,
             token=token,
         )
-    return {"status": outcome.status.value, "sha": outcome.sha, "remote_sha": outcome.remote_sha}
+    return PushResult(
+        status=outcome.status.value, sha=outcome.sha, remote_sha=outcome.remote_sha
+    ).model_dump(mode="json")
 
 
 @activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
 async def delete_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """Delete our branch only if it is still at the commit we put there."""
+    """Delete our branch only if it is still at the commit we put there (``sha``).
+
+    Usable after a merge and after cancellation. ``deleted`` is True also when
+    the branch was already gone; a branch somebody moved is left alone with a
+    ``reason``.
+    """
+    request = parse_input(DeleteBranchInput, raw)
     access = _access(actx)
-    token = await _git_token(access, raw, _WRITE)
-    url = access.clone_url(raw["repo"])
-    ref = f"refs/heads/{raw['branch']}"
-    with tempfile.TemporaryDirectory(prefix="repairbot-delete-") as tmp:
-        env = git_env(git_auth_config(url, token))
-        await run_git(["init", "--quiet", "--bare", tmp], cwd=Path(tmp), env=env)
-        result = await run_git(
-            ["push", "--porcelain", f"--force-with-lease={ref}:{raw['sha']}", url, f":{ref}"],
-            cwd=Path(tmp),
-            env=env,
-            secrets=[token],
-        )
-    at = await remote_ref(url, raw["branch"], token=token)
-    if at is None:
-        return {"deleted": True}
-    if at != raw["sha"]:
-        return {"deleted": False, "reason": f"somebody moved {raw['branch']} to {at}"}
-    raise TransientError(f"branch deletion did not go through: {result.stderr.strip()[-300:]}")
+    token = await _git_token(access, request.installation_id, request.repo, _WRITE)
+    outcome = await delete_branch_if_at(
+        access.clone_url(request.repo), request.branch, request.sha, token=token
+    )
+    reason = None
+    if outcome.status is Deletion.MOVED:
+        reason = f"somebody moved {request.branch} to {outcome.remote_sha}"
+    return DeleteBranchResult(deleted=outcome.deleted, reason=reason).model_dump(mode="json")
 
 
 # -- pull requests, checks, merge ----------------------------------------------
 
 
 async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
+    request = parse_input(PullRequestInput, raw)
     access = _access(actx)
     found = await find_pull_requests(
-        access.factory.for_installation(int(raw["installation_id"])),
-        RepoRef.parse(raw["repo"]),
-        raw["head"],
-        _op(raw),
+        access.factory.for_installation(request.installation_id),
+        RepoRef.parse(request.repo),
+        request.head,
+        request.op,
         bot_login=await access.factory.bot_login(),
     )
     if not found:
@@ -270,98 +548,129 @@ async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileR
     pr = found[0]
     # The same shape as the activity's own result: the workflow cannot tell them apart.
     return Found(
-        {
-            "number": pr.number,
-            "url": pr.html_url,
-            "head_sha": pr.head.sha,
-            "state": pr.state,
-            "merged": pr.merged_at is not None,
-            "created": True,
-        }
+        PullRequestResult(
+            number=pr.number,
+            url=pr.html_url,
+            head_sha=pr.head.sha,
+            state=pr.state,
+            merged=pr.merged_at is not None,
+            created=True,
+            draft=bool(pr.draft),
+        ).model_dump()
     )
 
 
 @activity("github.pull_request", retry=API, timeouts=API_TIMEOUTS, reconcile=_pull_exists)
 async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """The draft pull request for the run's branch, with the evidence in its body."""
+    """The draft pull request for the run's branch, with the evidence in its body.
+
+    ``draft`` in the result is False where the repository's plan has no drafts
+    (GitHub's 422): the pull request is open for review, and merging still
+    waits for an approving review.
+    """
+    request = parse_input(PullRequestInput, raw)
     access = _access(actx)
     result = await ensure_pull_request(
-        access.factory.for_installation(int(raw["installation_id"])),
-        RepoRef.parse(raw["repo"]),
-        head=raw["head"],
-        base=raw["base"],
-        title=raw["title"],
-        body=raw["body"],
-        op=_op(raw),
+        access.factory.for_installation(request.installation_id),
+        RepoRef.parse(request.repo),
+        head=request.head,
+        base=request.base,
+        title=request.title,
+        body=request.body,
+        op=request.op,
         bot_login=await access.factory.bot_login(),
     )
-    return {
-        "number": result.number,
-        "url": result.html_url,
-        "head_sha": result.head_sha,
-        "state": result.state,
-        "merged": result.merged,
-        "created": result.created,
-    }
+    return PullRequestResult(
+        number=result.number,
+        url=result.html_url,
+        head_sha=result.head_sha,
+        state=result.state,
+        merged=result.merged,
+        created=result.created,
+        draft=result.draft,
+    ).model_dump(mode="json")
 
 
 @activity("github.ready_for_review", retry=API, timeouts=API_TIMEOUTS)
 async def ready_for_review(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Take the approved draft out of draft so it can be merged (idempotent)."""
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
-    changed = await mark_ready_for_review(gh, RepoRef.parse(raw["repo"]), int(raw["number"]))
-    return {"changed": changed}
+    request = parse_input(PullInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id)
+    changed = await mark_ready_for_review(gh, RepoRef.parse(request.repo), request.number)
+    return ReadyResult(changed=changed).model_dump(mode="json")
 
 
 @activity("github.close_pull", retry=API, timeouts=API_TIMEOUTS)
 async def close_pull(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
-    repo = RepoRef.parse(raw["repo"])
+    """Say why on the pull request (once, by marker), then close it (idempotent)."""
+    request = parse_input(ClosePullInput, raw)
+    access = _access(actx)
+    gh = access.factory.for_installation(request.installation_id)
+    repo = RepoRef.parse(request.repo)
+    if request.comment and request.op_run and request.op_step:
+        await ensure_comment(
+            gh,
+            repo,
+            request.number,
+            OpId(request.op_run, request.op_step),
+            request.comment,
+            bot_login=await access.factory.bot_login(),
+        )
     with classified(mutation=True):
-        await gh.rest.pulls.async_update(repo.owner, repo.name, int(raw["number"]), state="closed")
-    return {"closed": True}
+        await gh.rest.pulls.async_update(repo.owner, repo.name, request.number, state="closed")
+    return ClosePullResult(closed=True).model_dump(mode="json")
 
 
 @activity("github.check_run", retry=API, timeouts=API_TIMEOUTS)
 async def check_run(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The run's check on its proposed commit (found by operation id, updated in place)."""
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
+    request = parse_input(CheckRunInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id)
     view = CheckRunView(
-        name=raw["name"],
-        title=raw["title"],
-        summary=raw["summary"],
-        conclusion=raw.get("conclusion"),
+        name=request.name,
+        title=request.title,
+        summary=request.summary,
+        conclusion=request.conclusion,
     )
-    result = await ensure_check_run(gh, RepoRef.parse(raw["repo"]), raw["head_sha"], _op(raw), view)
-    return {"id": result.id}
+    result = await ensure_check_run(
+        gh, RepoRef.parse(request.repo), request.head_sha, request.op, view
+    )
+    return CheckRunResult(id=result.id).model_dump(mode="json")
 
 
 async def _merged_already(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
-    state = await read_pull(gh, RepoRef.parse(raw["repo"]), int(raw["number"]))
+    request = parse_input(MergeInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id)
+    state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
     if state.merged:
-        return Found({"outcome": "merged", "merge_commit_sha": state.merge_commit_sha})
+        return Found(
+            MergeResult(outcome="merged", merge_commit_sha=state.merge_commit_sha).model_dump()
+        )
     return Absent()
 
 
 @activity("github.merge", retry=API, timeouts=API_TIMEOUTS, reconcile=_merged_already)
 async def merge(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Merge only if the head is still the approved commit (``sha``-pinned)."""
-    gh = _access(actx).factory.for_installation(int(raw["installation_id"]))
+    request = parse_input(MergeInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id)
     outcome = await merge_pinned(
-        gh, RepoRef.parse(raw["repo"]), int(raw["number"]), raw["sha"], raw["method"]
+        gh, RepoRef.parse(request.repo), request.number, request.sha, request.method
     )
     if isinstance(outcome, Merged):
-        return {"outcome": "merged", "merge_commit_sha": outcome.merge_commit_sha}
-    if isinstance(outcome, HeadMoved):
-        return {"outcome": "head-moved", "head_sha": outcome.head_sha}
-    return {"outcome": "not-mergeable", "reason": outcome.reason}
+        result = MergeResult(outcome="merged", merge_commit_sha=outcome.merge_commit_sha)
+    elif isinstance(outcome, HeadMoved):
+        result = MergeResult(outcome="head-moved", head_sha=outcome.head_sha)
+    else:
+        result = MergeResult(outcome="not-mergeable", reason=outcome.reason)
+    return result.model_dump(mode="json")
 
 
 ACTIVITIES = [
     permission,
     branch_head,
     read_pull_request,
+    observe,
     comment,
     build_intended_commit,
     push_branch,

@@ -5,71 +5,125 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from activities._support import parse_input
 from app.engine.activity_context import ActivityContext
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import activity
 from app.engine.runtime import Runtime
 from app.engine.tables import OPEN_STATUSES, PARKED_STATUSES
+from app.workflows.contracts import RunRequest
 from app.workflows.ids import REPAIR_WORKFLOW, repair_workflow_id
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
 DB_TIMEOUTS = Timeouts(start_to_close=60)
 
 
-def _workflow_id(request: dict[str, Any]) -> str:
-    return repair_workflow_id(request["repo"], int(request["issue_number"]))
+class CancelInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request: RunRequest
+    reason: str
+
+
+class RetryInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request: RunRequest
+    author: str
+
+
+class StartResult(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+    created: bool
+    reason: str | None = None
+
+
+class CancelResult(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cancelled: bool
+
+
+class DescribeResult(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    exists: bool
+    run_id: str | None = None
+    status: str | None = None
+    #: The run's ``status`` query (its state) while it is open.
+    phase: dict[str, Any] | None = None
+    result: Any = None
+    error: Any = None
+
+
+def _workflow_id(request: RunRequest) -> str:
+    return repair_workflow_id(request.repo, request.issue_number)
 
 
 @activity("runs.start_repair", retry=DB, timeouts=DB_TIMEOUTS)
-async def start_repair(actx: ActivityContext, request: dict[str, Any]) -> dict[str, Any]:
+async def start_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Start the issue's repair run unless one is active (then report that one)."""
+    request = parse_input(RunRequest, raw)
     runtime = actx.dep(Runtime)
-    started = await runtime.start_workflow(REPAIR_WORKFLOW, _workflow_id(request), request)
-    return {"run_id": started.run_id, "created": started.created}
+    started = await runtime.start_workflow(
+        REPAIR_WORKFLOW, _workflow_id(request), request.model_dump(mode="json")
+    )
+    return StartResult(run_id=started.run_id, created=started.created).model_dump(mode="json")
 
 
 @activity("runs.cancel_repair", retry=DB, timeouts=DB_TIMEOUTS)
 async def cancel_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    request = parse_input(CancelInput, raw)
     runtime = actx.dep(Runtime)
-    cancelled = await runtime.cancel(_workflow_id(raw["request"]), raw["reason"])
-    return {"cancelled": cancelled}
+    cancelled = await runtime.cancel(_workflow_id(request.request), request.reason)
+    return CancelResult(cancelled=cancelled).model_dump(mode="json")
 
 
 @activity("runs.retry_repair", retry=DB, timeouts=DB_TIMEOUTS)
 async def retry_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Start a fresh run after one that ended or was parked; never beside an active one."""
+    request = parse_input(RetryInput, raw)
     runtime = actx.dep(Runtime)
-    workflow_id = _workflow_id(raw["request"])
+    workflow_id = _workflow_id(request.request)
     latest = runtime.store.find_run(workflow_id)
     if latest is not None and latest.status in OPEN_STATUSES:
-        return {"run_id": latest.run_id, "created": False, "reason": "still running"}
+        return StartResult(run_id=latest.run_id, created=False, reason="still running").model_dump(
+            mode="json"
+        )
     if latest is not None and latest.status in PARKED_STATUSES:
         # A parked run holds the issue; retiring it records why, then a new run may start.
-        await runtime.terminate(workflow_id, f"retried by @{raw['author']}")
-    started = await runtime.start_workflow(REPAIR_WORKFLOW, workflow_id, raw["request"])
-    return {"run_id": started.run_id, "created": started.created}
+        await runtime.terminate(workflow_id, f"retried by @{request.author}")
+    started = await runtime.start_workflow(
+        REPAIR_WORKFLOW, workflow_id, request.request.model_dump(mode="json")
+    )
+    return StartResult(run_id=started.run_id, created=started.created).model_dump(mode="json")
 
 
 @activity("runs.describe_repair", retry=DB, timeouts=DB_TIMEOUTS)
-async def describe_repair(actx: ActivityContext, request: dict[str, Any]) -> dict[str, Any]:
+async def describe_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    request = parse_input(RunRequest, raw)
     runtime = actx.dep(Runtime)
     run = runtime.store.find_run(_workflow_id(request))
     if run is None:
-        return {"exists": False}
+        return DescribeResult(exists=False).model_dump(mode="json")
     status: Any = None
     if run.status in OPEN_STATUSES:
         try:
             status = runtime.query(run.run_id, "status")
         except KeyError:
             status = None
-    return {
-        "exists": True,
-        "run_id": run.run_id,
-        "status": run.status,
-        "phase": status,
-        "result": run.result,
-        "error": run.error,
-    }
+    return DescribeResult(
+        exists=True,
+        run_id=run.run_id,
+        status=run.status,
+        phase=status if isinstance(status, dict) else None,
+        result=run.result,
+        error=run.error,
+    ).model_dump(mode="json")
 
 
 ACTIVITIES = [start_repair, cancel_repair, retry_repair, describe_repair]

@@ -159,6 +159,9 @@ class PrepareInput(BaseModel):
 
     workspace: WorkspaceSpec
     issue_body: str = ""
+    #: Whether the issue's repro block may be used (its author has write access);
+    #: when not, the repository's configured reproduction runs instead.
+    issue_repro_allowed: bool = True
 
 
 class PrepareResult(BaseModel):
@@ -171,6 +174,8 @@ class PrepareResult(BaseModel):
     reproduction: list[Command]
     reproduction_source: Literal["issue", "config"] | None
     reproduction_error: str | None = None
+    #: The issue had a repro block that was not used (its author may not write).
+    issue_repro_ignored: bool = False
 
 
 @activity(
@@ -183,7 +188,12 @@ async def prepare_workspace(actx: ActivityContext, raw: dict[str, Any]) -> dict[
     request = parse_input(PrepareInput, raw)
     async with open_workspace(actx, request.workspace) as ws:
         config_text, config_error = read_config(ws)
-    result = resolve_commands(request.workspace.base_sha, config_text, request.issue_body)
+    issue_body = request.issue_body
+    ignored = False
+    if not request.issue_repro_allowed and reproduction_from_issue(issue_body) is not None:
+        issue_body, ignored = "", True
+    result = resolve_commands(request.workspace.base_sha, config_text, issue_body)
+    result = result.model_copy(update={"issue_repro_ignored": ignored})
     if config_error is not None:
         result = result.model_copy(update={"config": None, "config_error": config_error})
     return result.model_dump(mode="json")

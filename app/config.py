@@ -54,6 +54,34 @@ def _argv(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+#: What ``repairbot register`` writes, in the data directory unless told otherwise.
+APP_FILE_NAME = "github-app.json"
+#: Registration file keys -> the variables they stand for.
+APP_FILE_KEYS = {
+    "app_id": "GITHUB_APP_ID",
+    "slug": "GITHUB_APP_SLUG",
+    "pem": "GITHUB_PRIVATE_KEY",
+    "webhook_secret": "GITHUB_WEBHOOK_SECRET",
+    "client_id": "GITHUB_CLIENT_ID",
+    "client_secret": "GITHUB_CLIENT_SECRET",
+}
+
+
+def read_app_file(path: Path) -> dict[str, str]:
+    """The variables a registration file stands for. It holds a private key:
+    refuse it when others than its owner may read it (as ssh does)."""
+    try:
+        mode = path.stat().st_mode
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"REPAIRBOT_APP_FILE {path} cannot be read: {exc}") from exc
+    if mode & 0o077:
+        raise ConfigError(f"{path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} is not a JSON object")
+    return {var: str(raw[key]) for key, var in APP_FILE_KEYS.items() if raw.get(key)}
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if raw == "":
@@ -70,6 +98,19 @@ def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     names = ["REPAIRBOT_AGENT_API_KEYS", "REPAIRBOT_AGENT_BASE_URLS"]
     names += [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
     return tuple((n, env[n]) for n in dict.fromkeys(names) if n and env.get(n))
+
+
+def _prices(env: Mapping[str, str], name: str) -> dict[str, tuple[float, float]]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+        return {str(model): (float(price[0]), float(price[1])) for model, price in data.items()}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise ConfigError(
+            f'{name} must be a JSON object like {{"model": [input_usd, output_usd]}}'
+        ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +138,12 @@ class Settings:
     worker_silence: float = 15.0
     #: REPAIRBOT_CONCURRENCY: jobs one worker runs at once.
     concurrency: int = 8
+    #: REPAIRBOT_DRAIN_GRACE: seconds a worker told to stop (SIGTERM) lets its
+    #: running jobs finish before handing the rest back.
+    drain_grace: float = 30.0
+    #: REPAIRBOT_DB_PATIENCE: seconds a worker retries a database write through
+    #: an outage before giving it up (an attempt it cannot record is released).
+    db_patience: float = 15.0
 
     #: GITHUB_API_URL: REST base URL (the emulator's in tests and the demo).
     github_api_url: str = "https://api.github.com"
@@ -118,6 +165,16 @@ class Settings:
     #: REPAIRBOT_CANCEL_ON_UNLABEL: removing the trigger label cancels its run.
     cancel_on_unlabel: bool = True
 
+    #: REPAIRBOT_EVIDENCE_STORE: ``database`` (default: every machine reads it) or
+    #: ``folder`` (``<data_dir>/evidence``; one machine only).
+    evidence_store: str = "database"
+    #: REPAIRBOT_EVIDENCE_MAX_BYTES: an artifact above this is stored cut to its
+    #: head and tail around a marker saying so.
+    evidence_max_bytes: int = 8 * 1024 * 1024
+    #: REPAIRBOT_EVIDENCE_RETENTION_DAYS: unreferenced artifacts older than this
+    #: are collected (given here in seconds).
+    evidence_retention: float = 7 * 24 * 3600.0
+
     #: REPAIRBOT_AGENT_COMMAND: the operator's default command agent, a JSON list
     #: of arguments (used when a repository's config names no agent).
     agent_command: tuple[str, ...] = ()
@@ -138,15 +195,80 @@ class Settings:
     #: GITHUB_PRIVATE_KEY_FILE: where the key was read from (hidden from commands).
     github_private_key_file: Path | None = None
 
+    #: REPAIRBOT_PUBLIC_URL: where people reach this service (the sign-in
+    #: callback and links are built from it), e.g. ``https://repairbot.example.com``.
+    public_url: str = ""
+    #: GITHUB_WEB_URL: GitHub's web origin (sign-in and App settings pages).
+    github_web_url: str = "https://github.com"
+    #: GITHUB_CLIENT_ID / GITHUB_CLIENT_SECRET: the App's own user authorization
+    #: (sign-in with GitHub).
+    github_client_id: str = ""
+    github_client_secret: str = field(default="", repr=False)
+    #: REPAIRBOT_SESSION_SECRET: signs and encrypts session cookies (32+ characters).
+    session_secret: str = field(default="", repr=False)
+    #: REPAIRBOT_SESSION_HOURS: a sign-in lasts this long.
+    session_hours: float = 8.0
+    #: REPAIRBOT_PERMISSION_CACHE_SECONDS: how long what GitHub said about a
+    #: user's repository access is trusted before asking again.
+    permission_cache_seconds: float = 60.0
+    #: REPAIRBOT_WORKFLOWS_PERMISSION: ask for the Workflows permission at
+    #: registration (needed only to push fixes under ``.github/workflows/``).
+    workflows_permission: bool = False
+    #: REPAIRBOT_AGENT_PRICE_INPUT / REPAIRBOT_AGENT_PRICE_OUTPUT: price per
+    #: million agent tokens, for the cost shown on run pages and in metrics.
+    agent_price_input: float = 0.0
+    agent_price_output: float = 0.0
+    #: REPAIRBOT_APP_FILE: the App credentials ``repairbot register`` wrote
+    #: (default ``<data_dir>/github-app.json`` when present); variables win.
+    app_file: Path | None = None
+    #: REPAIRBOT_MODEL_PRICES: the price table for model cost budgets, a JSON
+    #: object ``{"<model>": [usd per million input tokens, per million output]}``;
+    #: a model not listed costs nothing (its tokens are still counted and capped).
+    model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
 
+    #: REPAIRBOT_WEBHOOK_MAX_BYTES: largest webhook body accepted (413 above);
+    #: GitHub caps payloads at 25 MB.
+    webhook_max_bytes: int = 25 * 1024 * 1024
+    #: REPAIRBOT_WEBHOOK_READ_TIMEOUT: seconds a webhook body may take to arrive
+    #: in full (408 after). GitHub itself gives up on a delivery after 10 s.
+    webhook_read_timeout: float = 10.0
+    #: REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT: webhook body bytes the web process
+    #: holds at once across all connections; beyond it new deliveries get 503
+    #: with Retry-After (the delivery reconciler has GitHub redeliver them).
+    webhook_bytes_in_flight: int = 64 * 1024 * 1024
+    #: REPAIRBOT_WEB_SHUTDOWN_GRACE: seconds the web process waits on SIGTERM for
+    #: in-flight requests to finish before closing them.
+    web_shutdown_grace: float = 30.0
+    #: REPAIRBOT_DELIVERY_RECONCILE_INTERVAL: seconds between passes of the delivery
+    #: reconciler (asks GitHub to redeliver webhooks the intake never recorded),
+    #: also the least time between two redelivery requests for one delivery; 0 = off.
+    delivery_reconcile_interval: float = 60.0
+
     def __post_init__(self) -> None:
+        if self.evidence_store not in ("database", "folder"):
+            raise ConfigError(
+                f"REPAIRBOT_EVIDENCE_STORE must be database or folder, got {self.evidence_store!r}"
+            )
+        if self.evidence_max_bytes < 1024:
+            raise ConfigError("REPAIRBOT_EVIDENCE_MAX_BYTES must be at least 1024")
         if not self.database_url:
             object.__setattr__(
                 self, "database_url", f"sqlite:///{(self.data_dir / 'repairbot.db').as_posix()}"
             )
+
+    @property
+    def sign_in_configured(self) -> bool:
+        """Sign-in needs the App's client credentials, a session key and a public URL."""
+        return bool(
+            self.github_client_id
+            and self.github_client_secret
+            and len(self.session_secret) >= 32
+            and self.public_url
+        )
 
     @property
     def evidence_dir(self) -> Path:
@@ -178,6 +300,8 @@ class Settings:
             "REDIS_URL": self.redis_url,
             "GITHUB_PRIVATE_KEY": self.github_private_key,
             "GITHUB_WEBHOOK_SECRET": self.github_webhook_secret,
+            "GITHUB_CLIENT_SECRET": self.github_client_secret,
+            "REPAIRBOT_SESSION_SECRET": self.session_secret,
         }
         env.update(dict(self.agent_env))
         return env
@@ -199,6 +323,8 @@ class Settings:
             "REPAIRBOT_RELAY_GRACE": str(self.relay_grace),
             "REPAIRBOT_WORKER_SILENCE": str(self.worker_silence),
             "REPAIRBOT_CONCURRENCY": str(self.concurrency),
+            "REPAIRBOT_DRAIN_GRACE": str(self.drain_grace),
+            "REPAIRBOT_DB_PATIENCE": str(self.db_patience),
             "GITHUB_API_URL": self.github_api_url,
             "GITHUB_GIT_URL": self.github_git_url,
             "GITHUB_APP_ID": self.github_app_id,
@@ -207,14 +333,36 @@ class Settings:
             "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
             "REPAIRBOT_CANCEL_ON_UNLABEL": str(self.cancel_on_unlabel).lower(),
             "REPAIRBOT_FAULT_POINT": self.fault_point,
+            "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
+            "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
+            "REPAIRBOT_EVIDENCE_RETENTION_DAYS": repr(self.evidence_retention / 86400),
+            "REPAIRBOT_WEBHOOK_MAX_BYTES": str(self.webhook_max_bytes),
+            "REPAIRBOT_WEBHOOK_READ_TIMEOUT": str(self.webhook_read_timeout),
+            "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT": str(self.webhook_bytes_in_flight),
+            "REPAIRBOT_WEB_SHUTDOWN_GRACE": str(self.web_shutdown_grace),
+            "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": str(self.delivery_reconcile_interval),
+            "REPAIRBOT_PUBLIC_URL": self.public_url,
+            "GITHUB_WEB_URL": self.github_web_url,
+            "GITHUB_CLIENT_ID": self.github_client_id,
+            "REPAIRBOT_SESSION_HOURS": str(self.session_hours),
+            "REPAIRBOT_PERMISSION_CACHE_SECONDS": str(self.permission_cache_seconds),
+            "REPAIRBOT_WORKFLOWS_PERMISSION": str(self.workflows_permission).lower(),
+            "REPAIRBOT_AGENT_PRICE_INPUT": str(self.agent_price_input),
+            "REPAIRBOT_AGENT_PRICE_OUTPUT": str(self.agent_price_output),
             "REPAIRBOT_AGENT_NETWORK": str(self.agent_network).lower(),
             "REPAIRBOT_SANDBOX": self.sandbox,
             "REPAIRBOT_SANDBOX_READ_ONLY": os.pathsep.join(map(str, self.sandbox_read_only)),
         }
+        if self.app_file is not None:
+            env["REPAIRBOT_APP_FILE"] = str(self.app_file)
         if self.github_private_key_file is not None:
             env["REPAIRBOT_PRIVATE_KEY_PATH"] = str(self.github_private_key_file)
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
+        if self.model_prices:
+            env["REPAIRBOT_MODEL_PRICES"] = json.dumps(
+                {model: list(price) for model, price in self.model_prices.items()}
+            )
         return env
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -223,6 +371,14 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
+        data_dir = Path(env.get("REPAIRBOT_DATA_DIR", ".data"))
+        app_file = Path(env["REPAIRBOT_APP_FILE"]) if env.get("REPAIRBOT_APP_FILE") else None
+        if app_file is None and (data_dir / APP_FILE_NAME).exists():
+            app_file = data_dir / APP_FILE_NAME
+        registered = read_app_file(app_file) if app_file is not None else {}
+        # The variables win over the registration file, so one setting can be
+        # overridden without editing the file.
+        env = {**registered, **{k: v for k, v in env.items() if v != ""}}
         key = env.get("GITHUB_PRIVATE_KEY", "")
         key_file = env.get("GITHUB_PRIVATE_KEY_FILE", "")
         if not key and key_file:
@@ -238,7 +394,7 @@ class Settings:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         kwargs: dict[str, Any] = {
-            "data_dir": Path(env.get("REPAIRBOT_DATA_DIR", ".data")),
+            "data_dir": data_dir,
             "database_url": env.get("DATABASE_URL", ""),
             "redis_url": env.get("REDIS_URL", ""),
             "code_version": env.get("REPAIRBOT_CODE_VERSION", "dev"),
@@ -247,6 +403,8 @@ class Settings:
             "concurrency": _int(env, "REPAIRBOT_CONCURRENCY", 8),
             "relay_grace": _float(env, "REPAIRBOT_RELAY_GRACE", 2.0),
             "worker_silence": _float(env, "REPAIRBOT_WORKER_SILENCE", 15.0),
+            "drain_grace": _float(env, "REPAIRBOT_DRAIN_GRACE", 30.0),
+            "db_patience": _float(env, "REPAIRBOT_DB_PATIENCE", 15.0),
             "github_api_url": env.get("GITHUB_API_URL", "https://api.github.com"),
             "github_git_url": env.get("GITHUB_GIT_URL", "https://github.com"),
             "github_app_id": env.get("GITHUB_APP_ID", ""),
@@ -258,6 +416,29 @@ class Settings:
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
+            "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",
+            "evidence_max_bytes": _int(env, "REPAIRBOT_EVIDENCE_MAX_BYTES", 8 * 1024 * 1024),
+            "evidence_retention": _float(env, "REPAIRBOT_EVIDENCE_RETENTION_DAYS", 7.0) * 86400,
+            "webhook_max_bytes": _int(env, "REPAIRBOT_WEBHOOK_MAX_BYTES", 25 * 1024 * 1024),
+            "webhook_read_timeout": _float(env, "REPAIRBOT_WEBHOOK_READ_TIMEOUT", 10.0),
+            "webhook_bytes_in_flight": _int(
+                env, "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT", 64 * 1024 * 1024
+            ),
+            "web_shutdown_grace": _float(env, "REPAIRBOT_WEB_SHUTDOWN_GRACE", 30.0),
+            "delivery_reconcile_interval": _float(
+                env, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", 60.0
+            ),
+            "public_url": env.get("REPAIRBOT_PUBLIC_URL", "").rstrip("/"),
+            "github_web_url": env.get("GITHUB_WEB_URL", "https://github.com").rstrip("/"),
+            "github_client_id": env.get("GITHUB_CLIENT_ID", ""),
+            "github_client_secret": env.get("GITHUB_CLIENT_SECRET", ""),
+            "session_secret": env.get("REPAIRBOT_SESSION_SECRET", ""),
+            "session_hours": _float(env, "REPAIRBOT_SESSION_HOURS", 8.0),
+            "permission_cache_seconds": _float(env, "REPAIRBOT_PERMISSION_CACHE_SECONDS", 60.0),
+            "workflows_permission": _bool(env, "REPAIRBOT_WORKFLOWS_PERMISSION", False),
+            "agent_price_input": _float(env, "REPAIRBOT_AGENT_PRICE_INPUT", 0.0),
+            "agent_price_output": _float(env, "REPAIRBOT_AGENT_PRICE_OUTPUT", 0.0),
+            "app_file": app_file,
             "agent_network": _bool(env, "REPAIRBOT_AGENT_NETWORK", False),
             "agent_env": _agent_env(env),
             "sandbox": mode,
@@ -265,7 +446,11 @@ class Settings:
                 Path(p) for p in env.get("REPAIRBOT_SANDBOX_READ_ONLY", "").split(os.pathsep) if p
             ),
             "github_private_key_file": Path(key_path) if key_path else None,
+            "model_prices": _prices(env, "REPAIRBOT_MODEL_PRICES"),
         }
+        secret = kwargs["session_secret"]
+        if secret and len(secret) < 32:
+            raise ConfigError("REPAIRBOT_SESSION_SECRET must be at least 32 characters")
         if env.get("REPAIRBOT_WORKER_ID"):
             kwargs["worker_id"] = env["REPAIRBOT_WORKER_ID"]
         return cls(**kwargs)

@@ -23,7 +23,6 @@ maintainer to fix.
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any, Literal
 
@@ -38,6 +37,8 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+
+from app.markdown import fences
 
 CONFIG_PATH = ".github/repairbot.yml"
 #: A config file is a few lines; refusing big ones bounds YAML alias expansion.
@@ -147,8 +148,14 @@ class Budgets(BaseModel):
     tool_retries: StrictInt = Field(default=2, ge=0, le=5)
     #: Wall-clock limit for each command (setup, reproduce, test, agent).
     time_limit_seconds: StrictInt = Field(default=900, ge=1, le=3 * 3600)
-    #: Wall-clock limit for the whole repair, all attempts included.
+    #: Wall-clock limit for the whole repair, all attempts included (time spent
+    #: waiting for a review does not count). Enforced by a durable timer, also
+    #: in the middle of an attempt.
     total_seconds: StrictInt = Field(default=4 * 3600, ge=60, le=24 * 3600)
+    #: Model tokens (input + output) the agent may use in the whole run; none: no cap.
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    #: Model cost in US dollars (from the operator's price table); none: no cap.
+    max_cost_usd: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _fits(self) -> Budgets:
@@ -173,6 +180,15 @@ class RepoConfig(BaseModel):
     #: ``setup``: setup commands may reach the network (to install dependencies);
     #: reproduction, tests and the agent never do. ``none`` (default): no command does.
     network: Literal["none", "setup"] = "none"
+    #: Keep the proposal's branch after its pull request merged (default: delete it).
+    keep_branch_after_merge: StrictBool = False
+    #: How long a proposal waits for an approving review before the run ends.
+    review_wait_seconds: StrictInt = Field(default=14 * 24 * 3600, ge=60, le=90 * 24 * 3600)
+    #: While waiting, how often the run re-reads GitHub for changes humans made
+    #: without a webhook reaching it (the interval doubles while nothing changes).
+    drift_check_seconds: StrictInt = Field(default=600, ge=5, le=24 * 3600)
+    #: Bot accounts whose trigger label counts (other bots are ignored).
+    allowed_bots: list[StrictStr] = Field(default_factory=list, max_length=20)
 
 
 def parse_repo_config(text: str | None) -> RepoConfig:
@@ -224,66 +240,28 @@ def _explain(exc: ValidationError) -> str:
 
 # -- the reproduction block in an issue -------------------------------------------
 
-_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 REPRO_INFO = "repro"
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """Every fenced code block of a Markdown text, as ``(info string, content)``.
-
-    Fences follow CommonMark (GitHub's renderer): three or more backticks or
-    tildes, indented at most three spaces, closed by a fence of the same
-    character at least as long, or by the end of the text. Text inside one
-    block is never read as the start of another.
-    """
-    lines = _LINE_BREAK.split(text)
-    blocks: list[tuple[str, str]] = []
-    index = 0
-    while index < len(lines):
-        opening = _FENCE.match(lines[index])
-        index += 1
-        if opening is None:
-            continue
-        fence, info = opening["fence"], opening["info"].strip()
-        if fence[0] == "`" and "`" in info:
-            continue  # not a fence: an inline code span such as ```x```
-        indent = len(opening["indent"])
-        content: list[str] = []
-        while index < len(lines):
-            line = lines[index]
-            index += 1
-            if _closes(line, fence):
-                break
-            content.append(_unindent(line, indent))
-        blocks.append((info, "\n".join(content)))
-    return blocks
+    """Every fenced code block a reader of the rendered text sees, as
+    ``(info string, content)`` (see :mod:`app.markdown`: the same scanner as
+    slash commands; blocks inside HTML comments do not count)."""
+    return [(fence.info, fence.content) for fence in fences(text)]
 
 
 def reproduction_from_issue(body: str) -> str | None:
-    """The text of the first fenced code block whose info string is ``repro``.
+    """The text of the first visible fenced code block whose info string is ``repro``.
 
-    ```` ```repro ```` quoted inside another code block does not count (see
-    :func:`fenced_blocks`). ``None`` when there is no such block or it is blank.
+    ```` ```repro ```` quoted inside another code block, or hidden in an HTML
+    comment (GitHub does not render it, so a maintainer never saw it), does
+    not count. ``None`` when there is no such block or it is blank.
     """
     for info, content in fenced_blocks(body):
         words = info.split()
         if words and words[0].lower() == REPRO_INFO:
             return content if content.strip() else None
     return None
-
-
-def _closes(line: str, fence: str) -> bool:
-    stripped = line.lstrip(" ")
-    if len(line) - len(stripped) > 3:
-        return False
-    run = len(stripped) - len(stripped.lstrip(fence[0]))
-    return run >= len(fence) and not stripped[run:].strip(" \t")
-
-
-def _unindent(line: str, indent: int) -> str:
-    removable = len(line) - len(line.lstrip(" "))
-    return line[min(indent, removable) :]
 
 
 def reproduction_commands(block: str) -> list[Command]:

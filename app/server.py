@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+from types import FrameType
 
 import uvicorn
-from arq import create_pool
-from arq.connections import RedisSettings
 
 from app.config import Settings
 from app.engine.arq_dispatch import ArqDispatcher
+from app.engine.redis_channel import connect
 from app.migrate import upgrade
+from app.registration import Registrar
 from app.web import create_app
 from app.worker import build_runtime
 
 log = logging.getLogger("repairbot.server")
+
+
+class GracefulServer(uvicorn.Server):
+    """SIGTERM is a deploy, not a crash: drain, then exit 0.
+
+    uvicorn finishes in-flight requests on SIGTERM and then raises the signal
+    again so the process dies of it; a supervisor would read that as a crash.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM and sig in self._captured_signals:
+            self._captured_signals.remove(sig)
 
 
 async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool) -> int:
@@ -25,15 +41,42 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
     if with_worker:
         upgrade(settings.database_url)
     elif settings.redis_url:
-        pool = await create_pool(RedisSettings.from_dsn(settings.redis_url))
+        pool = await connect(settings.redis_url)
         runtime.use_dispatcher(ArqDispatcher(pool))
     else:
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")
     app = create_app(settings, runtime, run_worker=with_worker)
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        # SIGTERM (a deploy): stop accepting, let in-flight deliveries finish and
+        # be recorded, then close whatever is still open after the grace period.
+        timeout_graceful_shutdown=int(settings.web_shutdown_grace),
+    )
     try:
-        await uvicorn.Server(config).serve()
+        await GracefulServer(config).serve()
     finally:
         if pool is not None:
             await pool.aclose()
     return 0
+
+
+async def serve_registration(registrar: Registrar, *, host: str, port: int) -> None:
+    """Serve ``repairbot register``'s page until the App is registered."""
+    server = uvicorn.Server(
+        uvicorn.Config(registrar.asgi(), host=host, port=port, log_config=None, access_log=False)
+    )
+
+    async def stop_when_done() -> None:
+        await registrar.done.wait()
+        await asyncio.sleep(0.5)  # let the confirmation page reach the browser
+        server.should_exit = True
+
+    watcher = asyncio.create_task(stop_when_done())
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()

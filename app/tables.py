@@ -56,3 +56,61 @@ class InstallationRepository(SQLModel, table=True):
     active: bool = True
     updated_at: float
     details: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class ApiToken(SQLModel, table=True):
+    """An operator's API token (``repairbot tokens create``). Only the sha256 of
+    the token is kept: a database leak does not hand out working tokens."""
+
+    __tablename__ = "api_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True)
+    token_sha256: str = Field(unique=True)
+    #: Space-separated: ``read`` (runs, deliveries), ``act`` (run actions,
+    #: delivery re-runs), ``metrics`` (``/metrics``).
+    scopes: str
+    created_at: float
+    last_used_at: float | None = None
+    revoked_at: float | None = None
+
+
+class DeliveryScan(SQLModel, table=True):
+    """The delivery reconciler's place in GitHub's list of the App's deliveries.
+
+    One row per App. ``high_water`` is the newest ``delivered_at`` a completed
+    scan saw; an unfinished scan keeps GitHub's cursor to resume from. The
+    lease lets one worker scan at a time; ``not_before`` holds every worker
+    back while GitHub asks us to wait (rate limit).
+    """
+
+    __tablename__ = "delivery_scans"
+
+    name: str = Field(primary_key=True)
+    high_water: float | None = None
+    resume_cursor: str | None = None
+    scan_newest: float | None = None
+    lease_holder: str | None = None
+    lease_until: float = 0.0
+    not_before: float = 0.0
+    updated_at: float
+
+
+class Redelivery(SQLModel, table=True):
+    """A delivery GitHub attempted that the intake never recorded (or recorded
+    as failed): asked again until the intake has it, within a bounded number
+    of requests, at most one per interval."""
+
+    __tablename__ = "webhook_redeliveries"
+
+    guid: str = Field(primary_key=True)
+    #: GitHub's id of the newest attempt seen (what ``POST .../attempts`` takes).
+    github_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    event: str
+    action: str | None = None
+    delivered_at: float
+    state: str = Field(index=True)  # pending | recorded | gave-up
+    requests: int = 0
+    requested_at: float | None = None
+    detail: str | None = None
+    first_seen_at: float

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import replace
+from typing import Any
 
 import httpx
-from arq import create_pool
-from arq.connections import RedisSettings
+from sqlalchemy import Engine
 
 from activities.github import GitHubAccess
 from activities.workspace import InstallationGit
@@ -18,12 +18,15 @@ from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
 from app.commands import Sandbox
 from app.config import Settings
+from app.delivery_reconciler import DeliveryReconciler
 from app.engine.activity_context import Dependencies
-from app.engine.arq_dispatch import ArqDispatcher, arq_workers
 from app.engine.db import make_engine
 from app.engine.runtime import Runtime
-from app.evidence import EvidenceStore
+from app.engine.serve import serve_arq, until_stopped
+from app.evidence import open_evidence_store
+from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
+from app.metrics import metered_transport
 from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
 from app.sandbox import describe
@@ -32,11 +35,11 @@ from app.workspace import sweep_workspaces
 log = logging.getLogger("repairbot.worker")
 
 
-def shared_clients(settings: Settings) -> Dependencies:
+def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     """Clients built once per process and handed to every activity."""
     deps = Dependencies(
         settings,
-        EvidenceStore(settings.evidence_dir),
+        open_evidence_store(settings, engine),
         Sandbox(isolation=settings.isolation()),
         replace(
             AgentPolicy.from_env(dict(settings.agent_env), default=_default_agent(settings)),
@@ -46,7 +49,9 @@ def shared_clients(settings: Settings) -> Dependencies:
         AgentHttp(httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=15.0))),
     )
     if settings.github_app_id:
-        factory = GitHubClientFactory.from_settings(settings)
+        factory = GitHubClientFactory.from_settings(
+            settings, transport=metered_transport(settings.github_api_url)
+        )
         deps.add(GitHubAccess(factory, settings.github_git_url))
 
         async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
@@ -67,9 +72,10 @@ def _default_agent(settings: Settings) -> AgentConfig | None:
 
 def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runtime:
     """The runtime with shared clients built once for the whole process."""
-    deps = deps or shared_clients(settings)
+    engine = make_engine(settings.database_url)
+    deps = deps or shared_clients(settings, engine)
     runtime = Runtime(
-        make_engine(settings.database_url),
+        engine,
         build_registry(),
         worker_id=settings.worker_id,
         code_version=settings.code_version,
@@ -80,6 +86,7 @@ def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runti
         reconcile_interval=settings.reconcile_interval,
         relay_grace=settings.relay_grace,
         worker_silence=settings.worker_silence,
+        db_patience=settings.db_patience,
     )
     deps.add(runtime)  # activities that start or signal other runs use it
     return runtime
@@ -100,15 +107,69 @@ async def sweep_orphan_workspaces(settings: Settings, every: float = 3600.0) -> 
         await asyncio.sleep(every)
 
 
+async def collect_evidence(settings: Settings, every: float = 6 * 3600.0) -> None:
+    """Delete artifacts no run refers to, once past their retention (safe on
+    every worker at once; see app/evidence/collect.py). A pass is rare, so it
+    opens its own connection rather than hold one in the pool between passes."""
+    while True:
+        engine = make_engine(settings.database_url, pool_size=1)
+        try:
+            report = await asyncio.to_thread(
+                collect_unreferenced, engine, retention=settings.evidence_retention
+            )
+            if report.deleted:
+                log.info("collected %d unreferenced artifacts", report.deleted)
+        except Exception:
+            log.exception("evidence collection failed; next pass in %.0fs", every)
+        finally:
+            engine.dispose()
+        await asyncio.sleep(every)
+
+
+def delivery_reconciler(settings: Settings) -> DeliveryReconciler | None:
+    """The periodic delivery reconciler, when the App is configured and it is on."""
+    if not settings.github_app_id or settings.delivery_reconcile_interval <= 0:
+        return None
+    return DeliveryReconciler(
+        make_engine(settings.database_url, pool_size=2),
+        GitHubClientFactory.from_settings(settings),
+        interval=settings.delivery_reconcile_interval,
+        holder=settings.worker_id,
+    )
+
+
+@contextlib.asynccontextmanager
+async def background(name: str, work: Coroutine[Any, Any, None] | None) -> AsyncIterator[None]:
+    """Run ``work`` beside the block; cancelled when the block exits."""
+    task = asyncio.create_task(work, name=name) if work is not None else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def run_worker(settings: Settings) -> int:
     log.info("repository commands run in: %s", describe(settings.isolation()))
     sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
+    collector: asyncio.Task[None] | None = None
+    if settings.evidence_store == "database":
+        collector = asyncio.create_task(collect_evidence(settings), name="evidence-gc")
+
+    reconciler = delivery_reconciler(settings)
     try:
-        return await _run_worker(settings)
+        async with background(
+            "delivery-reconciler", reconciler.run_forever() if reconciler else None
+        ):
+            return await _run_worker(settings)
     finally:
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
+        for task in (sweeper, collector):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 async def _run_worker(settings: Settings) -> int:
@@ -116,25 +177,14 @@ async def _run_worker(settings: Settings) -> int:
     if not settings.redis_url:
         log.info("no REDIS_URL: running jobs in this process")
         await runtime.start_in_process()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runtime.stop()
+        await until_stopped()
+        log.info("stopping: draining for up to %.0fs", settings.drain_grace)
+        await runtime.stop(grace=settings.drain_grace)
         return 0
-    redis_settings = RedisSettings.from_dsn(settings.redis_url)
-    pool = await create_pool(redis_settings)
-    runtime.use_dispatcher(ArqDispatcher(pool), eager=True)
-    runtime.start_liveness()
-    workers = arq_workers(runtime, redis_settings, max_jobs=settings.concurrency)
-    log.info("arq workers on queues %s", [w.queue_name for w in workers])
-    try:
-        await asyncio.gather(*(w.async_run() for w in workers))
-    finally:
-        await runtime.stop()
-        for worker in workers:
-            # arq's close() re-raises the CancelledError of a job it just cancelled;
-            # that must not leave the other workers and the pool unclosed.
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker.close()
-        await pool.aclose()
-    return 0
+    return await serve_arq(
+        runtime,
+        settings.redis_url,
+        concurrency=settings.concurrency,
+        reconcile_interval=settings.reconcile_interval,
+        drain_grace=settings.drain_grace,
+    )

@@ -100,7 +100,7 @@ class Emulator:
         ]
 
     def asgi(self) -> Starlette:
-        from emulator import control
+        from emulator import control, webflow
         from emulator.gitserve import git_app
 
         rest: list[BaseRoute] = self.rest_routes()
@@ -114,6 +114,8 @@ class Emulator:
         )
         routes.append(Route(graphql_path, Endpoint(self, GRAPHQL), methods=["POST"]))
         routes += [Mount(self.base_path, routes=rest)] if self.base_path else rest
+        # github.com's own pages (sign-in, App registration) live at the web origin.
+        routes += webflow.routes(self)
         routes.append(Mount("", app=git_app(self)))
         return Starlette(routes=routes)
 

@@ -39,6 +39,9 @@ class AppHandle:
     slug: str
     #: Set when the emulator generated the key pair.
     private_key_pem: str | None
+    #: The App's user authorization credentials (sign-in with GitHub).
+    client_id: str = ""
+    client_secret: str = ""
 
 
 class _Part:
@@ -185,7 +188,13 @@ class EmulatorClient:
             "id": app_id,
         }
         out = await self.control("POST", "/apps", {k: v for k, v in body.items() if v is not None})
-        return AppHandle(out["id"], out["slug"], out.get("private_key_pem"))
+        return AppHandle(
+            out["id"],
+            out["slug"],
+            out.get("private_key_pem"),
+            out.get("client_id", ""),
+            out.get("client_secret", ""),
+        )
 
     async def create_installation(
         self,
@@ -269,6 +278,17 @@ class EmulatorClient:
 
     async def mark_ready(self, owner: str, repo: str, number: int, *, as_user: str) -> None:
         await self.control("POST", f"/repos/{owner}/{repo}/pulls/{number}/ready", {"as": as_user})
+
+    async def repo_settings(self, owner: str, repo: str, **settings: Any) -> dict[str, Any]:
+        """Plan-level switches, e.g. ``drafts_supported=False``."""
+        result: dict[str, Any] = await self.control("PATCH", f"/repos/{owner}/{repo}", settings)
+        return result
+
+    async def mergeable_unknown(self, owner: str, repo: str, number: int, *, reads: int) -> None:
+        """The next ``reads`` reads of the pull request answer ``mergeable: null``."""
+        await self.control(
+            "POST", f"/repos/{owner}/{repo}/pulls/{number}/mergeable-unknown", {"reads": reads}
+        )
 
     async def advance_clock(self, seconds: float) -> None:
         await self.control("POST", "/clock", {"advance_seconds": seconds})

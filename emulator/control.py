@@ -46,7 +46,16 @@ if TYPE_CHECKING:
 
 Op = Callable[[Request, dict[str, Any]], Any]
 
-FAULT_FIELDS = ("endpoint", "kind", "times", "status", "delay", "rate_limit_style", "retry_after")
+FAULT_FIELDS = (
+    "endpoint",
+    "kind",
+    "times",
+    "status",
+    "delay",
+    "rate_limit_style",
+    "retry_after",
+    "message",
+)
 
 
 def routes(emu: Emulator) -> list[BaseRoute]:
@@ -162,6 +171,20 @@ def routes(emu: Emulator) -> list[BaseRoute]:
             "POST",
             "/repos/{owner}/{repo}/pulls/{number:int}/ready",
             lambda r, b: scripting.mark_ready(
+                emu, pp(r, "owner"), pp(r, "repo"), int(pp(r, "number")), b
+            ),
+            {},
+        ),
+        (
+            "PATCH",
+            "/repos/{owner}/{repo}",
+            lambda r, b: scripting.repo_settings(emu, pp(r, "owner"), pp(r, "repo"), b),
+            {},
+        ),
+        (
+            "POST",
+            "/repos/{owner}/{repo}/pulls/{number:int}/mergeable-unknown",
+            lambda r, b: scripting.mergeable_unknown(
                 emu, pp(r, "owner"), pp(r, "repo"), int(pp(r, "number")), b
             ),
             {},

@@ -7,7 +7,9 @@ and ``"git push"`` / ``"git fetch"`` for git smart HTTP.
 
 Kinds:
 
-- ``fail``: answer ``status`` with a GitHub-shaped error body, the request is not applied.
+- ``fail``: answer ``status`` with a GitHub-shaped error body, the request is not applied
+  (``message`` sets GitHub's words, e.g. a 405 "Base branch was modified. Review and
+  try the merge again.").
 - ``delay``: sleep ``delay`` seconds, then serve normally.
 - ``rate_limit``: answer 403 or 429 with ``retry-after`` or ``x-ratelimit-*`` headers.
 - ``drop``: perform the request, then close the connection before the answer
@@ -34,6 +36,8 @@ class Fault:
     #: rate_limit only: "retry-after" (secondary limit) or "x-ratelimit" (primary limit).
     rate_limit_style: Literal["retry-after", "x-ratelimit"] = "retry-after"
     retry_after: int = 1
+    #: fail only: the error's ``message`` (default "Injected failure").
+    message: str | None = None
     id: int = 0
     fired: int = 0
 

@@ -8,6 +8,7 @@ Each function runs under the store lock and announces what GitHub would.
 from __future__ import annotations
 
 import re
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives import serialization
@@ -97,6 +98,10 @@ def create_app(emu: Emulator, body: dict[str, Any]) -> dict[str, Any]:
         webhook_secret=body.get("webhook_secret"),
         created_at=store.now(),
         client_id=f"Iv1.{app_id:016x}",
+        client_secret=secrets.token_hex(20),
+        callback_urls=[str(u) for u in body.get("callback_urls") or []],
+        url=str(body.get("url") or ""),
+        description=str(body.get("description") or ""),
     )
     store.apps[app.id] = app
     emu.bot_user(app)
@@ -105,6 +110,7 @@ def create_app(emu: Emulator, body: dict[str, Any]) -> dict[str, Any]:
         "slug": app.slug,
         "name": app.name,
         "client_id": app.client_id,
+        "client_secret": app.client_secret,
     }
     if private_pem is not None:
         out["private_key_pem"] = private_pem
@@ -318,6 +324,28 @@ def push_as(emu: Emulator, owner: str, name: str, body: dict[str, Any]) -> dict[
         raise ApiError(409, f"push rejected: {exc}") from None
     refs_updated(emu, repo, user, [RefChange(ref, before, sha)])
     return {"ref": ref, "before": before, "sha": sha}
+
+
+def repo_settings(emu: Emulator, owner: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Plan-level switches GitHub decides per repository.
+
+    ``drafts_supported``: false models a private repository on a plan without
+    draft pull requests (creating one answers 422).
+    """
+    repo = _repo(emu, owner, name)
+    if "drafts_supported" in body:
+        repo.drafts_supported = bool(body["drafts_supported"])
+    return {"drafts_supported": repo.drafts_supported}
+
+
+def mergeable_unknown(
+    emu: Emulator, owner: str, name: str, number: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    """The next ``reads`` reads of the pull request answer ``mergeable: null``
+    (GitHub still computing mergeability in the background)."""
+    pr = find_pull(_repo(emu, owner, name), number)
+    pr.mergeable_unknown_reads = max(0, int(body.get("reads", 1)))
+    return {"number": pr.number, "mergeable_unknown_reads": pr.mergeable_unknown_reads}
 
 
 def mark_ready(

@@ -83,6 +83,11 @@ class App:
     created_at: datetime
     description: str = ""
     client_id: str = ""
+    #: The user authorization's secret (sign-in with GitHub through the App).
+    client_secret: str = ""
+    #: Where the user authorization may send people back to (empty: anywhere).
+    callback_urls: list[str] = field(default_factory=list)
+    url: str = ""
 
 
 @dataclass
@@ -113,6 +118,22 @@ class Token:
     permissions: dict[str, str] = field(default_factory=dict)
     #: Installation tokens may be narrowed to some repositories; None = the installation's.
     repo_ids: set[int] | None = None
+    #: User tokens from an App's user authorization name that App.
+    app_id: int | None = None
+
+
+@dataclass
+class Grant:
+    """A one-time code: an OAuth authorization (``kind`` "oauth", for ``user``
+    and ``app_id``) or an App manifest awaiting conversion ("manifest")."""
+
+    code: str
+    kind: Literal["oauth", "manifest"]
+    expires_at: datetime
+    app_id: int
+    user_login: str = ""
+    redirect_uri: str = ""
+    private_key_pem: str = ""
 
 
 @dataclass
@@ -161,6 +182,8 @@ class PullRequest:
     maintainer_can_modify: bool = False
     #: (base_sha, head_sha) -> mergeable, computed from git and cached.
     mergeable_cache: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: Reads left that answer ``mergeable: null`` (scripted: GitHub computing).
+    mergeable_unknown_reads: int = 0
 
     @property
     def number(self) -> int:
@@ -224,6 +247,8 @@ class Repo:
     reviews: dict[int, Review] = field(default_factory=dict)
     check_runs: dict[int, CheckRun] = field(default_factory=dict)
     next_number: int = 1
+    #: False on a private repository whose plan has no draft pull requests.
+    drafts_supported: bool = True
 
     @property
     def full_name(self) -> str:
@@ -251,6 +276,7 @@ class Store:
         self.installations: dict[int, Installation] = {}
         self.tokens: dict[str, Token] = {}
         self.repos: dict[str, Repo] = {}
+        self.grants: dict[str, Grant] = {}
         # Distinct ranges per kind make a wrong id fail loudly instead of hitting
         # another object by coincidence.
         self._ids: dict[str, itertools.count[int]] = {}

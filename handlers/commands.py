@@ -17,6 +17,8 @@ import enum
 import re
 from dataclasses import dataclass
 
+from app.markdown import Line, visible_blocks
+
 TRIGGER = "/repair"
 
 
@@ -66,16 +68,14 @@ repairbot understands these commands from people with write access, each at the 
 # `/repair` as a whole word, at most three spaces in (four make a code block).
 # ASCII-only case folding for the trigger: "/repaİr" (dotted capital I) is not a command.
 _COMMAND_LINE = re.compile(r"[ ]{0,3}(?ai:/repair)(?:\s+(?P<rest>.*?))?\s*")
-_FENCE_OPEN = re.compile(r"[ ]{0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)")
 _QUOTE = re.compile(r"[ ]{0,3}>")
-_HTML_COMMENT_START = re.compile(r"[ ]{0,3}<!--")
 _ESCAPABLE = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 def parse_commands(body: str) -> list[ParsedCommand]:
     """Every command in ``body``, in order of appearance."""
     commands: list[ParsedCommand] = []
-    for number, line in _visible_line_starts(body.splitlines()):
+    for number, line in _visible_line_starts(body):
         parsed = _parse_line(line, number)
         if parsed is not None:
             commands.append(parsed)
@@ -102,8 +102,13 @@ def _parse_line(line: str, number: int) -> ParsedCommand | None:
     return Command(verb, " ".join(words[1:]), number)
 
 
-def _visible_line_starts(lines: list[str]) -> list[tuple[int, str]]:
-    """(line number, text) of lines whose start renders as ordinary paragraph text."""
+def _visible_line_starts(body: str) -> list[tuple[int, str]]:
+    """(line number, text) of lines whose start renders as ordinary paragraph text.
+
+    Blocks come from :func:`app.markdown.visible_blocks`, the scanner the
+    issue's repro block is read with too: fences and HTML comments end a
+    paragraph and hide what is inside them.
+    """
     visible: list[tuple[int, str]] = []
     paragraph: list[tuple[int, str]] = []
 
@@ -111,49 +116,13 @@ def _visible_line_starts(lines: list[str]) -> list[tuple[int, str]]:
         visible.extend(_outside_inline_spans(paragraph))
         paragraph.clear()
 
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        fence = _FENCE_OPEN.fullmatch(line)
-        if fence is not None and not (
-            fence.group("fence")[0] == "`" and "`" in fence.group("info")
-        ):
-            flush()
-            index = _skip_fenced_block(lines, index + 1, fence.group("fence"))
-            continue
-        if _HTML_COMMENT_START.match(line):
-            flush()
-            index = _skip_html_comment_block(lines, index)
-            continue
-        if not line.strip() or _QUOTE.match(line):
+    for block in visible_blocks(body):
+        if not isinstance(block, Line) or not block.text.strip() or _QUOTE.match(block.text):
             flush()
         else:
-            paragraph.append((index + 1, line))
-        index += 1
+            paragraph.append((block.number, block.text))
     flush()
     return visible
-
-
-def _skip_fenced_block(lines: list[str], index: int, fence: str) -> int:
-    """Index of the first line after the block; an unclosed fence runs to the end."""
-    closing = re.compile(rf"[ ]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*")
-    while index < len(lines):
-        if closing.fullmatch(lines[index]):
-            return index + 1
-        index += 1
-    return index
-
-
-def _skip_html_comment_block(lines: list[str], index: int) -> int:
-    start = lines[index].index("<!--") + 4
-    if "-->" in lines[index][start:]:
-        return index + 1
-    index += 1
-    while index < len(lines):
-        if "-->" in lines[index]:
-            return index + 1
-        index += 1
-    return index
 
 
 def _outside_inline_spans(paragraph: list[tuple[int, str]]) -> list[tuple[int, str]]:

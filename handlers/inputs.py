@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.webhooks.events import IssueCommentEvent, IssuesEvent
+from app.workflows.contracts import RunRequest
 
 
 def repair_request(
@@ -14,23 +13,27 @@ def repair_request(
     requested_by: str,
     delivery_id: str,
     git_url: str,
-) -> dict[str, Any]:
+) -> RunRequest:
     """The repair run's input. The base commit and budgets are resolved and
     fixed by the run itself, at its start (the work contract)."""
     assert event.installation is not None
     repo = event.repository
-    return {
-        "repo": repo.full_name,
-        "repo_id": repo.id,
-        "owner": repo.owner.login,
-        "name": repo.name,
-        "default_branch": repo.default_branch,
-        "clone_url": f"{git_url.rstrip('/')}/{repo.full_name}.git",
-        "installation_id": event.installation.id,
-        "issue_number": event.issue.number,
-        "issue_title": event.issue.title,
-        "issue_body": event.issue.body,
-        "trigger": trigger,
-        "requested_by": requested_by,
-        "delivery_id": delivery_id,
-    }
+    label = event.label.name if isinstance(event, IssuesEvent) and event.label else None
+    return RunRequest(
+        repo=repo.full_name,
+        repo_id=repo.id,
+        owner=repo.owner.login,
+        name=repo.name,
+        default_branch=repo.default_branch,
+        clone_url=f"{git_url.rstrip('/')}/{repo.full_name}.git",
+        installation_id=event.installation.id,
+        issue_number=event.issue.number,
+        issue_title=event.issue.title,
+        issue_body=event.issue.body,
+        issue_author=event.issue.user.login if event.issue.user else None,
+        trigger="label" if trigger == "label" else "comment",
+        requested_by=requested_by,
+        label=label,
+        sender_is_bot=event.sender.is_bot if trigger == "label" else False,
+        delivery_id=delivery_id,
+    )

@@ -3,12 +3,15 @@
 Whether the author may command the bot is a GitHub question (their permission
 on the repository), so the handler only starts a small durable command
 workflow that checks permission through the API and then acts or politely
-refuses. A redelivered comment maps to the same command workflow id.
+refuses. The command workflow is keyed by the comment's id and started at
+most once: a redelivered comment, or a captured signed comment replayed
+under a new delivery id, does nothing.
 """
 
 from __future__ import annotations
 
 from app.webhooks.events import IssueCommentEvent
+from app.workflows.contracts import CommandRequest, CommandSpec
 from app.workflows.ids import COMMAND_WORKFLOW, command_workflow_id
 from handlers.commands import Command, parse_command
 from handlers.inputs import repair_request
@@ -28,24 +31,25 @@ def created(event: IssueCommentEvent, ctx: HandlerContext) -> None:
         ctx.notes.append("no installation in the payload: cannot act")
         return
     command = (
-        {"verb": parsed.verb.value, "args": parsed.args}
+        CommandSpec(verb=parsed.verb.value, args=parsed.args)
         if isinstance(parsed, Command)
-        else {"verb": "unknown", "args": parsed.word}
+        else CommandSpec(verb="unknown", args=parsed.word)
     )
-    ctx.start(
-        COMMAND_WORKFLOW,
-        command_workflow_id(ctx.delivery_id),
-        {
-            "command": command,
-            "author": event.comment.user.login,
-            "comment_id": event.comment.id,
-            "on_pull_request": event.issue.is_pull_request,
-            "request": repair_request(
-                event,
-                trigger="comment",
-                requested_by=event.comment.user.login,
-                delivery_id=ctx.delivery_id,
-                git_url=ctx.settings.github_git_url,
-            ),
-        },
+    workflow_id = command_workflow_id(event.comment.id)
+    if ctx.tx.has_run(workflow_id):
+        ctx.notes.append(f"comment {event.comment.id} was already handled: ignored")
+        return
+    request = CommandRequest(
+        command=command,
+        author=event.comment.user.login,
+        comment_id=event.comment.id,
+        on_pull_request=event.issue.is_pull_request,
+        request=repair_request(
+            event,
+            trigger="comment",
+            requested_by=event.comment.user.login,
+            delivery_id=ctx.delivery_id,
+            git_url=ctx.settings.github_git_url,
+        ),
     )
+    ctx.start(COMMAND_WORKFLOW, workflow_id, request.model_dump(mode="json"))

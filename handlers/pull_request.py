@@ -1,16 +1,31 @@
 """``pull_request``: what humans do to repairbot's pull requests reaches the run
-as signals, so it learns that its branch or its approval no longer holds."""
+as signals, so it learns that its branch or its approval no longer holds.
+
+Only pull requests whose head branch is one of repairbot's *in the base
+repository* reach a run: a fork can name its branch ``repairbot/issue-1`` too.
+The run checks the pull request's number again (it knows its own).
+"""
 
 from __future__ import annotations
 
 from app.webhooks.events import PullRequestEvent
+from app.workflows.contracts import (
+    PR_CLOSED,
+    PR_SYNCHRONIZED,
+    PullClosedSignal,
+    PullSynchronizedSignal,
+)
 from app.workflows.ids import issue_of_branch, repair_workflow_id
 from handlers.router import HandlerContext, Router
 
 router = Router()
 
 
-def _run_of(event: PullRequestEvent) -> str | None:
+def run_of(event: PullRequestEvent, ctx: HandlerContext) -> str | None:
+    """The repair run this pull request may belong to, or None (not ours, or a fork's)."""
+    if event.pull_request.from_fork:
+        ctx.notes.append("pull request from another repository: ignored")
+        return None
     issue = issue_of_branch(event.pull_request.head.ref)
     if issue is None:
         return None
@@ -19,32 +34,34 @@ def _run_of(event: PullRequestEvent) -> str | None:
 
 @router.on("pull_request", "closed")
 def closed(event: PullRequestEvent, ctx: HandlerContext) -> None:
-    workflow_id = _run_of(event)
+    workflow_id = run_of(event, ctx)
     if workflow_id is None:
         return
     pr = event.pull_request
     ctx.signal(
         workflow_id,
-        "pr_closed",
-        {
-            "number": pr.number,
-            "merged": bool(pr.merged),
-            "merge_commit_sha": pr.merge_commit_sha,
-            "by": event.sender.login,
-        },
-        dedupe_key=f"pr-closed:{pr.number}:{ctx.delivery_id}",
+        PR_CLOSED,
+        PullClosedSignal(
+            number=pr.number,
+            merged=bool(pr.merged),
+            merge_commit_sha=pr.merge_commit_sha,
+            by=event.sender.login,
+        ).model_dump(mode="json"),
+        dedupe_key=f"pr-closed:{pr.number}",
     )
 
 
 @router.on("pull_request", "synchronize")
 def synchronize(event: PullRequestEvent, ctx: HandlerContext) -> None:
-    workflow_id = _run_of(event)
+    workflow_id = run_of(event, ctx)
     if workflow_id is None or event.sender.login == ctx.bot_login:
         return  # our own pushes are already known to the run
     pr = event.pull_request
     ctx.signal(
         workflow_id,
-        "pr_synchronized",
-        {"number": pr.number, "head_sha": pr.head.sha, "by": event.sender.login},
+        PR_SYNCHRONIZED,
+        PullSynchronizedSignal(
+            number=pr.number, head_sha=pr.head.sha, by=event.sender.login
+        ).model_dump(mode="json"),
         dedupe_key=f"pr-sync:{pr.number}:{pr.head.sha}",
     )

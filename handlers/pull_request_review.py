@@ -1,9 +1,10 @@
 """``pull_request_review``: reviews of repairbot's pull requests become signals,
-deduplicated by review id, carrying who reviewed which commit and how."""
+deduplicated by review id, carrying who reviewed which commit, how and when."""
 
 from __future__ import annotations
 
 from app.webhooks.events import PullRequestReviewEvent
+from app.workflows.contracts import REVIEW, ReviewSignal
 from app.workflows.ids import issue_of_branch, repair_workflow_id
 from handlers.router import HandlerContext, Router
 
@@ -13,21 +14,25 @@ router = Router()
 @router.on("pull_request_review", "submitted")
 @router.on("pull_request_review", "dismissed")
 def review(event: PullRequestReviewEvent, ctx: HandlerContext) -> None:
+    if event.pull_request.from_fork:
+        ctx.notes.append("review of a pull request from another repository: ignored")
+        return
     issue = issue_of_branch(event.pull_request.head.ref)
     if issue is None:
         return
     review = event.review
     ctx.signal(
         repair_workflow_id(event.repository.full_name, issue),
-        "review",
-        {
-            "action": event.action,
-            "review_id": review.id,
-            "state": review.state,
-            "commit_id": review.commit_id,
-            "reviewer": review.user.login,
-            "body": review.body,
-            "pull_number": event.pull_request.number,
-        },
+        REVIEW,
+        ReviewSignal(
+            action=event.action,
+            review_id=review.id,
+            state=review.state,
+            commit_id=review.commit_id,
+            reviewer=review.user.login,
+            body=review.body,
+            pull_number=event.pull_request.number,
+            submitted_at=review.submitted_at.isoformat() if review.submitted_at else None,
+        ).model_dump(mode="json"),
         dedupe_key=f"review:{review.id}:{event.action}",
     )

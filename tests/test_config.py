@@ -24,10 +24,19 @@ def test_to_env_round_trips() -> None:
             "REPAIRBOT_CANCEL_ON_CLOSE": "false",
             "REPAIRBOT_RELAY_GRACE": "0.25",
             "GITHUB_PRIVATE_KEY": "-----BEGIN KEY-----",
+            "REPAIRBOT_EVIDENCE_STORE": "folder",
+            "REPAIRBOT_EVIDENCE_MAX_BYTES": "65536",
+            "REPAIRBOT_EVIDENCE_RETENTION_DAYS": "1.5",
         }
     )
+    assert (settings.evidence_store, settings.evidence_max_bytes) == ("folder", 65536)
+    assert settings.evidence_retention == 1.5 * 86400
     assert "-----BEGIN KEY-----" not in str(settings.to_env())  # secrets travel apart
     assert Settings.from_env({**settings.to_env(), **settings.secret_env()}) == settings
+
+
+def test_evidence_is_in_the_database_unless_told_otherwise() -> None:
+    assert Settings.from_env({}).evidence_store == "database"
 
 
 @pytest.mark.parametrize(
@@ -37,6 +46,9 @@ def test_to_env_round_trips() -> None:
         ("REPAIRBOT_CANCEL_ON_CLOSE", "perhaps"),
         ("REPAIRBOT_AGENT_COMMAND", "python agent.py"),
         ("REPAIRBOT_RECONCILE_INTERVAL", "soon"),
+        ("REPAIRBOT_EVIDENCE_STORE", "s3"),
+        ("REPAIRBOT_EVIDENCE_MAX_BYTES", "12"),
+        ("REPAIRBOT_EVIDENCE_RETENTION_DAYS", "a week"),
     ],
 )
 def test_malformed_values_name_the_variable(name: str, value: str) -> None:

@@ -269,11 +269,12 @@ def test_network_is_off_unless_setup_asks_for_it() -> None:
         parse_repo_config("network: always\n")
 
 
-def test_the_status_comment_says_when_setup_had_network() -> None:
-    from app.workflows.report import status_comment
-
-    state = {"run_id": "r", "policy_version": "p", "phase": "reproducing"}
-    assert "network access" not in status_comment(state)
-    assert "Setup commands ran with network access" in status_comment(
-        {**state, "setup_network": True}
-    )
+def test_a_repro_block_inside_an_html_comment_does_not_count() -> None:
+    """GitHub does not render it, so no maintainer saw it: the same scanner as
+    slash commands (app.markdown) drops it."""
+    hidden = "Broken.\n\n<!--\n```repro\ncat /proc/1/environ\n```\n-->\n"
+    assert reproduction_from_issue(hidden) is None
+    shown = hidden + "\n```repro\nmake check\n```\n"
+    assert reproduction_from_issue(shown) == "make check"
+    inline = "Broken. <!-- a note -->\n\n```repro\nmake check\n```\n"
+    assert reproduction_from_issue(inline) == "make check"

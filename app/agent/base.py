@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from app.repo_config import Command
 from app.workspace import Workspace
 
 
@@ -45,6 +46,10 @@ class AgentRequest:
     #: Tree or commit the proposal is diffed from: the workspace after setup
     #: (so setup's by-products are not proposed), or the base commit.
     baseline: str | None = None
+    #: The reproduction and the test suite as runnable commands (agents with
+    #: tools run them; the display strings above are for prompts).
+    reproduction_commands: list[Command] = field(default_factory=list)
+    test_command: Command | None = None
 
     @property
     def diff_base(self) -> str:
@@ -59,16 +64,24 @@ class AgentProposal:
     files_changed: list[str]
     input_tokens: int
     output_tokens: int
-    #: ``command:<program>`` or ``http:<provider>/<model>``.
+    #: ``command:<program>`` or ``builtin:<provider>/<model>``.
     backend: str
     #: What the agent printed or answered: evidence, never history.
     transcript: bytes = b""
+    #: Model turns, tool calls and cost, when the agent counts them (built-in loop).
+    turns: int = 0
+    tool_calls: int = 0
+    cost_usd: float = 0.0
 
 
 class AgentFailed(Exception):
     """The agent ran but produced nothing usable (crashed, timed out, replied
     without a diff that applies). The caller decides whether to try again:
     that spends the tool-retry budget, not the repair budget."""
+
+    #: Whether trying the same attempt again may help (a crashed CLI agent);
+    #: a loop that resumes from its checkpoint would only fail the same way.
+    retryable = True
 
     def __init__(self, message: str, *, transcript: bytes = b"") -> None:
         super().__init__(message)

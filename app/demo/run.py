@@ -7,14 +7,19 @@ applies a fix, verification passes, a draft pull request opens, a scripted
 reviewer approves the exact commit, and the run merges it. With ``--crash`` the
 worker is killed with SIGKILL at a random moment mid-run and a fresh one
 resumes: the check at the end shows one branch, one pull request, one status
-comment and one merge all the same.
+comment and one merge all the same. With ``--agent builtin`` the fix comes
+from the built-in agent loop instead, talking real HTTP to a scripted
+OpenAI-compatible model (:mod:`app.demo.scripted_model`) that reads,
+searches, edits and runs the tests before it calls ``finish``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,6 +32,8 @@ from typing import Any
 from app import secrets
 from app.config import Settings
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
+from app.demo.scripted_model import API_KEY, ScriptedModel, demo_repair_script
+from app.demo.serve import ServerThread, bind
 from app.demo.stack import LocalStack
 from app.engine.runtime import SETTLED
 from app.sandbox import describe
@@ -52,16 +59,19 @@ class Timeline:
 class WorkerProcess:
     """``repairbot worker`` in a process of its own, so it can really be killed."""
 
-    def __init__(self, settings: Settings, log_path: Path) -> None:
+    def __init__(
+        self, settings: Settings, log_path: Path, *, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.settings = settings
         self.log_path = log_path
+        self.extra_env = dict(extra_env or {})
         self.process: subprocess.Popen[bytes] | None = None
         self.generation = 0
 
     def start(self) -> None:
         self.generation += 1
         # Secrets go through an inherited descriptor, never the environment.
-        env = {**os.environ, **self.settings.to_env()}
+        env = {**os.environ, **self.settings.to_env(), **self.extra_env}
         for name in self.settings.secret_names():
             env.pop(name, None)
         env["REPAIRBOT_WORKER_ID"] = f"demo-worker-{self.generation}"
@@ -95,6 +105,33 @@ class WorkerProcess:
                 self.kill()
 
 
+#: The worker environment variable holding the scripted model's (fake) key.
+DEMO_MODEL_KEY = "REPAIRBOT_DEMO_MODEL_KEY"
+
+
+def builtin_agent_env(openai_base_url: str, *, model: str = "scripted-demo") -> dict[str, str]:
+    """Worker environment that makes the built-in agent, against the given
+    OpenAI-compatible server, the operator's default agent."""
+    agent = {
+        "backend": "http",
+        "provider": "openai",
+        "model": model,
+        "base_url": openai_base_url,
+        "api_key_env": DEMO_MODEL_KEY,
+    }
+    return {
+        "REPAIRBOT_AGENT_DEFAULT": json.dumps(agent),
+        "REPAIRBOT_AGENT_API_KEYS": DEMO_MODEL_KEY,
+        "REPAIRBOT_AGENT_BASE_URLS": openai_base_url,
+        DEMO_MODEL_KEY: API_KEY,
+    }
+
+
+def demo_test_command(python: str = sys.executable) -> str:
+    """The demo repository's test command, as the scripted model types it."""
+    return shlex.join([python, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v"])
+
+
 CRASH_PHASES = ("preparing", "reproducing", "repairing", "publishing", "merging")
 
 
@@ -108,29 +145,46 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-async def run_demo(*, crash: bool, keep: Path | None, seed: int | None, timeout: float) -> int:
+async def run_demo(
+    *,
+    crash: bool,
+    keep: Path | None,
+    seed: int | None,
+    timeout: float,
+    agent: str = "command",
+) -> int:
     rng = random.Random(seed)  # noqa: S311 (picks a crash moment, not a secret)
     root = keep or Path(tempfile.mkdtemp(prefix="repairbot-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     stack = LocalStack(root=root)
     timeline = Timeline()
     worker: WorkerProcess | None = None
+    model: ScriptedModel | None = None
+    model_server: ServerThread | None = None
     try:
         say("repairbot demo: an emulated GitHub, repairbot, and a worker process on this machine")
         project = write_project(root / "project")
         settings = await stack.start_github(project)
         settings = settings.with_overrides(
-            agent_command=tuple(fix_agent_command()),
+            agent_command=tuple(fix_agent_command()) if agent == "command" else (),
             relay_grace=0.2,
             reconcile_interval=0.1,
             worker_silence=2.0,
         )
+        worker_env: dict[str, str] = {}
+        if agent == "builtin":
+            model = ScriptedModel(demo_repair_script(demo_test_command()))
+            model_server = ServerThread(model.app, bind(), name="scripted-model").start()
+            worker_env = builtin_agent_env(f"{model_server.url}/v1")
         stack.settings = settings
         runtime = stack.start_repairbot(run_worker=False)
-        worker = WorkerProcess(settings, root / "worker.log")
+        worker = WorkerProcess(settings, root / "worker.log", extra_env=worker_env)
         worker.start()
         say(f"  GitHub (emulated)  {settings.github_git_url}")
-        say(f"  repairbot          {stack.app_url}/webhooks/github (dashboard at /)")
+        if model_server is not None:
+            say(f"  model (scripted)   {model_server.url}/v1 (OpenAI-compatible, tool calling)")
+        say(f"  repairbot          {stack.app_url}/webhooks/github")
+        say(f"  dashboard          {stack.app_url}/ (sign in as {stack.people.maintainer})")
         say(f"  data               {settings.data_dir}")
         say(f"  sandbox            {describe(settings.isolation())}")
         say()
@@ -200,11 +254,30 @@ async def run_demo(*, crash: bool, keep: Path | None, seed: int | None, timeout:
                 )
             await asyncio.sleep(0.05)
         end = timeline.now()
+        if model is not None:
+            _model_summary(model)
         return await _summary(stack, runtime, workflow_id, number, timeline, end, crashed)
     finally:
         if worker is not None:
             worker.stop()
+        if model_server is not None:
+            model_server.stop()
         await stack.stop()
+
+
+def _model_summary(model: ScriptedModel) -> None:
+    """What the built-in agent asked the model, read from the model's side."""
+    turns = model.turns_asked()
+    say()
+    say(f"the built-in agent asked the scripted model {len(turns)} times (turns {turns})")
+    last = model.requests[-1].body["messages"] if model.requests else []
+    for message in last:
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            say(f"  tool call  {function['name']}({function['arguments'][:70]})")
+    final = model.script[min(turns[-1], len(model.script) - 1)] if turns else None
+    for name, args in final.calls if final else ():
+        say(f"  tool call  {name}({json.dumps(args)[:70]})")
 
 
 def _status(runtime: Any, run: Any) -> dict[str, Any] | None:
@@ -248,7 +321,8 @@ async def _summary(
     evidence = result.get("evidence") or []
     settings = stack.settings
     assert settings is not None
-    say(f"evidence ({len(evidence)} items) in {settings.evidence_dir}:")
+    where = settings.evidence_dir if settings.evidence_store == "folder" else "the database"
+    say(f"evidence ({len(evidence)} items) in {where}:")
     for item in evidence:
         ref = item["ref"]
         say(f"  {item['label']:40} {ref['sha256'][:16]}  {ref['size']:>7} bytes")

@@ -8,6 +8,7 @@ thread) or be left to the caller (separate worker processes for crash tests).
 
 from __future__ import annotations
 
+import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,12 @@ class LocalStack:
             github_private_key=app.private_key_pem,
             github_webhook_secret=WEBHOOK_SECRET,
             github_app_slug=app.slug,
+            # Sign-in through the emulator, so the dashboard is there too.
+            public_url=app_url,
+            github_web_url=emu_url,
+            github_client_id=app.client_id,
+            github_client_secret=app.client_secret,
+            session_secret=secrets.token_urlsafe(32),
             reconcile_interval=0.2,
             worker_id="demo-worker",
         )
@@ -109,6 +116,23 @@ class LocalStack:
         web = create_app(settings, self.runtime, run_worker=run_worker)
         self._servers.append(ServerThread(web, self._app_socket, name="repairbot").start())
         return self.runtime
+
+    def hand_app_port_over(self) -> int:
+        """Free repairbot's socket for a ``repairbot web`` process of its own to
+        listen on the same port (the App's webhook URL names it); the port."""
+        assert self._app_socket is not None, "start_github() first"
+        port = int(self._app_socket.getsockname()[1])
+        self._app_socket.close()
+        return port
+
+    async def add_repo(self, name: str, source: Path) -> str:
+        """Another repository of the owner, from ``source``, covered by the App's
+        installation; its full name."""
+        people = self.people
+        await self.gh.create_repo_from_folder(people.owner, name, source)
+        await self.gh.set_permission(people.owner, name, people.maintainer, "write")
+        await self.gh.set_permission(people.owner, name, people.reader, "read")
+        return f"{people.owner}/{name}"
 
     async def stop(self) -> None:
         for server in reversed(self._servers):

@@ -1,14 +1,23 @@
-"""What an activity sees of the runtime: who it is, and a way to heartbeat."""
+"""What an activity sees of the runtime: who it is, and a way to heartbeat.
+
+Heartbeat details double as a checkpoint: an activity that saves one with
+:meth:`ActivityContext.checkpoint` finds it in ``last_checkpoint`` on its
+next attempt (after a crash, a lost lease or a transient failure), and every
+later heartbeat carries it along, so a progress beat never erases it.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, TypeVar
 
+from app.engine.db_retry import retrying
 from app.engine.faults import FaultPoints
 from app.engine.store import Claim, Store
 
 T = TypeVar("T")
+
+#: The key under which a checkpoint travels in the heartbeat details.
+CHECKPOINT_KEY = "checkpoint"
 
 
 class Dependencies:
@@ -56,16 +65,43 @@ class ActivityContext:
         self.cancel_requested = False
         self._store = store
         self._faults = faults
+        previous = claim.heartbeat_details
+        #: The checkpoint the previous attempt saved last (``None`` on a first attempt).
+        self.last_checkpoint: Any = (
+            previous.get(CHECKPOINT_KEY) if isinstance(previous, dict) else None
+        )
+        self._checkpoint: Any = self.last_checkpoint
+        #: How long a heartbeat rides out a database outage before failing.
+        self.db_patience = 0.0
 
     async def heartbeat(self, details: Any = None) -> bool:
         """Extend the lease, record progress; True if cancellation was requested.
 
         Raises :class:`StaleLease` if this attempt lost its lease: stop at once.
         """
-        answer = await asyncio.to_thread(self._store.heartbeat, self.task_id, self.token, details)
+        if self._checkpoint is not None:
+            progress = details if isinstance(details, dict) else {"progress": details}
+            details = {**progress, CHECKPOINT_KEY: self._checkpoint}
+        answer = await retrying(
+            lambda: self._store.heartbeat(self.task_id, self.token, details),
+            what=f"heartbeating {self.operation_id}",
+            patience=self.db_patience,
+            in_thread=True,
+        )
         self.cancel_requested = self.cancel_requested or answer
         self._faults.hit("activity.after_heartbeat", self.activity)
         return self.cancel_requested
+
+    async def checkpoint(self, value: Any) -> bool:
+        """Record ``value`` durably (a heartbeat) for a later attempt to resume
+        from; True if cancellation was requested. Keep it small: it is
+        rewritten with every heartbeat; large bodies go to evidence."""
+        self._checkpoint = value
+        return await self.heartbeat({})
+
+    def fault(self, name: str) -> None:
+        """A named fault point inside the activity's own code (crash tests)."""
+        self._faults.hit(name, self.activity)
 
     def dep(self, kind: type[T]) -> T:
         return self.deps.get(kind)

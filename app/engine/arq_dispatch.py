@@ -1,39 +1,76 @@
 """arq over Redis as the dispatch channel (the production path).
 
-Job ids are deterministic (so a double relay is one job), arq's own retries
-are off (``max_tries=1``: the database owns attempts), results are not kept
-(so a job id can be dispatched again once its job has run), and workers poll
-often. Workflow tasks go to one queue per workflow version; activities and
-timers to the default queue.
+Redis is a doorbell, never a record: the database says what is due, and a
+job only says "look at this now".
+
+- An arq job hands its job to the worker's own pool (:meth:`Worker.submit`)
+  and ends; it does not run the work. arq therefore holds its in-progress
+  key for milliseconds, not for the length of an activity, and shutting
+  down, draining and riding out a Redis restart are the worker's business.
+- Job ids are deterministic, so a double relay is one job; a *re*-dispatch
+  by the relay gets a fresh id (see :mod:`app.engine.jobs`), so keys that a
+  crashed worker left behind in Redis can never hold work back.
+- Jobs are JSON (:mod:`app.engine.redis_channel`); arq's own retries are off
+  (``max_tries=1``: the database owns attempts) and results are not kept.
+- Workflow tasks go to one queue per workflow version; activities and timers
+  to the default queue.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from arq import ArqRedis
 from arq.connections import RedisSettings
+from arq.constants import job_key_prefix
 from arq.cron import cron
 from arq.worker import Worker as ArqWorker
 from arq.worker import func
+from redis.exceptions import RedisError
 
-from app.engine.jobs import DEFAULT_QUEUE, Job, workflow_queue
+from app.engine.jobs import DEFAULT_QUEUE, RETRACT, Job, workflow_queue
+from app.engine.redis_channel import dump_result, load_job, use_json
 from app.engine.runtime import Runtime
 
+log = logging.getLogger("repairbot.dispatch")
+
 JOB_FUNCTION = "run_job"
+#: How long an arq job may wait for a free slot in the worker's pool; past
+#: it arq cancels the job and the relay offers the work again.
+HAND_OFF_TIMEOUT = 300
+#: An undelivered job's Redis key lives this long past its due time; the relay
+#: re-dispatches anything still due long before (the database keeps the work).
+JOB_EXPIRY = timedelta(hours=1)
 
 
 class ArqDispatcher:
     def __init__(self, pool: ArqRedis) -> None:
-        self.pool = pool
+        self.pool = use_json(pool)
 
     async def enqueue(self, jobs: Sequence[Job]) -> None:
+        """Send jobs (and retractions). A Redis failure is logged, not raised:
+        the outbox rows are committed, and the relay sends them again."""
+        try:
+            await self._enqueue(jobs)
+        except (RedisError, OSError) as exc:
+            log.warning(
+                "could not reach Redis (%s); the relay will dispatch %d job(s)", exc, len(jobs)
+            )
+
+    async def _enqueue(self, jobs: Sequence[Job]) -> None:
         now = time.time()
         for job in jobs:
-            defer = datetime.fromtimestamp(job.not_before, UTC) if job.not_before > now else None
+            if job.kind == RETRACT:
+                await self._retract(job)
+                continue
+            delay = max(0.0, job.not_before - now)
+            defer = datetime.fromtimestamp(job.not_before, UTC) if delay else None
             await self.pool.enqueue_job(
                 JOB_FUNCTION,
                 job.kind,
@@ -42,12 +79,23 @@ class ArqDispatcher:
                 _job_id=job.job_id,
                 _queue_name=job.queue,
                 _defer_until=defer,
+                _expires=timedelta(seconds=delay) + JOB_EXPIRY,
             )
+
+    async def _retract(self, job: Job) -> None:
+        async with self.pool.pipeline(transaction=True) as pipe:
+            pipe.zrem(job.queue, job.job_id)
+            pipe.delete(job_key_prefix + job.job_id)
+            await pipe.execute()
 
 
 async def run_job(ctx: dict[str, Any], kind: str, ref: str, job_id: str) -> None:
+    """The arq job: hand the job to this worker's pool and end."""
     runtime: Runtime = ctx["runtime"]
-    await runtime.worker.run_job(Job(job_id, kind, ref, queue=""))
+    taken = await runtime.worker.submit(Job(job_id, kind, ref, queue=""))
+    runtime.faults.hit("arq.before_ack")
+    if not taken:
+        log.info("draining: left job %s to the relay", job_id)
 
 
 async def reconcile(ctx: dict[str, Any]) -> None:
@@ -62,10 +110,12 @@ def arq_workers(
     max_jobs: int = 8,
     poll_delay: float = 0.005,
     burst: bool = False,
-    handle_signals: bool = True,
+    handle_signals: bool = False,
+    reconcile_cron: bool = True,
 ) -> list[ArqWorker]:
-    """One arq worker for the default queue (activities, timers, reconciler
-    cron) and one per workflow version this process has code for."""
+    """One arq worker for the default queue (activities, timers and, with
+    ``reconcile_cron``, the reconciler as an arq cron job) and one per
+    workflow version this process has code for."""
     common: dict[str, Any] = {
         "functions": [func(run_job, name=JOB_FUNCTION, max_tries=1)],
         "redis_settings": redis_settings,
@@ -76,24 +126,119 @@ def arq_workers(
         "max_tries": 1,
         "burst": burst,
         "handle_signals": handle_signals,
-        "job_timeout": 24 * 3600,  # activities enforce their own timeouts
+        "job_timeout": HAND_OFF_TIMEOUT,
+        "job_serializer": dump_result,
+        "job_deserializer": load_job,
     }
-    workers = [
-        ArqWorker(
-            queue_name=DEFAULT_QUEUE,
-            cron_jobs=[
-                cron(
-                    reconcile,
-                    name="reconcile",
-                    second=set(range(60)),
-                    run_at_startup=True,
-                    max_tries=1,
-                    keep_result=0,
-                )
-            ],
-            **common,
+    crons = [
+        cron(
+            reconcile,
+            name="reconcile",
+            second=set(range(60)),
+            run_at_startup=True,
+            max_tries=1,
+            keep_result=0,
+            timeout=HAND_OFF_TIMEOUT,
         )
+    ]
+    workers = [
+        ArqWorker(queue_name=DEFAULT_QUEUE, cron_jobs=crons if reconcile_cron else [], **common)
     ]
     for name, version in sorted(runtime.registry.workflows):
         workers.append(ArqWorker(queue_name=workflow_queue(name, version), **common))
     return workers
+
+
+class ArqConsumers:
+    """This process's arq workers, kept running through Redis outages.
+
+    arq's worker loop ends with an exception when Redis goes away; the jobs
+    it handed over keep running in the worker's pool regardless. Here a
+    consumer that failed is dropped and a fresh one started after a backoff,
+    until :meth:`stop`. :meth:`pause` stops taking jobs (a drain)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        redis_settings: RedisSettings,
+        *,
+        max_jobs: int = 8,
+        poll_delay: float = 0.005,
+    ) -> None:
+        self.runtime = runtime
+        self.redis_settings = redis_settings
+        self.max_jobs = max_jobs
+        self.poll_delay = poll_delay
+        self.workers: list[ArqWorker] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._paused = False
+
+    def _build(self) -> list[ArqWorker]:
+        # No reconciler cron: the worker runs its reconciler loop itself, so
+        # recovery goes on while Redis is away.
+        return arq_workers(
+            self.runtime,
+            self.redis_settings,
+            max_jobs=self.max_jobs,
+            poll_delay=self.poll_delay,
+            reconcile_cron=False,
+        )
+
+    def start(self) -> None:
+        self.workers = self._build()
+        self._tasks = [
+            asyncio.create_task(self._keep_running(i), name=f"arq-{w.queue_name}")
+            for i, w in enumerate(self.workers)
+        ]
+
+    @property
+    def queues(self) -> list[str]:
+        return [w.queue_name for w in self.workers]
+
+    async def _keep_running(self, index: int) -> None:
+        delay = 0.2
+        while True:
+            worker = self.workers[index]
+            try:
+                await worker.async_run()
+                return  # burst mode only
+            except (RedisError, OSError) as exc:
+                log.warning(
+                    "arq consumer of %s lost Redis (%s); restarting", worker.queue_name, exc
+                )
+            except Exception:
+                # arq re-raises what a job task raised; the consumer must go on.
+                log.exception("arq consumer of %s failed; restarting", worker.queue_name)
+            await _abandon(worker)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            fresh = self._build()[index]
+            fresh.allow_pick_jobs = not self._paused
+            self.workers[index] = fresh
+
+    def pause(self) -> None:
+        """Take no more jobs from Redis."""
+        self._paused = True
+        for worker in self.workers:
+            worker.allow_pick_jobs = False
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for worker in self.workers:
+            await _abandon(worker)
+        self._tasks.clear()
+
+
+async def _abandon(worker: ArqWorker) -> None:
+    """Close a consumer without waiting on Redis or on its (short) jobs."""
+    for task in worker.tasks.values():
+        task.cancel()
+    if worker.main_task is not None:
+        worker.main_task.cancel()
+    pool = worker._pool  # arq keeps it private; close() would wait on Redis
+    worker._pool = None
+    if pool is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(pool.close(close_connection_pool=True), 2.0)

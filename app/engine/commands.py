@@ -36,6 +36,8 @@ WORKFLOW_CANCELLED = "workflow_cancelled"
 CONTINUED_AS_NEW = "continued_as_new"
 WORKFLOW_TERMINATED = "workflow_terminated"
 RUN_PARKED = "run_parked"
+#: An operator continued a parked run (``repairbot runs resume``).
+RUN_RESUMED = "run_resumed"
 
 #: Attributes compared on replay, per command type. Others (e.g. a timer's
 #: absolute fire time) legitimately differ between the original run and replay.

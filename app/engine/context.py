@@ -33,6 +33,8 @@ CANCEL_PHASES = (
     "preserving-evidence",
     "cleaning-owned-resources",
 )
+#: The signal an operator's ``repairbot runs resume`` sends a needs-human run.
+OPERATOR_RESUME = "operator_resume"
 _UUID_NAMESPACE = uuid.UUID("6f1d7a52-6a3b-4f0e-9c39-6a1f0e2b9d11")
 
 
@@ -208,6 +210,20 @@ class WorkflowContext:
     def should_continue_as_new(self) -> bool:
         """True once history passes the configured cap: time to continue-as-new."""
         return self._x.history_length >= self._x.max_history_events
+
+    # -- operators -------------------------------------------------------------
+
+    def wait_for_operator(self, reason: str) -> WorkflowFuture:
+        """Park the run as ``needs-human`` and wait until an operator resumes it.
+
+        The run holds no worker while parked (signals, timers and activity
+        results wait until it is resumed). Resolves with the ``operator_resume``
+        :class:`Signal` (payload: ``reason``, ``by``). A cancel reaches the
+        code here like anywhere else, so cleanup still runs.
+        """
+        cmd = self._x.next_command_number()
+        self._x.issue(cmd, MARKER_RECORDED, {"kind": "park", "id": None, "reason": reason})
+        return self.wait_signal(OPERATOR_RESUME)
 
     # -- cancellation ----------------------------------------------------------
 

@@ -15,7 +15,15 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         return _sqlite_engine(url)
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        # A database that stops answering (a network cut, not a refusal) must
+        # fail a connection attempt, so the caller's retry can take over.
+        connect_args={"connect_timeout": 5},
+    )
 
 
 def _sqlite_engine(url: str) -> Engine:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from app.engine.jobs import Job
+from app.engine.jobs import RETRACT, Job
 
 log = logging.getLogger("repairbot.dispatch")
 
@@ -37,6 +37,9 @@ class InProcessDispatcher:
         loop = asyncio.get_running_loop()
         now = time.time()
         for job in jobs:
+            if job.kind == RETRACT:
+                self._retract(job.job_id)
+                continue
             if job.job_id in self._known:
                 continue  # deterministic ids: a double relay is one job
             self._known.add(job.job_id)
@@ -45,6 +48,12 @@ class InProcessDispatcher:
                 self._timers[job.job_id] = loop.call_later(delay, self._release, job)
             else:
                 self._queue.put_nowait(job)
+
+    def _retract(self, job_id: str) -> None:
+        handle = self._timers.pop(job_id, None)
+        if handle is not None:
+            handle.cancel()
+            self._known.discard(job_id)
 
     def _release(self, job: Job) -> None:
         self._timers.pop(job.job_id, None)

@@ -1,6 +1,11 @@
 """Jobs: what the dispatch channel carries. The database decides what is due;
-a job only says "look at this now". Job ids are deterministic, so relaying
-the same job twice yields one job."""
+a job only says "look at this now".
+
+Job ids are deterministic, so relaying the same job twice yields one job. A
+re-dispatch of work a crash may have left locked in the channel gets a fresh
+id instead (``<id>~<relay>``, the relay number kept on the outbox row): arq
+refuses an id whose job key or in-progress key survived the crashed worker,
+so reusing the id would stall the work for arq's whole job expiry."""
 
 from __future__ import annotations
 
@@ -9,6 +14,10 @@ from dataclasses import dataclass
 WORKFLOW_TASK = "workflow_task"
 ACTIVITY = "activity"
 TIMER = "timer"
+#: Not work: asks the channel to drop a delayed job that is no longer needed
+#: (a cancelled timer, a closed run's retry). Losing one is harmless: the job
+#: would find nothing to do.
+RETRACT = "retract"
 DEFAULT_QUEUE = "repairbot:default"
 
 
@@ -44,3 +53,13 @@ def activity_job(
 
 def timer_job(run_id: str, cmd: int, fire_at: float) -> Job:
     return Job(f"tmr:{run_id}:{cmd}", TIMER, f"{run_id}|{cmd}", DEFAULT_QUEUE, fire_at)
+
+
+def relayed_id(job_id: str, relay: int) -> str:
+    """The id of the ``relay``-th re-dispatch of a job (0 is the first dispatch)."""
+    return job_id if relay == 0 else f"{job_id}~{relay}"
+
+
+def retractions(job_id: str, queue: str, relays: int) -> list[Job]:
+    """Retract every id a job was dispatched under."""
+    return [Job(relayed_id(job_id, n), RETRACT, job_id, queue) for n in range(relays + 1)]

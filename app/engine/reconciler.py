@@ -71,7 +71,7 @@ class Reconciler:
         deadline_jobs = store.enforce_deadlines(now)
         report.deadlines_enforced = len(deadline_jobs)
         report.jobs += deadline_jobs
-        stale = store.lingering_jobs(now - self.relay_grace)
+        stale = store.lingering_jobs(now, grace=self.relay_grace)
         stale += store.runnable_without_job(now - self.relay_grace)
         report.jobs_redispatched = len(stale)
         report.jobs += stale

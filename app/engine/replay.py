@@ -54,6 +54,12 @@ class StepResult:
     outcome: Outcome | None = None
     cancel_phase: str | None = None
     cancel_delivered: bool = False
+    #: The last command number issued before the cancel reached the code: work
+    #: scheduled up to it is stopped; the code's own cancellation handling
+    #: (cleanup scheduled later, possibly in this same task) is not.
+    cancel_boundary: int = 0
+    #: The code asked to wait for an operator (``ctx.wait_for_operator``): why.
+    park_reason: str | None = None
 
 
 def json_problem(value: Any) -> str | None:
@@ -93,6 +99,7 @@ class WorkflowExecution:
         self._nondeterminism: NondeterminismError | None = None
         self._cancel_phase: str | None = None
         self._cancel_delivered = False
+        self._cancel_boundary = 0
         self._deadline_delivered = False
         self.finished: Outcome | None = None
 
@@ -157,6 +164,15 @@ class WorkflowExecution:
             outcome=self.finished,
             cancel_phase=self._cancel_phase,
             cancel_delivered=self._cancel_delivered,
+            cancel_boundary=self._cancel_boundary,
+            park_reason=next(
+                (
+                    str(c.attrs.get("reason", ""))
+                    for c in reversed(self._new)
+                    if c.type == "marker_recorded" and c.attrs.get("kind") == "park"
+                ),
+                None,
+            ),
         )
 
     def _apply_one(self, event: Event) -> None:
@@ -186,10 +202,12 @@ class WorkflowExecution:
         elif event.type == CANCEL_REQUESTED:
             self.ctx.cancel_requested = True
             self.ctx.cancel_reason = str(data.get("reason", ""))
+            boundary = self._issued
             if self._root is not None and self.scheduler.throw(
                 self._root, WorkflowCancelled(self.ctx.cancel_reason)
             ):
                 self._cancel_delivered = True
+                self._cancel_boundary = boundary
                 self._cancel_phase = "stopping-active-work"
         elif event.type == DEADLINE_EXCEEDED and not self._deadline_delivered:
             self._deadline_delivered = True

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from app.engine.activity_context import Dependencies
+from app.engine.db_retry import retrying
 from app.engine.dispatch import Dispatcher, InProcessDispatcher
 from app.engine.errors import WorkflowNotFound
 from app.engine.faults import FaultPoints
@@ -24,6 +25,7 @@ from app.engine.reconciler import Reconciler
 from app.engine.registry import Registry
 from app.engine.replay import WorkflowExecution
 from app.engine.store import RunRow, StartResult, Store, Tx
+from app.engine.store.resume import resume_run
 from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
 from app.engine.worker import Worker
 
@@ -47,6 +49,7 @@ class Runtime:
         relay_grace: float = 2.0,
         liveness_interval: float = 1.0,
         worker_silence: float = 15.0,
+        db_patience: float = 15.0,
     ) -> None:
         self.engine = engine
         self.registry = registry
@@ -68,6 +71,8 @@ class Runtime:
             deps=deps,
             faults=self.faults,
             max_history_events=max_history_events,
+            concurrency=concurrency,
+            db_patience=db_patience,
         )
         self.concurrency = concurrency
         self.reconcile_interval = reconcile_interval
@@ -85,7 +90,11 @@ class Runtime:
         self.use_dispatcher(dispatcher)
         self.start_liveness()
         self.reconciler.start(self.reconcile_interval)
-        await self.reconciler.run_once()  # pick up whatever a previous process left
+        try:
+            await self.reconciler.run_once()  # pick up whatever a previous process left
+        except Exception:
+            # The database may not be up yet: the reconciler loop keeps trying.
+            log.exception("first reconciler pass failed")
 
     def use_dispatcher(self, dispatcher: Dispatcher, *, eager: bool = False) -> None:
         """``eager``: this process is a worker too; it runs the follow-up jobs it
@@ -95,29 +104,43 @@ class Runtime:
         self.worker.eager_capacity = self.concurrency if eager else 0
 
     def start_liveness(self) -> None:
-        """Beat this worker's liveness row until :meth:`stop` (any dispatch mode)."""
-        self.store.beat(self.worker_id, code_version=self.code_version)
+        """Beat this worker's liveness row until :meth:`stop` (any dispatch mode).
+        The first beat is taken at once and retried like the others, so a
+        worker that starts while the database is down waits for it."""
         self._liveness = asyncio.create_task(self._beat_forever(), name="liveness")
 
     async def _beat_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.liveness_interval)
             try:
                 await asyncio.to_thread(
                     self.store.beat, self.worker_id, code_version=self.code_version
                 )
+                # The database answers: release attempts whose outcome a blip lost.
+                await self.worker.release_unrecorded()
             except Exception:
                 log.exception("liveness beat failed; retrying")
+            await asyncio.sleep(self.liveness_interval)
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace: float = 0.0) -> None:
+        """Stop this process's part of the runtime. Running jobs get ``grace``
+        seconds to finish; what is still running then is handed back (its
+        attempt released at once), and the worker is marked retired."""
+        await self.worker.drain(grace)
+        await self.reconciler.stop()
         if self._liveness is not None:
             self._liveness.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._liveness
             self._liveness = None
-            self.store.retire(self.worker_id)
-        await self.reconciler.stop()
-        await self.worker.drain()
+            try:
+                await retrying(
+                    lambda: self.store.retire(self.worker_id),
+                    what="retiring this worker",
+                    patience=min(5.0, self.worker.db_patience),
+                )
+            except Exception:
+                # Our silence will tell the others soon enough.
+                log.warning("could not mark worker %s retired", self.worker_id)
         if isinstance(self.dispatcher, InProcessDispatcher):
             await self.dispatcher.stop()
         self.worker.cache.clear()
@@ -136,10 +159,17 @@ class Runtime:
         *,
         version: int | None = None,
         deadline_seconds: float | None = None,
+        operator: dict[str, Any] | None = None,
     ) -> StartResult:
+        """``operator``: who started the run by hand and why, recorded in history."""
         with self.store.transaction() as tx:
-            result = self.start_in(
-                tx, name, workflow_id, input, version=version, deadline_seconds=deadline_seconds
+            result = tx.start_run(
+                workflow_name=name,
+                workflow_version=version or self.registry.latest_version(name),
+                workflow_id=workflow_id,
+                input=input,
+                deadline_seconds=deadline_seconds,
+                operator=operator,
             )
         await self.dispatch(tx.jobs)
         return result
@@ -169,15 +199,29 @@ class Runtime:
         await self.dispatch(tx.jobs)
         return delivered
 
-    async def cancel(self, workflow_id: str, reason: str) -> bool:
+    # Operator actions take a run id or a workflow id and act only on the run
+    # that is active now; ``by`` (who acted) is recorded with the reason.
+
+    async def cancel(self, run_id: str, reason: str, *, by: str | None = None) -> bool:
+        """Ask the run to cancel (its code cleans up); a parked run closes at once."""
         with self.store.transaction() as tx:
-            requested = tx.request_cancel(workflow_id, reason)
+            requested = tx.request_cancel(run_id, reason, by=by)
         await self.dispatch(tx.jobs)
         return requested
 
-    async def terminate(self, workflow_id: str, reason: str) -> dict[str, Any] | None:
+    async def terminate(
+        self, run_id: str, reason: str, *, by: str | None = None
+    ) -> dict[str, Any] | None:
+        """End the run now without running its code; returns what was left uncertain."""
         with self.store.transaction() as tx:
-            return tx.terminate(workflow_id, reason)
+            return tx.terminate(run_id, reason, by=by)
+
+    async def resume(self, run_id: str, reason: str, *, by: str | None = None) -> bool:
+        """Continue a run parked in ``needs-human`` or ``blocked-nondeterministic``."""
+        with self.store.transaction() as tx:
+            resumed = resume_run(tx, run_id, reason, by=by)
+        await self.dispatch(tx.jobs)
+        return resumed
 
     def query(self, key: str, name: str) -> Any:
         """Answer a named query by replaying history; nothing is written."""

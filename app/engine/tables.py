@@ -19,6 +19,9 @@ CLOSED_STATUSES = (
     "continued-as-new",
 )
 PARKED_STATUSES = ("needs-human", "blocked-nondeterministic")
+#: ``error.type`` of a needs-human run whose code is alive, waiting in
+#: ``ctx.wait_for_operator()`` (a cancel then runs the code's cleanup).
+WAITING_FOR_OPERATOR = "WaitingForOperator"
 
 
 def _json(nullable: bool = True) -> Any:
@@ -154,6 +157,12 @@ class OutboxRow(SQLModel, table=True):
     queue: str
     not_before: float
     created_at: float = Field(index=True)
+    #: How many times the relay has dispatched it again (each under a fresh id).
+    relays: int = 0
+    #: When the relay may next look at it: the time it falls due, then pushed
+    #: back after each re-dispatch (exponential backoff, so a long queue is not
+    #: flooded with copies while workers are merely busy).
+    relay_at: float = Field(default=0.0, index=True)
 
 
 class Counter(SQLModel, table=True):

@@ -7,15 +7,19 @@ names what to look at; the database says whether there is anything to do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError
 
 from app.engine.activity_context import ActivityContext, Dependencies
 from app.engine.commands import Event
+from app.engine.db_retry import is_transient, retrying
 from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job, workflow_queue
@@ -23,10 +27,12 @@ from app.engine.registry import Absent, Found, Registry, Unknown
 from app.engine.replay import WorkflowExecution, json_problem
 from app.engine.store import Claim, Failure, RunRow, Store
 from app.engine.tables import OPEN_STATUSES
+from app.logs import bind_log_context
 
 log = logging.getLogger("repairbot.engine")
 
 JobSink = Callable[[list[Job]], Awaitable[None]]
+T = TypeVar("T")
 
 
 class ExecutionCache:
@@ -55,6 +61,15 @@ class ExecutionCache:
 
 
 class Worker:
+    """Runs jobs on a bounded pool of asyncio tasks of its own.
+
+    Jobs reach the pool from the channel (:meth:`submit`, which waits for a
+    free slot) or straight from this worker's own commits (eager follow-ups).
+    The pool, not the channel, holds the work: an arq job only hands its job
+    over and ends, so arq never holds a lock for the length of an activity,
+    and a drain (:meth:`drain`) decides what finishes and what is handed back.
+    """
+
     def __init__(
         self,
         store: Store,
@@ -66,6 +81,8 @@ class Worker:
         faults: FaultPoints | None = None,
         max_history_events: int = 2000,
         cache_size: int = 1000,
+        concurrency: int = 8,
+        db_patience: float = 15.0,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -80,7 +97,51 @@ class Worker:
         #: Run due follow-up jobs here instead of dispatching them (arq mode):
         #: set to the number that may run at once; 0 disables it.
         self.eager_capacity = 0
-        self._eager: set[asyncio.Task[None]] = set()
+        #: How long a database outage is ridden out before giving up a write.
+        self.db_patience = db_patience
+        self._slots = asyncio.Semaphore(concurrency)
+        self._pool: set[asyncio.Task[None]] = set()
+        #: False once draining: no new work is taken.
+        self.accepting = True
+        #: Attempts this worker runs now: task id -> fencing token.
+        self._held: dict[int, int] = {}
+        #: Attempts whose outcome could not be written: released (as failed,
+        #: with an unknown effect) as soon as the database answers again.
+        self.unrecorded: dict[int, tuple[int, Failure]] = {}
+
+    # -- the pool ----------------------------------------------------------------
+
+    async def submit(self, job: Job) -> bool:
+        """Run ``job`` on the pool; returns once it started (after waiting for a
+        free slot), or False if this worker is draining and left it."""
+        if not self.accepting:
+            return False
+        await self._slots.acquire()
+        if not self.accepting:
+            self._slots.release()
+            return False
+        self._spawn(job)
+        return True
+
+    def _spawn(self, job: Job) -> None:
+        task = asyncio.create_task(self._run_pooled(job), name=f"job {job.job_id}")
+        self._pool.add(task)
+        task.add_done_callback(self._pool_done)
+
+    def _pool_done(self, task: asyncio.Task[None]) -> None:
+        self._pool.discard(task)
+        self._slots.release()
+
+    async def _run_pooled(self, job: Job) -> None:
+        try:
+            await self.run_job(job)
+        except Exception:
+            # The outbox row is still there: the relay will offer the job again.
+            log.exception("job %s failed", job.job_id)
+
+    @property
+    def busy(self) -> int:
+        return len(self._pool)
 
     async def _emit(self, jobs: list[Job]) -> None:
         """Hand on the jobs a transaction wrote. With eager execution on, a due
@@ -92,16 +153,17 @@ class Worker:
         now = time.time()
         for job in jobs:
             if self._can_run_eagerly(job, now):
-                task = asyncio.create_task(self._run_eagerly(job), name=f"eager {job.job_id}")
-                self._eager.add(task)
-                task.add_done_callback(self._eager.discard)
+                await self._slots.acquire()  # free now: checked just above
+                self._spawn(job)
             else:
                 remote.append(job)
         if remote and self.sink is not None:
             await self.sink(remote)
 
     def _can_run_eagerly(self, job: Job, now: float) -> bool:
-        if len(self._eager) >= self.eager_capacity or job.not_before > now:
+        if not self.accepting or self._slots.locked() or job.not_before > now:
+            return False
+        if self.busy >= self.eager_capacity:
             return False
         if job.kind == WORKFLOW_TASK:
             return job.queue in self._workflow_queues
@@ -111,28 +173,33 @@ class Worker:
     def _workflow_queues(self) -> set[str]:
         return {workflow_queue(name, version) for name, version in self.registry.workflows}
 
-    async def drain(self) -> None:
-        """Stop eager jobs (their outbox rows remain, so nothing is lost)."""
-        tasks = list(self._eager)
+    async def drain(self, grace: float = 0.0) -> None:
+        """Take no new work; give running jobs ``grace`` seconds to finish, then
+        cancel them: a cancelled attempt hands its lease back at once, and
+        the outbox rows of anything unfinished remain, so nothing is lost."""
+        self.accepting = False
+        if self._pool and grace > 0:
+            await asyncio.wait(list(self._pool), timeout=grace)
+        tasks = list(self._pool)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _run_eagerly(self, job: Job) -> None:
-        try:
-            await self.run_job(job)
-        except Exception:
-            # The outbox row is still there: the relay will offer the job again.
-            log.exception("eager job %s failed", job.job_id)
+    async def _db(self, call: Callable[[], T], what: str) -> T:
+        return await retrying(call, what=what, patience=self.db_patience)
 
     async def run_job(self, job: Job) -> None:
+        bind_log_context()
         if job.kind == WORKFLOW_TASK:
             await self.run_workflow_task(job.ref)
         elif job.kind == ACTIVITY:
             await self.run_activity(int(job.ref))
         elif job.kind == TIMER:
             run_id, _, cmd = job.ref.rpartition("|")
-            await self._emit(self.store.fire_timer(run_id, int(cmd)))
+            fired = await self._db(
+                lambda: self.store.fire_timer(run_id, int(cmd)), f"firing timer {job.ref}"
+            )
+            await self._emit(fired)
         else:
             log.error("unknown job kind %r (job %s)", job.kind, job.job_id)
 
@@ -143,13 +210,30 @@ class Worker:
         async with lock:
             try:
                 for _ in range(5):
-                    if await self._workflow_task_once(run_id):
+                    if await self._workflow_task_retrying(run_id):
                         return
                 # Contended for long: leave it to the next job of this run.
                 log.info("workflow task for %s kept conflicting; will be retried", run_id)
             finally:
                 if not lock.locked() or len(self._run_locks) > 10_000:
                     self._run_locks.pop(run_id, None)
+
+    async def _workflow_task_retrying(self, run_id: str) -> bool:
+        """One workflow task, started over while the database is unavailable:
+        the commit is guarded by history length, so a retry after a commit
+        whose outcome was lost is harmless (it finds the history moved on)."""
+        deadline = time.monotonic() + self.db_patience
+        delay = 0.05
+        while True:
+            try:
+                return await self._workflow_task_once(run_id)
+            except DBAPIError as exc:
+                self.cache.take(run_id)  # what we hold may not match what committed
+                if not is_transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("database unavailable in workflow task of %s; retrying", run_id)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def _workflow_task_once(self, run_id: str) -> bool:
         run = self.store.load_run(run_id)
@@ -165,6 +249,7 @@ class Worker:
                 run_id,
             )
             return True
+        bind_log_context(run_id=run_id, workflow=f"{run.workflow_name}@{run.workflow_version}")
         resumed = self._resume(run)
         if resumed is None:
             return True  # nothing new since the cached state
@@ -180,6 +265,7 @@ class Worker:
         else:
             execution.close()
             log.info("run %s ended: %s", run_id, step.outcome.status)
+        self.faults.hit("workflow_task.after_commit")
         await self._emit(jobs)
         return True
 
@@ -212,18 +298,67 @@ class Worker:
     # -- activities ------------------------------------------------------------
 
     async def run_activity(self, task_id: int) -> None:
-        claim = self.store.claim_activity(
-            task_id,
-            worker_id=self.worker_id,
-            code_version=self.code_version,
-            can_run=self.registry.activities,
-        )
+        self.faults.hit("activity.before_claim")
+        claim = await self._claim(task_id)
         if claim is None:
             return
+        bind_log_context(run_id=claim.run_id, activity=claim.activity, attempt=claim.attempt)
+        self.faults.hit("activity.after_claim", claim.activity)
+        self._held[task_id] = claim.token
+        try:
+            await self._attempt(claim)
+        except asyncio.CancelledError:
+            # Draining (or shutting down): hand the attempt back now rather than
+            # leave it to our silence or its lease.
+            self._hand_back(claim, "WorkerStopped", "the worker stopped during the attempt")
+            raise
+        finally:
+            self._held.pop(task_id, None)
+
+    async def _claim(self, task_id: int) -> Claim | None:
+        unsure = False
+
+        def claim() -> Claim | None:
+            nonlocal unsure
+            try:
+                return self.store.claim_activity(
+                    task_id,
+                    worker_id=self.worker_id,
+                    code_version=self.code_version,
+                    can_run=self.registry.activities,
+                )
+            except DBAPIError:
+                unsure = True  # the claim may have committed before the error
+                raise
+
+        got = await self._db(claim, f"claiming activity task {task_id}")
+        if got is None and unsure:
+            # A claim whose commit was lost is an attempt held in our name that
+            # nobody runs: release it so the retry need not wait for its lease.
+            token = self.store.held_token(task_id, self.worker_id)
+            if token is not None and task_id not in self._held:
+                lost = Failure("transient", "ClaimUnconfirmed", "claim outcome was lost", 0.0)
+                with contextlib.suppress(StaleLease):
+                    await self._emit(self.store.fail_activity(task_id, token, lost))
+        return got
+
+    def _hand_back(self, claim: Claim, error_type: str, message: str) -> None:
+        defn = self.registry.activities.get(claim.activity)
+        failure_class = "ambiguous" if defn is not None and defn.reconcile else "transient"
+        failure = Failure(failure_class, error_type, message, 0.0)
+        try:
+            self.store.fail_activity(claim.task_id, claim.token, failure)
+        except StaleLease:
+            pass
+        except DBAPIError:
+            self.unrecorded[claim.task_id] = (claim.token, failure)
+
+    async def _attempt(self, claim: Claim) -> None:
         defn = self.registry.activities[claim.activity]  # claimed only if we have it
         actx = ActivityContext(
             claim, store=self.store, deps=self.deps, worker_id=self.worker_id, faults=self.faults
         )
+        actx.db_patience = self.db_patience
         remaining = claim.started_at + claim.options.timeouts.start_to_close - time.time()
         try:
             if claim.needs_reconcile and defn.reconcile is not None:
@@ -232,7 +367,11 @@ class Worker:
                     await self._record_result(claim, verdict.result, outcome="reconciled-found")
                     return
                 if isinstance(verdict, Unknown):
-                    self.store.park_for_human(claim.task_id, claim.token, verdict.reason)
+                    reason = verdict.reason
+                    await self._db(
+                        lambda: self.store.park_for_human(claim.task_id, claim.token, reason),
+                        "parking a run",
+                    )
                     return
                 assert isinstance(verdict, Absent)
             result = await asyncio.wait_for(defn.fn(actx, claim.input), remaining)
@@ -273,21 +412,53 @@ class Worker:
     async def _record_result(
         self, claim: Claim, result: Any, *, outcome: str = "completed"
     ) -> None:
+        def complete() -> list[Job]:
+            return self.store.complete_activity(claim.task_id, claim.token, result, outcome=outcome)
+
+        await self._record(claim, complete, "result")
+
+    async def _record_failure(self, claim: Claim, failure: Failure) -> None:
+        def fail() -> list[Job]:
+            return self.store.fail_activity(claim.task_id, claim.token, failure)
+
+        await self._record(claim, fail, "failure")
+
+    async def _record(self, claim: Claim, write: Callable[[], list[Job]], what: str) -> None:
         try:
-            jobs = self.store.complete_activity(claim.task_id, claim.token, result, outcome=outcome)
+            jobs = await self._db(write, f"recording the {what} of {claim.operation_id}")
         except StaleLease:
             log.warning(
-                "result of stale attempt %s of %s rejected", claim.attempt, claim.operation_id
+                "%s of stale attempt %s of %s rejected", what, claim.attempt, claim.operation_id
+            )
+            return
+        except DBAPIError:
+            # The outcome cannot be written now. The attempt must not stay
+            # ``running`` until its own timeout: release it (its effect is
+            # unknown, so reconcile decides) as soon as the database answers.
+            log.exception(
+                "could not record the %s of %s attempt %s; releasing it when the database returns",
+                what,
+                claim.operation_id,
+                claim.attempt,
+            )
+            defn = self.registry.activities.get(claim.activity)
+            failure_class = "ambiguous" if defn is not None and defn.reconcile else "transient"
+            message = f"the attempt's {what} could not be recorded"
+            self.unrecorded[claim.task_id] = (
+                claim.token,
+                Failure(failure_class, "ResultNotRecorded", message, 0.0),
             )
             return
         await self._emit(jobs)
 
-    async def _record_failure(self, claim: Claim, failure: Failure) -> None:
-        try:
-            jobs = self.store.fail_activity(claim.task_id, claim.token, failure)
-        except StaleLease:
-            log.warning(
-                "failure of stale attempt %s of %s rejected", claim.attempt, claim.operation_id
-            )
-            return
-        await self._emit(jobs)
+    async def release_unrecorded(self) -> None:
+        """Release the attempts whose outcome could not be written (called
+        after each successful liveness beat: the database answers again)."""
+        for task_id, (token, failure) in list(self.unrecorded.items()):
+            try:
+                jobs = self.store.fail_activity(task_id, token, failure)
+            except StaleLease:
+                jobs = []  # already released by the reconciler
+            self.unrecorded.pop(task_id, None)
+            log.info("released unrecorded attempt of activity task %s", task_id)
+            await self._emit(jobs)

@@ -4,6 +4,11 @@ GitHub refuses a second open pull request for the same head and base (422
 "A pull request already exists"), which makes creation safe under a race:
 the loser reads the winner's pull request back. A lost answer to the create
 is reconciled the same way, by listing pull requests for the head branch.
+
+A private repository on a plan without draft pull requests answers 422
+"Draft pull requests are not supported in this repository."; the pull
+request is then opened ready for review (``draft=False`` in the result) and
+the caller says so: merging still waits for an approving review.
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ from app.github.markers import Marker, OpId, find_marked, with_marker
 from app.github.repos import RepoRef
 
 _ALREADY_EXISTS = "a pull request already exists"
+_DRAFTS_UNSUPPORTED = "draft pull requests are not supported"
+
+
+def drafts_unsupported(exc: BaseException) -> bool:
+    return (
+        isinstance(exc, RequestFailed)
+        and exc.response.status_code == 422
+        and _DRAFTS_UNSUPPORTED in github_message(exc).lower()
+    )
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,8 @@ async def ensure_pull_request(
     fields: Mapping[str, str] | None = None,
     bot_login: str | None,
 ) -> PullResult:
-    """The pull request for ``op`` from ``head`` into ``base``, created as a draft if absent.
+    """The pull request for ``op`` from ``head`` into ``base``, created as a draft if absent
+    (ready for review where the repository's plan has no drafts).
 
     ``head`` and ``base`` are branch names in ``repo``. An existing open pull
     request gets ``title`` and ``body`` (the evidence summary) if they changed.
@@ -121,9 +136,17 @@ async def ensure_pull_request(
     if found:
         return await _reconcile(gh, repo, found[0], title, text, created=False)
     try:
-        response = await gh.rest.pulls.async_create(
-            repo.owner, repo.name, head=head, base=base, title=title, body=text, draft=True
-        )
+        try:
+            response = await gh.rest.pulls.async_create(
+                repo.owner, repo.name, head=head, base=base, title=title, body=text, draft=True
+            )
+        except GitHubException as first:
+            if not drafts_unsupported(first):
+                raise
+            # Refused before anything was created: the same request, not a draft.
+            response = await gh.rest.pulls.async_create(
+                repo.owner, repo.name, head=head, base=base, title=title, body=text, draft=False
+            )
     except GitHubException as exc:
         lost = no_answer(exc)
         exists = (

@@ -1,43 +1,58 @@
-"""``POST /webhooks/github``: read the body (capped), hand it to the intake,
-dispatch the jobs it committed, answer fast."""
+"""``POST /webhooks/github``: read the body (within the gate's limits), hand
+it to the intake, dispatch the jobs it committed, answer fast."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+import time
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.engine.runtime import Runtime
-from app.intake import MAX_BODY_BYTES, Intake
+from app.intake import Intake
+from app.logs import log_context
+from app.metrics import instruments
+from app.web.limits import BodyGate, BodyRefused
 
+_EVENT_NAME = re.compile(r"^[a-z_]{1,40}$")
 Endpoint = Callable[[Request], Awaitable[Response]]
+log = logging.getLogger("repairbot.web")
 
 
-async def read_capped(request: Request, limit: int) -> bytes | None:
-    """The body, or None as soon as it passes ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def webhook_endpoint(intake: Intake, runtime: Runtime) -> Endpoint:
+def webhook_endpoint(intake: Intake, runtime: Runtime, gate: BodyGate) -> Endpoint:
     async def receive(request: Request) -> Response:
-        body = await read_capped(request, MAX_BODY_BYTES)
-        if body is None:
-            return JSONResponse({"message": "payload larger than 25 MB"}, status_code=413)
-        # The database work is short but synchronous: keep it off the event loop.
-        result = await asyncio.to_thread(intake.receive, request.headers, body)
-        await runtime.dispatch(result.jobs)
-        return JSONResponse({"message": result.message}, status_code=result.status_code)
+        started = time.perf_counter()
+        meter = instruments()
+        delivery = request.headers.get("x-github-delivery", "")
+        with log_context(delivery_id=delivery or None):
+            try:
+                async with gate.body(request) as body:
+                    # The database work is short but synchronous: keep it off the event loop.
+                    result = await asyncio.to_thread(intake.receive, request.headers, body)
+            except BodyRefused as refused:
+                response = refused.response()
+                meter.intake_results.labels(str(response.status_code), "-").inc()
+                return response
+            try:
+                await runtime.dispatch(result.jobs)
+            except Exception:
+                # The jobs are in the outbox, committed with the delivery: the relay
+                # sends them when the dispatch channel is back. The delivery is safe.
+                log.warning("dispatch after intake failed; the relay will retry", exc_info=True)
+        meter.intake_seconds.labels(str(result.status_code)).observe(time.perf_counter() - started)
+        # Only a verified delivery names its event: an unsigned request must not
+        # mint label values (one time series each).
+        event = request.headers.get("x-github-event", "")
+        if result.status_code in (400, 401, 413) or not _EVENT_NAME.match(event):
+            event = "-"
+        meter.intake_results.labels(str(result.status_code), event).inc()
+        headers = {"Retry-After": str(result.retry_after)} if result.retry_after else None
+        return JSONResponse(
+            {"message": result.message}, status_code=result.status_code, headers=headers
+        )
 
     return receive

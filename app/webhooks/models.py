@@ -110,6 +110,10 @@ class Branch(Model):
 
     ref: str
     sha: str
+    #: The repository the branch lives in; ``None`` when it was deleted (a
+    #: fork removed). A fork's pull request has a head repository other than
+    #: the base's: it never steers a run.
+    repo: RepositoryRef | None = None
 
 
 class PullRequest(Model):
@@ -124,6 +128,12 @@ class PullRequest(Model):
     base: Branch
     user: Account
     body: Text = ""
+
+    @property
+    def from_fork(self) -> bool:
+        """The head branch is not in the base repository (or is gone)."""
+        head, base = self.head.repo, self.base.repo
+        return head is None or base is None or head.id != base.id
 
 
 class Review(Model):

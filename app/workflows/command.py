@@ -1,5 +1,8 @@
-"""The slash-command workflow: check the author's permission through the API,
-then act (start, cancel, retry, status, help) or refuse politely, once."""
+"""The slash-command workflow (version 2): check the author's permission
+through the API, then act (start, cancel, retry, status, help) or refuse
+politely, once. Keyed by the comment's id (see :func:`command_workflow_id`),
+so a captured comment redelivered under a new delivery id does nothing.
+"""
 
 from __future__ import annotations
 
@@ -8,98 +11,114 @@ from typing import Any
 from activities import github, runs
 from app.engine.context import WorkflowContext
 from app.engine.registry import workflow
+from app.workflows import command_v1
+from app.workflows.calls import call
+from app.workflows.contracts import CommandRequest, RunRequest
 from handlers.commands import HELP
 
-WRITE_OR_HIGHER = frozenset({"admin", "maintain", "write"})
 
-
-def _comment(
-    ctx: WorkflowContext, request: dict[str, Any], op_run: str, op_step: str, body: str
-) -> Any:
-    return ctx.activity(
+async def _comment(
+    ctx: WorkflowContext, request: RunRequest, op_run: str, op_step: str, body: str
+) -> None:
+    await call(
+        ctx,
         github.comment,
-        {
-            "repo": request["repo"],
-            "installation_id": request["installation_id"],
-            "issue_number": request["issue_number"],
-            "op_run": op_run,
-            "op_step": op_step,
-            "body": body,
-        },
+        github.CommentInput(
+            repo=request.repo,
+            installation_id=request.installation_id,
+            issue_number=request.issue_number,
+            op_run=op_run,
+            op_step=op_step,
+            body=body,
+        ),
+        github.CommentResult,
         step=f"comment-{op_step}",
     )
 
 
-def _describe(status: dict[str, Any]) -> str:
-    if not status.get("exists"):
+def _describe(status: runs.DescribeResult) -> str:
+    if not status.exists:
         return "No repair run for this issue yet. Comment `/repair` to start one."
-    text = f"Repair run `{status['run_id']}` is **{status['status']}**."
-    phase = status.get("phase")
-    if isinstance(phase, dict) and phase.get("phase"):
-        text += f" Current phase: {phase['phase']}."
-    if status.get("error"):
-        text += f"\n\nLast problem: {status['error']}"
+    text = f"Repair run `{status.run_id}` is **{status.status}**."
+    if status.phase is not None and status.phase.get("phase"):
+        text += f" Current phase: {status.phase['phase']}."
+    if status.error:
+        text += f"\n\nLast problem: {status.error}"
     return text
 
 
-@workflow("slash-command", version=1)
-async def slash_command(ctx: WorkflowContext, command_input: dict[str, Any]) -> dict[str, Any]:
-    request: dict[str, Any] = command_input["request"]
-    author: str = command_input["author"]
-    verb: str = command_input["command"]["verb"]
-    granted = await ctx.activity(
+async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
+    request, author, verb = command.request, command.author, command.command.verb
+    if verb == "repair":
+        started = await call(ctx, runs.start_repair, request, runs.StartResult, step="start")
+        return (
+            f"Started repair run `{started.run_id}`. Progress is tracked in its status comment."
+            if started.created
+            else f"A repair run is already active for this issue: `{started.run_id}`."
+        )
+    if verb == "cancel":
+        outcome = await call(
+            ctx,
+            runs.cancel_repair,
+            runs.CancelInput(request=request, reason=f"@{author} asked to cancel"),
+            runs.CancelResult,
+            step="cancel",
+        )
+        return (
+            "Cancelling the repair run: active work stops, evidence is kept, resources are "
+            "cleaned up. The status comment will say when it is done."
+            if outcome.cancelled
+            else "There is no active repair run to cancel."
+        )
+    if verb == "retry":
+        retried = await call(
+            ctx,
+            runs.retry_repair,
+            runs.RetryInput(request=request, author=author),
+            runs.StartResult,
+            step="retry",
+        )
+        return (
+            f"Started a new repair run `{retried.run_id}`."
+            if retried.created
+            else f"Run `{retried.run_id}` is still active; nothing to retry."
+        )
+    if verb == "status":
+        described = await call(
+            ctx, runs.describe_repair, request, runs.DescribeResult, step="status"
+        )
+        return _describe(described)
+    unknown = command.command.args if verb == "unknown" else None
+    return (f"I don't know `/repair {unknown}`.\n\n" if unknown else "") + HELP
+
+
+@workflow("slash-command", version=2)
+async def slash_command(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
+    command = CommandRequest.model_validate(raw)
+    request, author, verb = command.request, command.author, command.command.verb
+    granted = await call(
+        ctx,
         github.permission,
-        {"repo": request["repo"], "installation_id": request["installation_id"], "user": author},
+        github.PermissionInput(
+            repo=request.repo, installation_id=request.installation_id, user=author
+        ),
+        github.PermissionResult,
         step="permission",
     )
-    if granted["permission"] not in WRITE_OR_HIGHER:
+    if not granted.may_write:
         # One refusal per person per issue: the operation id does not name this run.
         await _comment(
             ctx,
             request,
-            f"refusal:{request['repo']}#{request['issue_number']}",
+            f"refusal:{request.repo}#{request.issue_number}",
             author,
             f"Sorry @{author}, repairbot only takes commands from people with write "
             "access to this repository.",
         )
-        return {"verb": verb, "obeyed": False, "permission": granted["permission"]}
-
-    reply: str
-    if verb == "repair":
-        started = await ctx.activity(runs.start_repair, request, step="start")
-        reply = (
-            f"Started repair run `{started['run_id']}`. Progress is tracked in its status comment."
-            if started["created"]
-            else f"A repair run is already active for this issue: `{started['run_id']}`."
-        )
-    elif verb == "cancel":
-        outcome = await ctx.activity(
-            runs.cancel_repair,
-            {"request": request, "reason": f"@{author} asked to cancel"},
-            step="cancel",
-        )
-        reply = (
-            "Cancelling the repair run: active work stops, evidence is kept, resources are "
-            "cleaned up. The status comment will say when it is done."
-            if outcome["cancelled"]
-            else "There is no active repair run to cancel."
-        )
-    elif verb == "retry":
-        retried = await ctx.activity(
-            runs.retry_repair, {"request": request, "author": author}, step="retry"
-        )
-        reply = (
-            f"Started a new repair run `{retried['run_id']}`."
-            if retried["created"]
-            else f"Run `{retried['run_id']}` is still active; nothing to retry."
-        )
-    elif verb == "status":
-        reply = _describe(await ctx.activity(runs.describe_repair, request, step="status"))
-    else:
-        unknown = command_input["command"]["args"] if verb == "unknown" else None
-        reply = (f"I don't know `/repair {unknown}`.\n\n" if unknown else "") + HELP
+        return {"verb": verb, "obeyed": False, "permission": granted.permission}
+    reply = await _act(ctx, command)
     await _comment(ctx, request, ctx.run_id, "reply", f"@{author} {reply}")
     return {"verb": verb, "obeyed": True}
 
 
-WORKFLOWS = [slash_command]
+WORKFLOWS = [command_v1.slash_command, slash_command]

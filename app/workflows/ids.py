@@ -11,19 +11,31 @@ import re
 REPAIR_WORKFLOW = "repair"
 COMMAND_WORKFLOW = "slash-command"
 BRANCH_PREFIX = "repairbot/issue-"
-_BRANCH = re.compile(r"^repairbot/issue-(\d+)$")
+#: ``repairbot/issue-<n>`` (a run's first try) or ``repairbot/issue-<n>-<run>``.
+_BRANCH = re.compile(r"^repairbot/issue-(\d+)(?:-\d+)?$")
 
 
 def repair_workflow_id(repo_full_name: str, issue_number: int) -> str:
     return f"repair:{repo_full_name.lower()}#{issue_number}"
 
 
-def command_workflow_id(delivery_id: str) -> str:
-    return f"command:{delivery_id}"
+def command_workflow_id(comment_id: int | str) -> str:
+    """Keyed by the comment: the same comment, however often delivered, is one command."""
+    return f"command:{comment_id}"
 
 
 def repair_branch(issue_number: int) -> str:
     return f"{BRANCH_PREFIX}{issue_number}"
+
+
+def run_branch(issue_number: int, run_id: str) -> str:
+    """The branch of one run. A run's number is the last part of its id
+    (``<workflow id>/<n>``): a retry or relabel gets a branch of its own, so it
+    works whether or not an older run's branch exists and never overwrites it."""
+    number = run_id.rsplit("/", 1)[-1]
+    if not number.isdigit() or number == "1":
+        return repair_branch(issue_number)
+    return f"{repair_branch(issue_number)}-{number}"
 
 
 def issue_of_branch(branch: str) -> int | None:

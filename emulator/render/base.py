@@ -156,3 +156,30 @@ def reactions(url: str) -> Json:
         "rocket": 0,
         "eyes": 0,
     }
+
+
+def private_user(urls: Urls, u: User) -> Json:
+    """``GET /user``: the signed-in user's own full profile."""
+    created = ts(u.created_at)
+    return user(urls, u) | {
+        "name": u.name or u.login,
+        "company": None,
+        "blog": "",
+        "location": None,
+        "email": u.email,
+        "hireable": None,
+        "bio": None,
+        "twitter_username": None,
+        "public_repos": 0,
+        "public_gists": 0,
+        "followers": 0,
+        "following": 0,
+        "created_at": created,
+        "updated_at": created,
+        "private_gists": 0,
+        "total_private_repos": 0,
+        "owned_private_repos": 0,
+        "disk_usage": 0,
+        "collaborators": 0,
+        "two_factor_authentication": True,
+    }

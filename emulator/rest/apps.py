@@ -6,7 +6,7 @@ from typing import Any
 
 from emulator.render import base, repos
 from emulator.rest.http import ApiError, Ctx, Reply, Spec, not_found, paginate, validation
-from emulator.state import LEVEL_RANK, App, Installation, Token
+from emulator.state import LEVEL_RANK, ROLE_RANK, App, Installation, Repo, Token, User
 
 
 def _app(ctx: Ctx) -> App:
@@ -122,18 +122,148 @@ def installation_repositories(ctx: Ctx) -> Reply:
     )
 
 
+# -- the user side: who signed in, and what they reach through the App --------------
+
+
+def _user_of_app(ctx: Ctx) -> tuple[User, App | None]:
+    principal = ctx.principal
+    if principal.kind != "user" or principal.user is None:
+        raise ApiError(401, "Requires authentication")
+    app_id = principal.token.app_id if principal.token else None
+    return principal.user, ctx.emu.store.apps.get(app_id) if app_id is not None else None
+
+
+def authenticated_user(ctx: Ctx) -> Reply:
+    user, _ = _user_of_app(ctx)
+    return Reply(200, base.private_user(ctx.urls, user))
+
+
+def _reachable(ctx: Ctx, user: User, inst: Installation) -> list[Repo]:
+    """The installation's repositories the user has explicit access to (GitHub's rule)."""
+    store = ctx.emu.store
+    return [
+        r
+        for r in store.repos.values()
+        if inst in store.installations_for(r) and ROLE_RANK[r.role_of(user.login)] >= 1
+    ]
+
+
+def user_installations(ctx: Ctx) -> Reply:
+    user, app = _user_of_app(ctx)
+    if app is None:
+        raise ApiError(403, "You must authenticate with an access token authorized to a GitHub App")
+    found = [
+        i
+        for i in ctx.emu.store.installations.values()
+        if i.app_id == app.id and i.suspended_at is None and _reachable(ctx, user, i)
+    ]
+    every = [base.installation(ctx.urls, i, app) for i in found]
+    return paginate(
+        ctx, every, wrap=lambda chunk: {"total_count": len(every), "installations": chunk}
+    )
+
+
+def user_installation_repositories(ctx: Ctx) -> Reply:
+    user, app = _user_of_app(ctx)
+    inst = ctx.emu.store.installations.get(ctx.int_param("installation_id"))
+    if app is None or inst is None or inst.app_id != app.id:
+        raise not_found()
+    every = []
+    for r in _reachable(ctx, user, inst):
+        rank = ROLE_RANK[r.role_of(user.login)]
+        every.append(
+            repos.repository(ctx.urls, r)
+            | {
+                "permissions": {
+                    "admin": rank >= 5,
+                    "maintain": rank >= 4,
+                    "push": rank >= 3,
+                    "triage": rank >= 2,
+                    "pull": rank >= 1,
+                }
+            }
+        )
+    if not every:
+        raise not_found()
+    return paginate(
+        ctx,
+        every,
+        wrap=lambda chunk: {
+            "total_count": len(every),
+            "repositories": chunk,
+            "repository_selection": inst.repository_selection,
+        },
+    )
+
+
+def manifest_conversion(ctx: Ctx) -> Reply:
+    """``POST /app-manifests/{code}/conversions``: the new App's credentials, once."""
+    store = ctx.emu.store
+    grant = store.grants.get(ctx.params["code"])
+    if grant is None or grant.kind != "manifest" or grant.expires_at <= store.now():
+        raise not_found()
+    del store.grants[grant.code]
+    app = store.apps[grant.app_id]
+    out = base.app(ctx.urls, app) | {
+        "client_secret": app.client_secret,
+        "webhook_secret": app.webhook_secret,
+        "pem": grant.private_key_pem,
+    }
+    return Reply(201, out)
+
+
 # -- hook deliveries (GitHub lets an app inspect and redeliver its own) --------------
 
 
 def list_deliveries(ctx: Ctx) -> Reply:
+    """Newest first, paged by cursor as GitHub does (``?cursor=`` from the
+    ``Link`` header; ``page`` is not accepted here). Only attempted deliveries
+    are listed: GitHub shows a delivery once it has been tried.
+    ``status=success|failure`` filters on the status code (2xx-3xx / 4xx-5xx)."""
     app = _app(ctx)
-    mine = [d for d in ctx.emu.dispatcher.list() if d.app_id == app.id]
+    try:
+        per_page = int(ctx.query.get("per_page", "30"))
+    except ValueError:
+        raise validation() from None
+    if not 1 <= per_page <= 100:
+        raise validation("per_page must be between 1 and 100")
+    wanted = ctx.query.get("status")
+    if wanted not in (None, "success", "failure"):
+        raise validation("status must be success or failure")
+    cursor = ctx.query.get("cursor")
+    start: int | None = None
+    if cursor is not None:
+        if not cursor.startswith("v1_") or not cursor[3:].isdigit():
+            raise ApiError(400, "Invalid cursor")
+        start = int(cursor[3:])
+    found = [
+        d
+        for d in reversed(ctx.emu.dispatcher.list())
+        if d.app_id == app.id
+        and d.delivered_at is not None
+        and (start is None or d.id <= start)
+        and (wanted is None or _outcome(d.status_code) == wanted)
+    ]
+    page, rest = found[:per_page], found[per_page:]
     out = []
-    for d in reversed(mine):
+    for d in page:
         item = d.to_json()
         del item["request"], item["response"], item["url"]
         out.append(item)
-    return paginate(ctx, out)
+    headers = {}
+    if rest:
+        query = f"per_page={per_page}" + (f"&status={wanted}" if wanted else "")
+        path = ctx.emu.base_path + ctx.params.get("__path__", "")
+        headers["link"] = f'<{ctx.urls.web}{path}?{query}&cursor=v1_{rest[0].id}>; rel="next"'
+    return Reply(200, out, headers)
+
+
+def _outcome(status_code: int) -> str | None:
+    if 200 <= status_code < 400:
+        return "success"
+    if 400 <= status_code < 600:
+        return "failure"
+    return None  # 0: no connection (GitHub's "failed to connect" matches neither)
 
 
 def get_delivery(ctx: Ctx) -> Reply:
@@ -148,6 +278,7 @@ def redeliver(ctx: Ctx) -> Reply:
     if d is None or d.app_id != _app(ctx).id:
         raise not_found()
     ctx.emu.dispatcher.redeliver(d.id)
+    # GitHub answers 202 with an empty object and sends the attempt later.
     return Reply(202, {})
 
 
@@ -163,6 +294,14 @@ ROUTES = [
     ),
     Spec("GET", "/repos/{owner}/{repo}/installation", repo_installation, auth="jwt"),
     Spec("GET", "/installation/repositories", installation_repositories),
+    Spec("GET", "/user", authenticated_user),
+    Spec("GET", "/user/installations", user_installations),
+    Spec(
+        "GET",
+        "/user/installations/{installation_id}/repositories",
+        user_installation_repositories,
+    ),
+    Spec("POST", "/app-manifests/{code}/conversions", manifest_conversion, auth="any"),
     Spec("GET", "/app/hook/deliveries", list_deliveries, auth="jwt"),
     Spec("GET", "/app/hook/deliveries/{delivery_id}", get_delivery, auth="jwt"),
     Spec("POST", "/app/hook/deliveries/{delivery_id}/attempts", redeliver, auth="jwt"),

@@ -24,6 +24,7 @@ from emulator.auth import AuthError, Principal, authenticate, can_see, may
 from emulator.faults import Fault
 from emulator.render.base import Urls
 from emulator.state import Repo, User
+from emulator.versions import UnsupportedVersion, adapt, select
 
 if TYPE_CHECKING:
     from emulator.app import Emulator
@@ -185,12 +186,17 @@ class Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
+        try:
+            version = select(request.headers.get("x-github-api-version"))
+        except UnsupportedVersion as exc:
+            await _send_json(send, 400, ApiError(400, exc.message).body(), {}, version=None)
+            return
         fault = self.emu.faults.take(self.spec.key)
         if fault is not None and fault.kind == "delay":
             await anyio.sleep(fault.delay)
         elif fault is not None and fault.kind in ("fail", "rate_limit"):
             status, body, headers = fault_answer(fault, self.emu.store.now().timestamp())
-            await _send_json(send, status, body, headers)
+            await _send_json(send, status, body, headers, version=version)
             return
         raw = await request.body()
         params = {k: str(v) for k, v in request.path_params.items()}
@@ -203,7 +209,9 @@ class Endpoint:
         if fault is not None and fault.kind == "drop":
             await send({"type": "http.response.start", "status": status, "headers": []})
             raise DroppedResponse("emulator dropped the connection after applying the request")
-        await _send_json(send, status, body, headers)
+        if status < 300:
+            body = adapt(body, version, self.spec.key)
+        await _send_json(send, status, body, headers, version=version)
 
     def _run(
         self,
@@ -246,7 +254,8 @@ class Endpoint:
 def fault_answer(fault: Fault, now: float) -> tuple[int, dict[str, Any], dict[str, str]]:
     """The answer GitHub gives for a failure or a rate limit of this kind."""
     if fault.kind == "fail":
-        return fault.status, ApiError(fault.status, "Injected failure").body(), {}
+        message = fault.message or "Injected failure"
+        return fault.status, ApiError(fault.status, message).body(), {}
     status = fault.status if fault.status in (403, 429) else 403
     if fault.rate_limit_style == "retry-after":
         message = (
@@ -265,13 +274,16 @@ def fault_answer(fault: Fault, now: float) -> tuple[int, dict[str, Any], dict[st
     return status, ApiError(status, "API rate limit exceeded for installation.").body(), headers
 
 
-async def _send_json(send: Send, status: int, body: Any, headers: dict[str, str]) -> None:
+async def _send_json(
+    send: Send, status: int, body: Any, headers: dict[str, str], *, version: str | None
+) -> None:
     payload = b"" if status == 204 or body is None else json.dumps(body).encode()
     head = [
         (b"content-type", b"application/json; charset=utf-8"),
         (b"x-github-request-id", uuid.uuid4().hex[:16].upper().encode()),
-        (b"x-github-api-version-selected", b"2022-11-28"),
     ]
+    if version is not None:
+        head.append((b"x-github-api-version-selected", version.encode()))
     if status != 204:
         head.append((b"content-length", str(len(payload)).encode()))
     head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]

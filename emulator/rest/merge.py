@@ -1,9 +1,11 @@
 """``PUT /pulls/{n}/merge``: a real merge, squash or rebase in git, pinned by ``sha``.
 
 The checks run in GitHub's order: the caller's permission (403), the PR's state
-(405), the ``sha`` pin against the head in git (409), then mergeability (405).
-The base branch moves with a compare-and-swap, so a push racing the merge
-makes it fail (409) instead of being overwritten.
+(405), the ``sha`` pin against the head in git (409, the only 409 GitHub gives
+here), then mergeability (405). The base branch moves with a compare-and-swap,
+so a push racing the merge makes it fail with GitHub's 405 "Base branch was
+modified. Review and try the merge again." (a retry succeeds) instead of being
+overwritten. A ``fail`` fault with that status and message scripts the race.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def merge_pull(ctx: Ctx) -> Reply:
         pr.mergeable_cache[(view.base_sha, view.head_sha)] = False
         raise ApiError(405, "Pull Request is not mergeable") from None
     except RefConflict:
-        raise ApiError(409, "Base branch was modified. Review and try the merge again.") from None
+        raise ApiError(405, "Base branch was modified. Review and try the merge again.") from None
     now = store.now()
     pr.merged, pr.merged_at, pr.merged_by, pr.merge_commit_sha = True, now, actor, new_sha
     pr.issue.state, pr.issue.closed_at, pr.issue.closed_by, pr.issue.updated_at = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from emulator.gitview import open_git, pull_git
@@ -57,6 +58,12 @@ def create_pull(ctx: Ctx) -> Reply:
     title = body.get("title")
     if not isinstance(title, str) or not title:
         raise validation(resource="PullRequest", code="missing_field", field="title")
+    if body.get("draft") and not repo.drafts_supported:
+        raise validation(
+            resource="PullRequest",
+            code="custom",
+            message="Draft pull requests are not supported in this repository.",
+        )
     git = open_git(repo)
     head_sha = git.resolve(f"refs/heads/{head}") if head else None
     if head_sha is None:
@@ -136,7 +143,11 @@ def list_pulls(ctx: Ctx) -> Reply:
 def get_pull(ctx: Ctx) -> Reply:
     repo = ctx.repo(permission="pull_requests")
     pr = find_pull(repo, ctx.int_param("pull_number"))
-    return Reply(200, render.pull(ctx.urls, repo, pr, pull_git(repo, pr)))
+    view = pull_git(repo, pr)
+    if pr.mergeable_unknown_reads > 0 and pr.issue.state == "open":
+        pr.mergeable_unknown_reads -= 1
+        view = replace(view, mergeable=None)
+    return Reply(200, render.pull(ctx.urls, repo, pr, view))
 
 
 def update_pull(ctx: Ctx) -> Reply:

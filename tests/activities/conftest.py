@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from activities.workspace import WorkspaceSpec
 from app.commands import Sandbox
 from app.config import Settings
 from app.engine.activity_context import Dependencies
-from app.evidence import EvidenceStore
+from app.engine.db import make_engine
+from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from tests.activities.support import RecordingContext
 from tests.agent.sample_repo import (  # noqa: F401
     SampleRepo,
@@ -26,8 +28,13 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def evidence(settings: Settings) -> EvidenceStore:
-    return EvidenceStore(settings.evidence_dir)
+def evidence(tmp_path: Path, sqlite_template: Path) -> Iterator[EvidenceStore]:
+    """The default store: evidence in the (migrated, SQLite) database."""
+    path = tmp_path / "evidence.db"
+    shutil.copy(sqlite_template, path)
+    engine = make_engine(f"sqlite:///{path}")
+    yield DatabaseEvidenceStore(engine)
+    engine.dispose()
 
 
 @pytest.fixture

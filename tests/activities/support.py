@@ -25,6 +25,11 @@ FIX_AGENT = {"backend": "command", "command": {"argv": FIX_ARGV}}
 PY = sys.executable
 
 
+class SimulatedCrash(BaseException):
+    """The process "died" at a fault point (in-process stand-in for SIGKILL;
+    the real one is in tests/e2e/test_agent_crashes.py)."""
+
+
 class RecordingContext:
     def __init__(
         self,
@@ -41,10 +46,31 @@ class RecordingContext:
         #: Answer "cancellation requested" once this holds for the heartbeats so far.
         self.cancel_when = cancel_when
         self.heartbeats: list[Any] = []
+        #: As the runtime hands it over: the last checkpoint of an earlier attempt.
+        self.last_checkpoint: Any = None
+        self.checkpoints: list[Any] = []
+        #: A fault point (``name@N``) where this "worker" dies: SimulatedCrash.
+        self.crash_at: str | None = None
+        self._hits: dict[str, int] = {}
 
     async def heartbeat(self, details: Any = None) -> bool:
         self.heartbeats.append(details)
         return self.cancel_when is not None and self.cancel_when(self.heartbeats)
+
+    async def checkpoint(self, value: Any) -> bool:
+        self.checkpoints.append(value)
+        return await self.heartbeat({"checkpoint": value})
+
+    def fault(self, name: str) -> None:
+        self._hits[name] = self._hits.get(name, 0) + 1
+        if self.crash_at == f"{name}@{self._hits[name]}":
+            raise SimulatedCrash(self.crash_at)
+
+    def resumed(self) -> RecordingContext:
+        """The next attempt, handed this one's last checkpoint."""
+        nxt = RecordingContext(self.deps, attempt=self.attempt + 1)
+        nxt.last_checkpoint = self.checkpoints[-1] if self.checkpoints else None
+        return nxt
 
     def dep(self, kind: type[Any]) -> Any:
         return self.deps.get(kind)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -11,12 +10,11 @@ import pytest
 from activities.agent import propose_fix
 from activities.commands import verify_candidate
 from activities.workspace import WorkspaceSpec
-from app.agent import AgentHttp, AgentPolicy
+from app.agent import AgentHttp
 from app.engine.activity_context import Dependencies
-from app.engine.errors import PermanentError, TransientError
+from app.engine.errors import TransientError
 from app.evidence import EvidenceRef, EvidenceStore
 from tests.activities.support import FIX_AGENT, REPRO, TESTS, RecordingContext, call, with_patch
-from tests.agent.fake_llm import API_KEY, OPENAI_URL, FakeLLM
 from tests.agent.sample_repo import FIX_ARGV, FIX_DIFF
 
 
@@ -124,54 +122,6 @@ async def test_failing_setup_is_retried_not_proposed(
 ) -> None:
     with pytest.raises(TransientError, match="setup failed"):
         await call(propose_fix, actx, propose_input(spec, setup=[{"shell": "exit 1"}]))
-
-
-@pytest.fixture
-async def llm_deps(deps: Dependencies) -> AsyncIterator[tuple[Dependencies, FakeLLM]]:
-    llm = FakeLLM()
-    async with llm.client() as client:
-        deps.add(AgentHttp(client))
-        deps.add(
-            AgentPolicy(api_keys={"TEAM_KEY": API_KEY}, allowed_base_urls=frozenset({OPENAI_URL}))
-        )
-        yield deps, llm
-
-
-HTTP_AGENT = {
-    "backend": "http",
-    "provider": "openai",
-    "model": "gpt-test",
-    "base_url": OPENAI_URL,
-    "api_key_env": "TEAM_KEY",
-}
-
-
-async def test_the_http_agent_through_the_activity(
-    llm_deps: tuple[Dependencies, FakeLLM], spec: WorkspaceSpec, evidence: EvidenceStore
-) -> None:
-    deps, llm = llm_deps
-    actx = RecordingContext(deps)
-    llm.reply(f"Sign error.\n\n```diff\n{FIX_DIFF}```", input_tokens=3000, output_tokens=120)
-    result = await call(propose_fix, actx, propose_input(spec, agent=HTTP_AGENT))
-    assert result["outcome"] == "proposed" and result["backend"] == "http:openai/gpt-test"
-    assert (result["input_tokens"], result["output_tokens"]) == (3000, 120)
-    assert (await verify(actx, spec, result["patch"]))["verdict"] == "verified"
-
-
-async def test_rate_limits_reach_the_runtime_with_their_delay(
-    llm_deps: tuple[Dependencies, FakeLLM], spec: WorkspaceSpec
-) -> None:
-    deps, llm = llm_deps
-    llm.fail(429, {"error": {"message": "slow down"}}, {"retry-after": "20"})
-    with pytest.raises(TransientError) as caught:
-        await call(propose_fix, RecordingContext(deps), propose_input(spec, agent=HTTP_AGENT))
-    assert caught.value.next_retry_delay == 20.0
-
-
-async def test_an_unoffered_key_is_permanent(actx: RecordingContext, spec: WorkspaceSpec) -> None:
-    agent = {**HTTP_AGENT, "api_key_env": "SOMEONE_ELSES_KEY", "base_url": None}
-    with pytest.raises(PermanentError, match="SOMEONE_ELSES_KEY"):
-        await call(propose_fix, actx, propose_input(spec, agent=agent))
 
 
 async def test_agent_http_is_its_own_dependency() -> None:

@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from activities.workspace import GitCredentials, InstallationGit, WorkspaceSpec, prepare_workspace
 from app.engine.errors import PermanentError, TransientError
-from app.evidence import EvidenceStore
+from app.evidence import DatabaseEvidenceStore, EvidenceStore
+from app.evidence.database import blobs
 from tests.activities.support import RecordingContext, call
 from tests.agent.sample_repo import SampleRepo
 
@@ -141,8 +143,13 @@ async def test_a_corrupt_patch_is_permanent(
     bad = spec.model_copy(update={"patch": ref})
     with pytest.raises(PermanentError, match="does not apply"):
         await call(prepare_workspace, actx, {"workspace": bad.model_dump(mode="json")})
-    evidence.path(ref.sha256).chmod(0o644)
-    evidence.path(ref.sha256).write_bytes(b"tampered\n")
+    assert isinstance(evidence, DatabaseEvidenceStore)
+    with evidence.engine.begin() as conn:
+        conn.execute(
+            update(blobs)
+            .where(blobs.c.sha256 == ref.sha256)
+            .values(encoding="identity", data=b"tampered\n")
+        )
     with pytest.raises(PermanentError, match="altered"):
         await call(prepare_workspace, actx, {"workspace": bad.model_dump(mode="json")})
 

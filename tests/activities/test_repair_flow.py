@@ -29,7 +29,7 @@ from app.engine.context import WorkflowContext
 from app.engine.errors import ActivityError
 from app.engine.registry import Registry, workflow
 from app.engine.runtime import Runtime
-from app.evidence import EvidenceStore
+from app.evidence import FolderEvidenceStore
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV, SampleRepo
 
 CONFIG = f"""
@@ -127,7 +127,7 @@ async def test_reproduce_propose_verify_under_the_runtime(
 ) -> None:
     sha = sample_repo.commit({".github/repairbot.yml": CONFIG}, "configure repairbot")
     settings = Settings(data_dir=tmp_path / "data")
-    evidence = EvidenceStore(settings.evidence_dir)
+    evidence = FolderEvidenceStore(settings.evidence_dir)
     registry = Registry.of(
         [repair_flow, bad_input],
         [*WORKSPACE_ACTIVITIES, *COMMAND_ACTIVITIES, *AGENT_ACTIVITIES, *EVIDENCE_ACTIVITIES],
@@ -157,7 +157,7 @@ async def test_a_malformed_input_fails_at_once(
     settings = Settings(data_dir=tmp_path / "data")
     registry = Registry.of([bad_input], COMMAND_ACTIVITIES)
     runtime = await runtime_for(
-        registry, Dependencies(settings, EvidenceStore(settings.evidence_dir))
+        registry, Dependencies(settings, FolderEvidenceStore(settings.evidence_dir))
     )
     spec = WorkspaceSpec(repo="octo/calc", clone_url=sample_repo.url, base_sha=sample_repo.base_sha)
     await runtime.start_workflow("test.bad_input", "bad-1", {"workspace": spec.model_dump()})

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
-from app.agent import AgentPolicy, CommandAgent, HttpAgent, build_agent
+from app.agent import AgentPolicy, BuiltinAgent, CommandAgent, LoopHost, build_agent
+from app.agent.budget import price_of
+from app.config import ConfigError
 from app.engine.errors import PermanentError
+from app.evidence import FolderEvidenceStore
 from app.repo_config import AgentConfig, parse_repo_config
 
 
@@ -19,7 +24,11 @@ def config(text: str) -> AgentConfig:
 HTTP = "agent: {backend: http, provider: openai, model: gpt-x, api_key_env: TEAM_OPENAI_KEY}\n"
 
 
-async def test_command_and_http_agents_are_built() -> None:
+async def _never_cancelled(_: object) -> bool:
+    return False
+
+
+async def test_command_and_builtin_agents_are_built(tmp_path: Path) -> None:
     policy = AgentPolicy(api_keys={"TEAM_OPENAI_KEY": "sk-1"})
     built = build_agent(
         config("agent: {backend: command, command: ./fix}"),
@@ -29,8 +38,12 @@ async def test_command_and_http_agents_are_built() -> None:
     )
     assert isinstance(built, CommandAgent)
     async with httpx.AsyncClient() as client:
-        http = build_agent(config(HTTP), policy=policy, http_client=client, time_limit=5)
-    assert isinstance(http, HttpAgent) and http.api.base_url == "https://api.openai.com/v1"
+        host = LoopHost(
+            store=FolderEvidenceStore(tmp_path), save=_never_cancelled, beat=_never_cancelled
+        )
+        http = build_agent(config(HTTP), policy=policy, http_client=client, time_limit=5, host=host)
+    assert isinstance(http, BuiltinAgent) and http.model.base_url == "https://api.openai.com/v1"
+    assert http.name == "builtin:openai/gpt-x"
 
 
 async def test_keys_are_only_those_the_operator_offers() -> None:
@@ -66,3 +79,23 @@ def test_policy_from_the_worker_environment() -> None:
     assert dict(policy.api_keys) == {"OPENAI_API_KEY": "sk-op"}
     assert "http://llm.internal:8000/v1" in policy.allowed_base_urls
     assert "sk-op" not in repr(policy)
+
+
+def test_the_operator_policy_from_the_environment() -> None:
+    env = {
+        "REPAIRBOT_AGENT_API_KEYS": "TEAM_KEY",
+        "TEAM_KEY": "sk-team-0123456789",
+        "REPAIRBOT_AGENT_COMMAND_ENV": "ANTHROPIC_API_KEY",
+        "ANTHROPIC_API_KEY": "sk-ant-cli-0123456789",
+        "REPAIRBOT_AGENT_BUDGET": '{"attempt": {"turns": 5}, "run": {"cost_usd": 2.5}}',
+        "REPAIRBOT_AGENT_PRICES": '{"gpt-4o": {"input_per_mtok": 2.5, "output_per_mtok": 10}}',
+        "REPAIRBOT_AGENT_DEFAULT": '{"backend": "http", "provider": "openai", "model": "gpt-4o"}',
+    }
+    policy = AgentPolicy.from_env(env)
+    assert policy.default is not None and policy.default.model == "gpt-4o"
+    assert policy.command_env == {"ANTHROPIC_API_KEY": "sk-ant-cli-0123456789"}
+    assert (policy.budget.attempt.turns, policy.budget.run.cost_usd) == (5, 2.5)
+    assert price_of(policy.prices, "gpt-4o-2024-08-06") == policy.prices["gpt-4o"]
+    assert set(policy.secrets) == {"sk-team-0123456789", "sk-ant-cli-0123456789"}
+    with pytest.raises(ConfigError, match="REPAIRBOT_AGENT_"):
+        AgentPolicy.from_env({"REPAIRBOT_AGENT_BUDGET": '{"attempt": {"turns": 0}}'})

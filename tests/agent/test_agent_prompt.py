@@ -6,9 +6,8 @@ from pathlib import Path
 
 from app.agent import AgentRequest
 from app.agent.context import ContextBudget, ContextFile, mentioned_paths, select
-from app.agent.prompt import extract_diff, user_message
+from app.agent.prompt import user_message
 from app.workspace import Workspace
-from tests.agent.sample_repo import FIX_DIFF
 
 TRACKED = ["src/pkg/core.py", "src/pkg/util.py", "tests/test_core.py", "core.py", "docs/index.md"]
 
@@ -78,14 +77,3 @@ async def test_prompt_fences_survive_backticks_in_files(workspace: Workspace) ->
     assert "`````\n```\ncode\n````\n\n`````" in message
     assert "[... earlier output omitted ...]" in message and message.count("x") < 9_000
     assert "THE END" in message
-
-
-def test_extract_diff_from_fenced_and_bare_answers() -> None:
-    assert extract_diff(f"Cause: sign.\n\n```diff\n{FIX_DIFF}```\nDone.") == FIX_DIFF
-    assert extract_diff(f"```patch\n{FIX_DIFF}```") == FIX_DIFF
-    assert extract_diff(f"```\n{FIX_DIFF}```") == FIX_DIFF  # unlabelled but clearly a diff
-    assert extract_diff(f"Here it is:\n{FIX_DIFF}") == FIX_DIFF
-    two = extract_diff("```diff\n--- a/x\n+++ b/x\n```\ntext\n```diff\n--- a/y\n+++ b/y\n```")
-    assert two == "--- a/x\n+++ b/x\n--- a/y\n+++ b/y\n"
-    assert extract_diff("```python\nprint('no diff')\n```") is None
-    assert extract_diff("No idea, sorry.") is None

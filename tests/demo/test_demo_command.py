@@ -41,3 +41,16 @@ def test_demo_survives_a_worker_killed_mid_run(tmp_path: Path) -> None:
     assert "outcome merged" in out
     assert "pull requests          1  merged: 1" in out
     assert "status comments        1" in out
+
+
+@pytest.mark.slow
+def test_demo_with_the_builtin_agent(tmp_path: Path) -> None:
+    out = run_demo("--agent", "builtin", tmp_path=tmp_path)
+    assert "model (scripted)" in out
+    assert (
+        "the built-in agent asked the scripted model 7 times (turns [0, 1, 2, 3, 4, 5, 6])" in out
+    )
+    for tool in ("list_files", "search", "read_file", "replace_in_file", "run_command", "finish"):
+        assert f"tool call  {tool}(" in out
+    assert "outcome merged" in out
+    assert "pull requests          1  merged: 1" in out

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE
@@ -66,13 +70,48 @@ async def github_state(stack: LocalStack, number: int) -> dict[str, Any]:
     )
     pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=who)
     branches = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/branches", as_user=who)
-    status = [c for c in comments if "repairbot:op=" in c["body"] and "status" in c["body"]]
+    # The run's status comment carries the marker of its ``status`` step (a
+    # command's reply may mention "status" in its text).
+    status = [c for c in comments if re.search(r"repairbot:op=\S+:status[ \t]*-->", c["body"])]
     return {
         "comments": comments,
         "status_comments": status,
         "pulls": pulls,
         "branches": sorted(b["name"] for b in branches),
     }
+
+
+async def check_runs(stack: LocalStack, sha: str) -> list[dict[str, Any]]:
+    """The check runs on a commit, as GitHub shows them."""
+    owner, repo, who = stack.people.owner, stack.repo_name, stack.people.owner
+    listed = await stack.gh.rest(
+        "GET", f"/repos/{owner}/{repo}/commits/{sha}/check-runs", as_user=who
+    )
+    runs: list[dict[str, Any]] = listed["check_runs"]
+    return runs
+
+
+async def final_check(stack: LocalStack, sha: str) -> dict[str, Any]:
+    """repairbot's one check run on ``sha``; it must be completed."""
+    ours = [run for run in await check_runs(stack, sha) if run["name"] == "repairbot"]
+    assert len(ours) == 1, ours
+    assert ours[0]["status"] == "completed", ours[0]
+    return ours[0]
+
+
+HISTORIES = Path(__file__).parent.parent / "histories"
+
+
+def record_history(stack: LocalStack, number: int, name: str) -> None:
+    """With ``REPAIRBOT_RECORD_HISTORIES=1``, keep the run's history as a golden
+    history (``tests/histories/<name>.json``) that CI replays on every change."""
+    if os.environ.get("REPAIRBOT_RECORD_HISTORIES") != "1":
+        return
+    from app.engine.history import export_history
+
+    assert stack.runtime is not None
+    history = export_history(stack.runtime.store, workflow_id(stack, number))
+    (HISTORIES / f"{name}.json").write_text(json.dumps(history, indent=1) + "\n")
 
 
 def file_on_branch(stack: LocalStack, branch: str, path: str) -> str:

@@ -113,5 +113,5 @@ async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> Non
     state = await github_state(stack, number)
     assert len(state["status_comments"]) == 1
     assert [p["merged_at"] is not None for p in state["pulls"]] == [True]
-    assert state["branches"] == ["main", f"repairbot/issue-{number}"]
+    assert state["branches"] == ["main"]  # deleted after the merge
     assert FIXED_LINE in file_on_branch(stack, "main", "slugify/__init__.py")

@@ -11,8 +11,10 @@ from app.demo.project import FIXED_LINE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from tests.e2e.scenario import (
     file_on_branch,
+    final_check,
     github_state,
     open_labelled_issue,
+    record_history,
     wait_end,
     wait_phase,
 )
@@ -47,6 +49,11 @@ async def test_happy_path_to_merge(stack: LocalStack) -> None:
     [pull] = state["pulls"]
     assert pull["merged_at"] is not None and pull["head"]["sha"] == run.result["proposed_sha"]
     assert len(state["status_comments"]) == 1
-    assert state["branches"] == ["main", f"repairbot/issue-{number}"]
+    # Merged: the branch is deleted (the repository config may keep it).
+    assert state["branches"] == ["main"]
+    check = await final_check(stack, run.result["proposed_sha"])
+    assert check["conclusion"] == "success"
+    assert "Merged the fix." in state["status_comments"][0]["body"]
+    record_history(stack, number, "repair_v2_merged")
     assert FIXED_LINE in file_on_branch(stack, "main", "slugify/__init__.py")
     assert [c["user"]["login"] for c in state["status_comments"]] == ["repairbot[bot]"]

@@ -39,6 +39,7 @@ from tests.e2e.scenario import (
     heartbeat_every,
     open_labelled_issue,
     push_files,
+    record_history,
     review,
     scheduled,
     status_comment,
@@ -188,7 +189,9 @@ async def test_changes_requested_then_approved_on_the_new_head(stack: LocalStack
         stack, pull, "REQUEST_CHANGES", body="Please say in the docstring that empty words go."
     )
     maintainer = stack.people.maintainer
-    await wait_status_comment(stack, number, f"Updated the proposal after @{maintainer}'s review")
+    await wait_status_comment(
+        stack, number, f"Updated the proposal after @{maintainer}'s review", timeout=90
+    )
     second = branch_sha(stack, branch)
     assert second is not None and second != first
     # The same branch moved from the first proposal to a new one: one pull
@@ -218,6 +221,7 @@ async def test_changes_requested_then_approved_on_the_new_head(stack: LocalStack
     assert FIXED_LINE in library and REVIEW_ASK[2] in library
     assert len(state["status_comments"]) == 1
     assert "Merged the fix." in state["status_comments"][0]["body"]
+    record_history(stack, number, "repair_v2_second_attempt_merged")
 
 
 @SQLITE_ONLY
@@ -236,7 +240,8 @@ async def test_review_round_does_not_overwrite_a_human_push(stack: LocalStack) -
     pushed = await push_files(stack, branch, {"NOTES.md": "My own take.\n"})
 
     run = await wait_end(stack, number)
-    assert run.status == "needs-human", run.error
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "human-pushed"
     assert [r["status"] for r in activity_results(stack, number, "github.push_branch")] == [
         "pushed",
         "lease-refused",
@@ -245,7 +250,8 @@ async def test_review_round_does_not_overwrite_a_human_push(stack: LocalStack) -
     [pr] = (await github_state(stack, number))["pulls"]
     assert pr["head"]["sha"] == pushed and pr["merged_at"] is None
     body = await status_comment(stack, number)
-    assert "a human needs to decide" in body and "will not overwrite it" in body
+    assert "a human pushed to the proposal's branch" in body and "will not overwrite it" in body
+    assert f"Pull request: #{pr['number']} (open)" in body
 
 
 # -- 5. an approval from someone without write access does not count -----------------------
@@ -291,7 +297,8 @@ async def test_head_moved_after_approval_is_not_merged(stack: LocalStack) -> Non
     assert await stack.gh.deliveries.release() >= 2
 
     run = await wait_end(stack, number)
-    assert run.status == "needs-human", run.error
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "human-pushed"
     state = await github_state(stack, number)
     [pr] = state["pulls"]
     assert pr["merged_at"] is None and pr["state"] == "open"
@@ -299,8 +306,8 @@ async def test_head_moved_after_approval_is_not_merged(stack: LocalStack) -> Non
     assert branch_sha(stack, branch) == pushed  # repairbot did not overwrite it
     assert BUGGY_LINE in file_on_branch(stack, "main", LIBRARY)
     body = await status_comment(stack, number)
-    assert "a human needs to decide" in body
-    assert f"@{stack.people.maintainer} pushed to the branch" in body
+    assert "a human pushed to the proposal's branch" in body
+    assert f"@{stack.people.maintainer} pushed `{pushed[:12]}` to the branch" in body
     assert "/repair retry" in body
     assert scheduled(stack, number, "github.merge") == []
 
@@ -328,17 +335,17 @@ async def test_head_moved_during_the_merge_is_refused_by_the_pinned_sha(
     pushed = await push_files(stack, branch, {"NOTES.md": "A human was here.\n"})
 
     run = await wait_end(stack, number)
-    assert run.status == "needs-human", run.error
-    assert activity_results(stack, number, "github.merge") == [
-        {"outcome": "head-moved", "head_sha": pushed}
-    ]
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "human-pushed"
+    [merged] = activity_results(stack, number, "github.merge")
+    assert merged["outcome"] == "head-moved" and merged["head_sha"] == pushed
     state = await github_state(stack, number)
     [pr] = state["pulls"]
     assert pr["merged_at"] is None and pr["head"]["sha"] == pushed
     assert BUGGY_LINE in file_on_branch(stack, "main", LIBRARY)
     body = await status_comment(stack, number)
-    assert "a human needs to decide" in body
-    assert f"@{stack.people.maintainer} pushed to the branch" in body
+    assert "a human pushed to the proposal's branch" in body
+    assert f"head moved to `{pushed[:12]}`" in body
 
 
 # -- 8. the base branch moved after the proposal ---------------------------------------------
@@ -472,7 +479,7 @@ async def test_every_webhook_delivered_twice_is_one_repair(stack: LocalStack) ->
     assert len(state["status_comments"]) == 1
     [pr] = state["pulls"]
     assert pr["merged_at"] is not None
-    assert state["branches"] == ["main", repair_branch(number)]
+    assert state["branches"] == ["main"]  # deleted after the merge
     # One squash commit on top of the initial one: merged once.
     assert len(first_parent_history(stack, "main")) == 2
     assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)

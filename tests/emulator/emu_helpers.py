@@ -35,13 +35,17 @@ class Received:
 
 @dataclass
 class WebhookSink:
-    """Records deliveries; answers ``status`` (set it to make deliveries fail)."""
+    """Records deliveries; answers ``status`` (set it to make deliveries fail), or
+    refuses the connection while ``down``."""
 
     status: int = 202
+    down: bool = False
     received: list[Received] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+        if self.down:
+            raise httpx.ConnectError("[Errno 111] Connection refused")
         with self._lock:
             self.received.append(Received(url, dict(headers), body))
         return self.status, "ok"

@@ -165,8 +165,12 @@ async def test_reviews_and_merge(world: World) -> None:
     resp = await gh.rest.pulls.async_get("octo", "demo", pr.number)
     merged = resp.parsed_data
     assert merged.merged and merged.state == "closed"
-    # githubkit's 2026-03-10 model no longer declares merge_commit_sha; GitHub still sends it.
-    assert resp.json()["merge_commit_sha"] == result.sha
+    # API version 2026-03-10 (githubkit's) removed merge_commit_sha; 2022-11-28 has it.
+    assert "merge_commit_sha" not in resp.json()
+    old = await gh.rest.pulls.async_get(
+        "octo", "demo", pr.number, headers={"X-GitHub-Api-Version": "2022-11-28"}
+    )
+    assert old.json()["merge_commit_sha"] == result.sha
     assert (await gh.rest.pulls.async_check_if_merged("octo", "demo", pr.number)).status_code == 204
 
 

@@ -171,6 +171,8 @@ class CrashLab:
         relay_grace: float = 0.2,
         worker_silence: float = 15.0,
         dispatch_only: bool = False,
+        drain_grace: float = 5.0,
+        db_patience: float = 15.0,
     ) -> WorkerProcess:
         """A worker process; with ``standby`` it only loads its code and waits
         for :meth:`WorkerProcess.go`, so a test can pay interpreter start-up
@@ -184,6 +186,8 @@ class CrashLab:
             "--reconcile-interval", str(reconcile_interval),
             "--relay-grace", str(relay_grace),
             "--worker-silence", str(worker_silence),
+            "--drain-grace", str(drain_grace),
+            "--db-patience", str(db_patience),
         ]  # fmt: skip
         if fault:
             argv += ["--fault", fault]
@@ -215,11 +219,18 @@ class CrashLab:
 
     def wait_killed(self, worker: WorkerProcess, timeout: float = 20.0) -> None:
         """The worker must die by its own SIGKILL at the fault point."""
-        self.wait_until(
-            lambda: worker.popen.poll() is not None,
-            f"worker {worker.worker_id} to hit its fault point",
-            timeout,
-        )
+        try:
+            self.wait_until(
+                lambda: worker.popen.poll() is not None,
+                f"worker {worker.worker_id} to hit its fault point",
+                timeout,
+            )
+        except AssertionError:
+            # Ask the stuck worker for its stacks (crash_worker registers
+            # faulthandler on SIGUSR1); the diagnostics print its log.
+            os.kill(worker.pid, signal.SIGUSR1)
+            time.sleep(1.0)
+            raise
         code = worker.popen.returncode
         assert code == -signal.SIGKILL, (
             f"worker {worker.worker_id} exited with {code}, not by SIGKILL at its fault point"

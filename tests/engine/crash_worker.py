@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,6 +216,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         relay_grace=args.relay_grace,
         liveness_interval=min(1.0, args.worker_silence / 4),
         worker_silence=args.worker_silence,
+        db_patience=args.db_patience,
     )
 
 
@@ -222,18 +225,19 @@ async def run_in_process(runtime: Runtime) -> None:
     await asyncio.Event().wait()  # until killed
 
 
-async def run_arq(runtime: Runtime, redis_url: str, *, eager: bool) -> None:
-    from arq import create_pool
-    from arq.connections import RedisSettings
+async def run_arq(runtime: Runtime, args: argparse.Namespace) -> None:
+    from app.engine.serve import serve_arq
 
-    from app.engine.arq_dispatch import ArqDispatcher, arq_workers
-
-    settings = RedisSettings.from_dsn(redis_url)
-    pool = await create_pool(settings)
-    runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
-    # No signal handlers: the tests end this process with SIGKILL or SIGTERM.
-    workers = arq_workers(runtime, settings, handle_signals=False, poll_delay=0.01)
-    await asyncio.gather(*(w.async_run() for w in workers))
+    # Wired as app/worker.py wires it: SIGTERM drains, SIGKILL is a crash.
+    await serve_arq(
+        runtime,
+        args.arq,
+        concurrency=8,
+        reconcile_interval=args.reconcile_interval,
+        drain_grace=args.drain_grace,
+        poll_delay=0.01,
+        eager=not args.dispatch_only,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -248,6 +252,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reconcile-interval", type=float, default=0.05)
     parser.add_argument("--relay-grace", type=float, default=0.2)
     parser.add_argument("--worker-silence", type=float, default=15.0)
+    parser.add_argument("--drain-grace", type=float, default=5.0)
+    parser.add_argument("--db-patience", type=float, default=15.0)
     parser.add_argument(
         "--dispatch-only",
         action="store_true",
@@ -263,6 +269,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # `kill -USR1 <pid>` prints every thread's stack to the log: a hung worker explains itself.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     while args.standby and not os.path.exists(args.standby):
         time.sleep(0.01)
     logging.basicConfig(
@@ -277,11 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         args.fault,
         bool(args.arq),
     )
-    asyncio.run(
-        run_arq(runtime, args.arq, eager=not args.dispatch_only)
-        if args.arq
-        else run_in_process(runtime)
-    )
+    asyncio.run(run_arq(runtime, args) if args.arq else run_in_process(runtime))
 
 
 if __name__ == "__main__":

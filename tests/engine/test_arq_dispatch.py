@@ -9,11 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 from arq import create_pool
 from arq.connections import RedisSettings
+from arq.constants import job_key_prefix
 from redis.asyncio import Redis
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
 from app.engine.arq_dispatch import ArqDispatcher, arq_workers
+from app.engine.jobs import DEFAULT_QUEUE
 from app.engine.runtime import Runtime
+from app.engine.store.schema import outbox
 from tests.engine.test_workflows_basic import REGISTRY
 
 pytestmark = pytest.mark.redis
@@ -89,3 +92,50 @@ async def test_deterministic_job_ids_make_double_relay_one_job(
         _defer_by=60,
     )
     assert first is not None and second is None
+
+
+async def _delayed_timer_jobs(redis: Redis) -> list[bytes]:
+    queued = await redis.zrange(DEFAULT_QUEUE, 0, -1)
+    keys = [k async for k in redis.scan_iter(job_key_prefix + "tmr:*")]
+    return [j for j in queued if j.startswith(b"tmr:")] + keys
+
+
+def _outbox_depth(runtime: Runtime) -> int:
+    with runtime.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(outbox)).scalar_one())
+
+
+@pytest.mark.parametrize("ending", ["signal", "cancel"])
+async def test_a_timer_that_will_not_fire_leaves_no_outbox_row_or_delayed_job(
+    arq_runtime: Runtime, redis_url: str, ending: str
+) -> None:
+    """The wait's 30 s timer is cancelled by the signal (or dropped with the
+    cancelled run): its outbox row and its delayed arq job go with it, so the
+    outbox depth returns to 0 instead of holding the row until it would fire."""
+    redis = Redis.from_url(redis_url)
+    workflow_id = f"tidy-{ending}"
+    await arq_runtime.start_workflow("waiter", workflow_id)
+
+    async def timer_waiting() -> bool:
+        return bool(await _delayed_timer_jobs(redis)) and _outbox_depth(arq_runtime) == 1
+
+    deadline = asyncio.get_running_loop().time() + 20
+    while not await timer_waiting():
+        assert asyncio.get_running_loop().time() < deadline, "the wait's timer never got queued"
+        await asyncio.sleep(0.02)
+
+    if ending == "signal":
+        await arq_runtime.signal(workflow_id, "approve", {"ok": 1}, dedupe_key="s1")
+    else:
+        await arq_runtime.cancel(workflow_id, "test")
+    run = await arq_runtime.wait_for(workflow_id, timeout=20)
+    assert run.status == ("completed" if ending == "signal" else "cancelled")
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while _outbox_depth(arq_runtime) or await _delayed_timer_jobs(redis):
+        assert asyncio.get_running_loop().time() < deadline, (
+            f"left behind: outbox {_outbox_depth(arq_runtime)}, "
+            f"redis {await _delayed_timer_jobs(redis)}"
+        )
+        await asyncio.sleep(0.02)
+    await redis.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from app.engine.activity_context import ActivityContext
@@ -10,6 +11,7 @@ from app.engine.context import WorkflowContext
 from app.engine.errors import ActivityCancelled, ActivityError, CleanupIncomplete, WorkflowCancelled
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Registry, activity, workflow
+from app.engine.replay import replay_history
 
 LOG: list[str] = []
 
@@ -55,12 +57,44 @@ async def cancellable(ctx: WorkflowContext, fail_cleanup: bool) -> Any:
         return {"cancelled": True, "evidence": evidence}
 
 
+@activity("close-pr")
+async def close_pr(actx: ActivityContext, _: Any) -> str:
+    LOG.append("pr closed")
+    return "closed"
+
+
+@activity("delete-branch")
+async def delete_branch(actx: ActivityContext, _: Any) -> str:
+    LOG.append("branch deleted")
+    return "deleted"
+
+
+@workflow("waits-then-cleans")
+async def waits_then_cleans(ctx: WorkflowContext, _: Any) -> Any:
+    """Nothing in flight when cancelled: the cleanup is scheduled in the very
+    workflow task that records the cancel."""
+    try:
+        await ctx.wait_signal("review")
+        return "reviewed"
+    except WorkflowCancelled:
+        await ctx.stop_active_work()
+        ctx.enter_cancel_phase("cleaning-owned-resources")
+        closed, deleted = await ctx.gather(
+            ctx.activity(close_pr, None, step="close-pr"),
+            ctx.activity(delete_branch, None, step="delete-branch"),
+        )
+        return {"pr": closed, "branch": deleted}
+
+
 @workflow("ignores-cancel")
 async def ignores_cancel(ctx: WorkflowContext, _: Any) -> Any:
     await ctx.sleep(3600)
 
 
-REGISTRY = Registry.of([cancellable, ignores_cancel], [long_work, save_evidence, clean])
+REGISTRY = Registry.of(
+    [cancellable, ignores_cancel, waits_then_cleans],
+    [long_work, save_evidence, clean, close_pr, delete_branch],
+)
 
 
 def setup_function() -> None:
@@ -100,6 +134,41 @@ async def test_cleanup_that_cannot_finish_is_reported(make_runtime: Any) -> None
     run = await rt.wait_for("c-bad", timeout=30)
     assert run.status == "cleanup-incomplete"
     assert run.error["leftovers"] == ["branch repairbot/1"]
+
+
+async def test_cleanup_scheduled_in_the_cancelling_task_runs(make_runtime: Any) -> None:
+    """Regression (issue 9): the commit that records a cancel used to cancel the
+    cleanup activities the workflow scheduled in that same commit."""
+    rt = await make_runtime(REGISTRY)
+    await rt.start_workflow("waits-then-cleans", "c-wait", None)
+    await rt.wait_for("c-wait", statuses=("running",))
+    for _ in range(500):  # the first workflow task has committed its wait
+        started = rt.store.find_run("c-wait")
+        if started is not None and not started.pending_task:
+            break
+        await asyncio.sleep(0.01)
+    assert await rt.cancel("c-wait", "maintainer said /repair cancel")
+    run = await rt.wait_for("c-wait")
+    assert run.status == "cancelled", run.error
+    assert run.result == {"pr": "closed", "branch": "deleted"}
+    assert sorted(LOG) == ["branch deleted", "pr closed"]
+    history = rt.store.load_events(run.run_id)
+    assert [e for e in history if e.type == "activity_failed"] == []
+    # A worker that lost its cache replays the cancel at the same point, so the
+    # cleanup (scheduled after the boundary) is never stopped by the replay either.
+    cancel_at = next(e.seq for e in history if e.type == "cancel_requested")
+    _, step = replay_history(
+        REGISTRY.workflow("waits-then-cleans", 1),
+        history[:-1],
+        run_id=run.run_id,
+        workflow_id="c-wait",
+        task_time=datetime.now(UTC),
+    )
+    assert step.cancel_delivered
+    cleanup_cmds = [e.data["cmd"] for e in history if e.type == "activity_scheduled"]
+    assert len(cleanup_cmds) == 2
+    assert all(cmd > step.cancel_boundary for cmd in cleanup_cmds)
+    assert all(e.seq > cancel_at for e in history if e.type == "activity_scheduled")
 
 
 async def test_unhandled_cancel_ends_the_run_cancelled(make_runtime: Any) -> None:

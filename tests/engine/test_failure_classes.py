@@ -129,6 +129,25 @@ async def test_ambiguous_then_unknown_parks_for_a_human(make_runtime: Any) -> No
     assert WORLD["calls"] == [1]
 
 
+async def test_resume_after_the_operator_settled_an_unknown_effect(make_runtime: Any) -> None:
+    WORLD["lose_before_apply"] = True
+    WORLD["verdict"] = "unknown"
+    rt = await make_runtime(REGISTRY)
+    started = await rt.start_workflow("create-one", "amb-resume", "t9")
+    assert (await rt.wait_for("amb-resume")).status == "needs-human"
+    # The operator looked: the ticket was never created. Reconcile can now tell.
+    WORLD["verdict"] = None
+    assert await rt.resume(started.run_id, "checked: no ticket t9 exists", by="ops")
+    run = await rt.wait_for("amb-resume", statuses=("completed",))
+    assert run.result == "id-t9"
+    # Attempt 2 only reconciled (and parked); attempt 3 reconciled (absent), then created.
+    assert WORLD["calls"] == [1, 3]
+    resumed = [e.data for e in rt.store.load_events(run.run_id) if e.type == "run_resumed"]
+    assert resumed == [
+        {"reason": "checked: no ticket t9 exists", "from": "needs-human", "by": "ops"}
+    ]
+
+
 async def test_operation_id_reuse_with_other_parameters_is_an_error(make_runtime: Any) -> None:
     rt = await make_runtime(REGISTRY)
     await rt.start_workflow("reuse-op", "op-diff", False)

@@ -114,10 +114,40 @@ def test_workflow_reading_the_clock_is_refused_at_registration() -> None:
 
 def test_product_workflows_pass_the_determinism_check() -> None:
     from app.registry import build_registry
-    from app.workflows import command, example, ids, repair, report
+    from app.workflows import (
+        calls,
+        command,
+        command_v1,
+        contracts,
+        example,
+        ids,
+        repair,
+        repair_base,
+        repair_review,
+        repair_v1,
+        repair_work,
+        report,
+        report_v1,
+        state,
+    )
 
     assert build_registry().workflow_keys()  # building it checked each workflow function
-    for module in (command, example, ids, repair, report):
+    for module in (
+        calls,
+        command,
+        command_v1,
+        contracts,
+        example,
+        ids,
+        repair,
+        repair_base,
+        repair_review,
+        repair_v1,
+        repair_work,
+        report,
+        report_v1,
+        state,
+    ):
         check_module_source(module)  # and their helpers and classes, whole
 
 

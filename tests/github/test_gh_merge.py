@@ -8,7 +8,14 @@ from gh_scene import Scene
 
 from app.engine.errors import TransientError
 from app.github.markers import OpId
-from app.github.merge import HeadMoved, Merged, NotMergeable, merge_pinned
+from app.github.merge import (
+    HeadMoved,
+    Merged,
+    MergePatience,
+    NotMergeable,
+    merge_pinned,
+    read_pull,
+)
 from app.github.pulls import ensure_pull_request
 
 MERGE = "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"
@@ -146,3 +153,65 @@ async def test_server_trouble_is_transient(
         await merge_pinned(scene.gh, scene.repo, number, sha)
     assert not merged_in_emulator(scene, number)
     assert isinstance(await merge_pinned(scene.gh, scene.repo, number, sha), Merged)
+
+
+# -- GitHub's answers that are not what they seem ------------------------------------------
+
+BASE_MODIFIED = "Base branch was modified. Review and try the merge again."
+QUICK = MergePatience(mergeable_pause=0.0, base_modified_pause=0.0)
+
+
+async def test_base_modified_405_is_retried_and_merges(
+    scene: Scene, proposal: tuple[int, str]
+) -> None:
+    number, sha = proposal
+    await scene.client.faults.add(MERGE, "fail", status=405, message=BASE_MODIFIED, times=2)
+    outcome = await merge_pinned(scene.gh, scene.repo, number, sha, patience=QUICK)
+    assert outcome == Merged(main_head(scene))
+    assert merged_in_emulator(scene, number)
+    assert [f["fired"] for f in await scene.client.faults.list()] == [2]
+
+
+async def test_base_modified_past_the_tries_is_transient_not_a_refusal(
+    scene: Scene, proposal: tuple[int, str]
+) -> None:
+    number, sha = proposal
+    await scene.client.faults.add(MERGE, "fail", status=405, message=BASE_MODIFIED, times=3)
+    with pytest.raises(TransientError):
+        await merge_pinned(scene.gh, scene.repo, number, sha, patience=QUICK)
+    assert not merged_in_emulator(scene, number)
+    assert isinstance(await merge_pinned(scene.gh, scene.repo, number, sha), Merged)
+
+
+async def test_a_405_that_means_not_mergeable_goes_to_a_human(
+    scene: Scene, proposal: tuple[int, str]
+) -> None:
+    number, sha = proposal
+    await scene.client.faults.add(
+        MERGE, "fail", status=405, message="Pull Request is not mergeable"
+    )
+    outcome = await merge_pinned(scene.gh, scene.repo, number, sha, patience=QUICK)
+    assert outcome == NotMergeable("Pull Request is not mergeable")
+    assert not merged_in_emulator(scene, number)
+
+
+async def test_mergeable_null_is_waited_out(scene: Scene, proposal: tuple[int, str]) -> None:
+    number, sha = proposal
+    await scene.client.mergeable_unknown("octo", "demo", number, reads=3)
+    assert (await read_pull(scene.gh, scene.repo, number)).mergeable is None
+    outcome = await merge_pinned(scene.gh, scene.repo, number, sha, patience=QUICK)
+    assert outcome == Merged(main_head(scene))
+    assert scene.state().issues[number].pull.mergeable_unknown_reads == 0  # type: ignore[union-attr]
+
+
+async def test_merge_commit_sha_is_read_under_the_version_githubkit_requests(
+    scene: Scene, proposal: tuple[int, str]
+) -> None:
+    """2026-03-10 removed merge_commit_sha from pull requests: read_pull still knows it."""
+    number, sha = proposal
+    await merge_pinned(scene.gh, scene.repo, number, sha)
+    raw = await scene.gh.rest.pulls.async_get("octo", "demo", number)
+    assert raw.headers["x-github-api-version-selected"] == "2026-03-10"
+    assert "merge_commit_sha" not in raw.json()
+    state = await read_pull(scene.gh, scene.repo, number)
+    assert state.merged and state.merge_commit_sha == main_head(scene)

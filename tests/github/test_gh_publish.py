@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from gh_scene import LocalGit, Scene, git
 
 from app.engine.errors import PermanentError, TransientError
 from app.github import gitcmd
+from app.github.branches import BranchDeletion, Deletion, delete_branch_if_at
 from app.github.publish import (
     BranchDiverged,
     CommitBuildError,
@@ -307,3 +309,20 @@ async def test_workspace_config_cannot_change_the_commit(local_git: LocalGit) ->
         git("config", key, value, cwd=local_git.work)
     assert await fix_commit(local_git.work, local_git.base) == expected
     assert not (local_git.work / "fsmonitor-ran").exists()
+
+
+async def test_branch_deleted_only_while_at_the_expected_commit(
+    scene: Scene, served: str, tmp_path: Path, push_branch: Callable[..., Awaitable[str]]
+) -> None:
+    url = f"{served}/{scene.repo.full_name}.git"
+    token = (await scene.factory.installation_token(scene.installation_id)).token
+    ours = await push_branch(BRANCH, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    human = await push_branch(BRANCH, {"NOTE.md": "a human's commit\n"})
+    moved = await delete_branch_if_at(url, BRANCH, ours, token=token)
+    assert moved == BranchDeletion(Deletion.MOVED, human)
+    assert emulator_ref(scene) == human  # the human's commit is kept
+    done = await delete_branch_if_at(url, BRANCH, human, token=token)
+    assert done == BranchDeletion(Deletion.DELETED, None) and done.deleted
+    assert emulator_ref(scene) is None
+    again = await delete_branch_if_at(url, BRANCH, human, token=token)
+    assert again.status is Deletion.ABSENT and again.deleted

@@ -120,3 +120,12 @@ async def test_no_commits_is_permanent(scene: Scene) -> None:
     )
     with pytest.raises(PermanentError, match="No commits between"):
         await ensure(scene)
+
+
+async def test_a_plan_without_drafts_gets_a_ready_pull_request(scene: Scene, branch: str) -> None:
+    await scene.client.repo_settings("octo", "demo", drafts_supported=False)
+    first = await ensure(scene)
+    again = await ensure(scene)
+    assert first.created and not first.draft and not again.created
+    [(number, head, state, draft, _)] = pulls_in(scene)
+    assert (number, head, state, draft) == (first.number, "repairbot/issue-1", "open", False)

@@ -77,12 +77,19 @@ async def test_trigger_label_starts_one_run_per_issue(web: Any, db_engine: Any) 
     assert "already running" in relabel.json()["message"]
 
 
-async def test_other_labels_do_nothing(web: Any, db_engine: Any) -> None:
-    poster, _ = web
+async def test_any_label_reaches_a_run_that_decides(web: Any, db_engine: Any) -> None:
+    """Which label triggers is the repository's config (read by the run, which
+    ends quietly for any other label: tests/e2e/test_steering.py); a label
+    repairbot itself adds never starts anything."""
+    poster, runtime = web
     response = await poster.post("issues", _labeled("bug"))
-    assert "not the trigger label" in response.json()["message"]
-    with db_engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(runs)).scalar_one() == 0
+    assert "started" in response.json()["message"]
+    [run] = runtime.store.list_runs()
+    assert run.input["label"] == "bug" and run.input["trigger"] == "label"
+    ours = _labeled("bug")
+    ours["sender"] = ours["sender"] | {"login": "repairbot[bot]", "type": "Bot"}
+    response = await poster.post("issues", ours)
+    assert "by repairbot itself" in response.json()["message"]
 
 
 async def test_unlabel_and_close_cancel_the_run(web: Any) -> None:
@@ -134,9 +141,25 @@ async def test_comment_with_command_starts_a_command_workflow(web: Any) -> None:
     payload["installation"] = {"id": 1}
     response = await poster.post("issue_comment", payload, delivery="c-1")
     assert response.status_code == 202
-    run = runtime.store.find_run("command:c-1")
+    run = runtime.store.find_run(f"command:{payload['comment']['id']}")
     assert run.input["command"] == {"verb": "cancel", "args": ""}
     assert run.input["author"] == payload["comment"]["user"]["login"]
+
+
+async def test_a_comment_replayed_under_a_new_delivery_id_does_nothing(web: Any) -> None:
+    """A captured, signed comment sent again with another delivery id is a new
+    delivery (recorded) but the same comment: its command ran once already."""
+    poster, runtime = web
+    payload = example("issue_comment", "created")
+    payload["comment"]["body"] = "/repair cancel\n"
+    payload["installation"] = {"id": 1}
+    await poster.post("issue_comment", payload, delivery="c-first")
+    run = runtime.store.find_run(f"command:{payload['comment']['id']}")
+    response = await poster.post("issue_comment", payload, delivery="c-replayed")
+    assert response.status_code == 202
+    assert "already handled" in response.json()["message"]
+    commands = [r for r in runtime.store.list_runs() if r.workflow_name == "slash-command"]
+    assert [r.run_id for r in commands] == [run.run_id]
 
 
 async def test_quoted_or_fenced_commands_are_not_commands(web: Any) -> None:
@@ -145,7 +168,7 @@ async def test_quoted_or_fenced_commands_are_not_commands(web: Any) -> None:
     payload["comment"]["body"] = "> /repair cancel\n\n```\n/repair\n```\n"
     payload["installation"] = {"id": 1}
     await poster.post("issue_comment", payload, delivery="c-2")
-    assert runtime.store.find_run("command:c-2") is None
+    assert runtime.store.find_run(f"command:{payload['comment']['id']}") is None
 
 
 def test_the_real_examples_are_all_here() -> None:

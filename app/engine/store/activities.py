@@ -28,6 +28,20 @@ from app.engine.tables import (
     OPEN_STATUSES,
 )
 
+#: Longest wait a service may ask for (``next_retry_delay``) that is not
+#: counted against schedule-to-close; a longer one fails the activity as usual.
+MAX_EXCUSED_DELAY = 6 * 3600.0
+
+
+def excused_deadline(deadline: float, now: float, requested: float) -> float:
+    """Schedule-to-close bounds our own trying, not the time a service told us to
+    wait (GitHub's rate-limit reset may lie an hour away): a requested wait that
+    would end past the deadline moves the deadline back by that wait. The retry
+    is a durable scheduled attempt, so no worker is held meanwhile."""
+    if requested > MAX_EXCUSED_DELAY or now + requested < deadline:
+        return deadline
+    return deadline + requested
+
 
 class ActivityAttempts(StoreBase):
     def claim_activity(
@@ -101,7 +115,20 @@ class ActivityAttempts(StoreBase):
                 needs_reconcile=bool(row.needs_reconcile),
                 options=options,
                 started_at=tx.now,
+                heartbeat_details=row.heartbeat_details,
             )
+
+    def held_token(self, task_id: int, worker_id: str) -> int | None:
+        """The token of the running attempt of ``task_id`` if ``worker_id`` holds it."""
+        with self.engine.connect() as conn:
+            token = conn.execute(
+                select(tasks.c.fencing_token).where(
+                    tasks.c.id == task_id,
+                    tasks.c.status == "running",
+                    tasks.c.worker_id == worker_id,
+                )
+            ).scalar()
+        return int(token) if token is not None else None
 
     def heartbeat(self, task_id: int, token: int, details: Any = None) -> bool:
         """Extend the lease; returns whether cancellation was requested.
@@ -210,6 +237,8 @@ class ActivityAttempts(StoreBase):
                 else retry.delay_before(row.attempt + 1)
             )
             deadline = row.schedule_to_close_deadline
+            if failure.next_retry_delay is not None and deadline is not None:
+                deadline = excused_deadline(deadline, tx.now, failure.next_retry_delay)
             final = (
                 failure.failure_class in ("permanent", "cancelled")
                 or failure.error_type in retry.non_retryable_error_types
@@ -225,6 +254,7 @@ class ActivityAttempts(StoreBase):
                     .values(
                         status="scheduled",
                         next_attempt_at=tx.now + delay,
+                        schedule_to_close_deadline=deadline,
                         needs_reconcile=failure.failure_class == "ambiguous",
                         last_failure=failure.to_json(),
                         lease_expires_at=None,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import exists, select, update
 
 from app.engine import commands as ev
-from app.engine.jobs import Job, workflow_queue, workflow_task_job
+from app.engine.jobs import Job, relayed_id, workflow_queue, workflow_task_job
 from app.engine.policy import ActivityOptions
 from app.engine.store.base import StoreBase
 from app.engine.store.rows import Failure
@@ -13,6 +13,9 @@ from app.engine.store.schema import EARLY_TOLERANCE, outbox, runs, tasks, timers
 from app.engine.tables import (
     OPEN_STATUSES,
 )
+
+#: The longest wait between two re-dispatches of the same outbox row.
+MAX_RELAY_BACKOFF = 30.0
 
 
 class Maintenance(StoreBase):
@@ -28,9 +31,8 @@ class Maintenance(StoreBase):
                 )
                 .values(status="fired")
             ).rowcount
-            tx.conn.execute(
-                delete(outbox).where(outbox.c.kind == "timer", outbox.c.ref == f"{run_id}|{cmd}")
-            )
+            # Fired by the reconciler, its delayed job is still in the channel: drop it.
+            tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == f"{run_id}|{cmd}"))
             if fired:
                 tx.append_event(run_id, ev.TIMER_FIRED, {"cmd": cmd})
             return tx.jobs
@@ -148,16 +150,29 @@ class Maintenance(StoreBase):
                 tx.append_event(run_id, ev.DEADLINE_EXCEEDED, {"deadline_passed_at": now})
             return tx.jobs
 
-    def lingering_jobs(self, older_than: float, limit: int = 500) -> list[Job]:
-        """Outbox rows nobody consumed: the relay dispatches them again."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
+    def lingering_jobs(self, now: float, *, grace: float, limit: int = 500) -> list[Job]:
+        """Outbox rows nobody consumed within ``grace`` of falling due: dispatch
+        them again, each time under a fresh job id (a crashed worker may have
+        left the old id locked in arq) and with a longer wait before the next
+        time (a row may only be queued behind busy workers)."""
+        with self.transaction() as tx:
+            rows = tx.conn.execute(
                 select(outbox)
-                .where(and_(outbox.c.created_at < older_than, outbox.c.not_before < older_than))
-                .order_by(outbox.c.id)
+                .where(outbox.c.relay_at < now - grace)
+                .order_by(outbox.c.relay_at)
                 .limit(limit)
             ).all()
-        return [Job(r.job_id, r.kind, r.ref, r.queue, r.not_before) for r in rows]
+            for r in rows:
+                relay = r.relays + 1
+                backoff = min(MAX_RELAY_BACKOFF, grace * 2**relay)
+                taken = tx.conn.execute(
+                    update(outbox)
+                    .where(outbox.c.id == r.id, outbox.c.relays == r.relays)
+                    .values(relays=relay, relay_at=now + backoff - grace)
+                ).rowcount
+                if taken:  # else another reconciler relayed it just now
+                    tx.jobs.append(Job(relayed_id(r.job_id, relay), r.kind, r.ref, r.queue))
+            return tx.jobs
 
     def runnable_without_job(self, older_than: float, limit: int = 100) -> list[Job]:
         """Runs that wait for a workflow task but have no outbox row left."""
@@ -173,6 +188,10 @@ class Maintenance(StoreBase):
                     runs.c.pending_task.is_(True),
                     runs.c.status.in_(OPEN_STATUSES),
                     runs.c.updated_at < older_than,
+                    # A run with a workflow-task row left is the relay's business.
+                    ~exists().where(
+                        outbox.c.kind == "workflow_task", outbox.c.ref == runs.c.run_id
+                    ),
                 )
                 .limit(limit)
             ).all()

@@ -47,6 +47,9 @@ class Claim:
     needs_reconcile: bool
     options: ActivityOptions
     started_at: float
+    #: The last heartbeat details recorded for this task (by an earlier
+    #: attempt when this one is a retry): where a checkpointing activity resumes.
+    heartbeat_details: Any = None
 
 
 @dataclass(frozen=True)

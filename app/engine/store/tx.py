@@ -5,18 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, String, cast, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from app.engine import commands as ev
-from app.engine.jobs import Job, workflow_queue, workflow_task_job
+from app.engine.jobs import Job, retractions, workflow_queue, workflow_task_job
 from app.engine.store.rows import RunRow, StartResult, run_row
 from app.engine.store.schema import counters, events, outbox, runs, signals, tasks, timers
 from app.engine.tables import (
     OPEN_STATUSES,
     PARKED_STATUSES,
+    WAITING_FOR_OPERATOR,
 )
 
 
@@ -38,6 +39,7 @@ class Tx:
             "queue": job.queue,
             "not_before": job.not_before,
             "created_at": self.now,
+            "relay_at": max(self.now, job.not_before),
         }
         dialect = self.conn.dialect.name
         stmt: Any
@@ -49,6 +51,17 @@ class Tx:
             stmt = insert(outbox).values(**values)
         self.conn.execute(stmt)
         self.jobs.append(job)
+
+    def drop_jobs(self, condition: ColumnElement[bool]) -> None:
+        """Delete the outbox rows matching ``condition`` (work that is no longer
+        due) and ask the channel, after commit, to drop their delayed jobs."""
+        dropped = self.conn.execute(
+            delete(outbox)
+            .where(condition)
+            .returning(outbox.c.job_id, outbox.c.queue, outbox.c.relays)
+        ).all()
+        for row in dropped:
+            self.jobs.extend(retractions(row.job_id, row.queue, row.relays))
 
     # -- history ---------------------------------------------------------------
 
@@ -82,6 +95,40 @@ class Tx:
         row = self.conn.execute(select(runs).where(runs.c.active_key == workflow_id)).first()
         return run_row(row) if row else None
 
+    def target(self, key: str) -> RunRow | None:
+        """The open or parked run that ``key`` names: a run id (only while that
+        very run is the active one) or a workflow id (its active run)."""
+        row = self.conn.execute(select(runs).where(runs.c.run_id == key)).first()
+        if row is not None:
+            return run_row(row) if row.active_key is not None else None
+        return self.active_run(key)
+
+    def record_event(self, run: RunRow, type_: str, data: dict[str, Any]) -> int:
+        """Append an event whatever the run's status (no workflow task follows)."""
+        seq = int(
+            self.conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run.run_id)
+                .values(history_length=runs.c.history_length + 1, updated_at=self.now)
+                .returning(runs.c.history_length)
+            ).scalar_one()
+        )
+        self.conn.execute(
+            insert(events).values(
+                run_id=run.run_id, seq=seq, type=type_, data=data, created_at=self.now
+            )
+        )
+        return seq
+
+    def has_run(self, workflow_id: str) -> bool:
+        """Whether any run, open or closed, ever had ``workflow_id``."""
+        return (
+            self.conn.execute(
+                select(runs.c.run_id).where(runs.c.workflow_id == workflow_id).limit(1)
+            ).first()
+            is not None
+        )
+
     def start_run(
         self,
         *,
@@ -91,8 +138,11 @@ class Tx:
         input: Any,
         deadline_seconds: float | None = None,
         continued_from: str | None = None,
+        operator: dict[str, Any] | None = None,
     ) -> StartResult:
-        """Start a run unless one is active for ``workflow_id`` (then return it)."""
+        """Start a run unless one is active for ``workflow_id`` (then return it).
+
+        ``operator``: who started it by hand and why (recorded in history)."""
         existing = self.active_run(workflow_id)
         if existing is not None:
             return StartResult(existing.run_id, created=False)
@@ -131,6 +181,8 @@ class Tx:
             "version": workflow_version,
             "workflow_id": workflow_id,
         }
+        if operator:
+            started["operator"] = operator
         self.conn.execute(
             insert(events).values(
                 run_id=run_id, seq=1, type=ev.WORKFLOW_STARTED, data=started, created_at=self.now
@@ -161,26 +213,36 @@ class Tx:
         data = {"name": name, "payload": payload, "dedupe_key": dedupe_key}
         return self.append_event(run.run_id, ev.SIGNAL_RECEIVED, data) is not None
 
-    def request_cancel(self, workflow_id: str, reason: str) -> bool:
-        run = self.active_run(workflow_id)
+    def request_cancel(self, key: str, reason: str, *, by: str | None = None) -> bool:
+        """Ask the run ``key`` names (run id or workflow id) to cancel; ``by``
+        (who acted) is recorded with the reason in history."""
+        run = self.target(key)
         if run is None:
             return False
-        if run.status in PARKED_STATUSES:
+        data: dict[str, Any] = {"reason": reason} | ({"by": by} if by else {})
+        waiting = isinstance(run.error, dict) and run.error.get("type") == WAITING_FOR_OPERATOR
+        if run.status in PARKED_STATUSES and not waiting:
             # Parked runs run no code: close them as cancelled straight away.
-            self.close_run(run.run_id, "cancelled", error={"reason": reason})
+            self.record_event(run, ev.CANCEL_REQUESTED, data)
+            self.close_run(run.run_id, "cancelled", error=data)
             return True
         moved = self.conn.execute(
             update(runs)
-            .where(runs.c.run_id == run.run_id, runs.c.status == "running")
-            .values(status="cancelling", cancel_phase="cancel-requested", cancel_reason=reason)
+            .where(runs.c.run_id == run.run_id, runs.c.status.in_(("running", "needs-human")))
+            .values(
+                status="cancelling",
+                cancel_phase="cancel-requested",
+                cancel_reason=reason,
+                error=None,
+            )
         ).rowcount
         if not moved:
             return False
-        return self.append_event(run.run_id, ev.CANCEL_REQUESTED, {"reason": reason}) is not None
+        return self.append_event(run.run_id, ev.CANCEL_REQUESTED, data) is not None
 
-    def terminate(self, workflow_id: str, reason: str) -> dict[str, Any] | None:
+    def terminate(self, key: str, reason: str, *, by: str | None = None) -> dict[str, Any] | None:
         """End the active run now, without running workflow code; report what is uncertain."""
-        run = self.active_run(workflow_id)
+        run = self.target(key)
         if run is None:
             return None
         in_flight = self.conn.execute(
@@ -200,21 +262,10 @@ class Tx:
             }
             for t in in_flight
         ]
-        record = {"reason": reason, "uncertain": uncertain}
-        self.conn.execute(
-            insert(events).values(
-                run_id=run.run_id,
-                seq=run.history_length + 1,
-                type=ev.WORKFLOW_TERMINATED,
-                data=record,
-                created_at=self.now,
-            )
-        )
-        self.conn.execute(
-            update(runs)
-            .where(runs.c.run_id == run.run_id)
-            .values(history_length=run.history_length + 1)
-        )
+        record: dict[str, Any] = {"reason": reason, "uncertain": uncertain}
+        if by:
+            record["by"] = by
+        self.record_event(run, ev.WORKFLOW_TERMINATED, record)
         self.close_run(run.run_id, "terminated", error=record)
         return record
 
@@ -243,11 +294,20 @@ class Tx:
             .where(tasks.c.run_id == run_id, tasks.c.status == "running")
             .values(cancel_requested=True)
         )
-        self.conn.execute(
+        cancelled_timers = self.conn.execute(
             update(timers)
             .where(timers.c.run_id == run_id, timers.c.status == "pending")
             .values(status="cancelled")
+            .returning(timers.c.cmd)
+        ).scalars()
+        # Tidy: no outbox row or delayed job may outlive the run.
+        refs = [f"{run_id}|{cmd}" for cmd in cancelled_timers]
+        self.drop_jobs((outbox.c.kind == "timer") & outbox.c.ref.in_(refs))
+        self.drop_jobs((outbox.c.kind == "workflow_task") & (outbox.c.ref == run_id))
+        closed_tasks = select(cast(tasks.c.id, String)).where(
+            tasks.c.run_id == run_id, tasks.c.status.in_(("cancelled", "failed", "completed"))
         )
+        self.drop_jobs((outbox.c.kind == "activity") & outbox.c.ref.in_(closed_tasks))
 
     def bump_counter(self, name: str, by: int = 1) -> None:
         moved = self.conn.execute(

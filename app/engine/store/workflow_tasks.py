@@ -25,6 +25,7 @@ from app.engine.store.schema import (
 from app.engine.store.tx import Tx
 from app.engine.tables import (
     OPEN_STATUSES,
+    WAITING_FOR_OPERATOR,
 )
 
 
@@ -44,6 +45,10 @@ class WorkflowTasks(StoreBase):
             }
             if step.cancel_phase:
                 values["cancel_phase"] = step.cancel_phase
+            if step.park_reason is not None and step.outcome is None:
+                # The code waits for an operator: parked, holding no worker.
+                values["status"] = "needs-human"
+                values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
             guarded = tx.conn.execute(
                 update(runs)
                 .where(
@@ -67,7 +72,7 @@ class WorkflowTasks(StoreBase):
                 seq += 1
                 self._write_outcome(tx, run, seq, step.outcome)
             if step.cancel_delivered:
-                follow_ups.extend(self._stop_active_work(tx, run.run_id))
+                follow_ups.extend(self._stop_active_work(tx, run.run_id, step.cancel_boundary))
             for type_, data in follow_ups:
                 tx.append_event(run.run_id, type_, data)
             self.faults.hit("workflow_task.mid_commit")
@@ -111,6 +116,8 @@ class WorkflowTasks(StoreBase):
                 )
                 .values(status="cancelled")
             )
+            ref = f"{run.run_id}|{attrs['timer']}"
+            tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
 
     def _schedule_activity(
         self, tx: Tx, run: RunRow, command: Command
@@ -187,17 +194,26 @@ class WorkflowTasks(StoreBase):
                 continued_from=run.run_id,
             )
 
-    def _stop_active_work(self, tx: Tx, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-        """Cancellation reached the code: stop queued activities, tell running ones."""
+    def _stop_active_work(
+        self, tx: Tx, run_id: str, boundary: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Cancellation reached the code: stop queued activities, tell running ones.
+
+        Only work scheduled before the cancel reached the code (command number up
+        to ``boundary``) is stopped. What the code scheduled while handling the
+        cancel (closing a PR, deleting a branch) may sit in this same commit when
+        nothing was in flight, and must run. A full replay delivers the same
+        cancel at the same boundary again, so repeating this is harmless.
+        """
         queued = tx.conn.execute(
             update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled")
+            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled", tasks.c.cmd <= boundary)
             .values(status="cancelled", cancel_requested=True, closed_at=tx.now)
             .returning(tasks.c.cmd, tasks.c.activity, tasks.c.attempt)
         ).all()
         tx.conn.execute(
             update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "running")
+            .where(tasks.c.run_id == run_id, tasks.c.status == "running", tasks.c.cmd <= boundary)
             .values(cancel_requested=True)
         )
         return [

@@ -1,4 +1,5 @@
-"""The evidence store: content addressing, atomic idempotent writes, tamper detection."""
+"""The folder store (an explicit option): content addressing, atomic idempotent
+writes, tamper detection."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceRef, EvidenceStore
+from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceRef
+from app.evidence import FolderEvidenceStore as EvidenceStore
 
 
 def test_put_stores_by_sha256_and_get_returns_the_bytes(tmp_path: Path) -> None:

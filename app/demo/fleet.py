@@ -1,0 +1,159 @@
+"""Several repairbot machines on one host: a ``repairbot web`` process and
+``repairbot worker`` processes, each with a data directory (workspaces) and a
+worker id of its own, sharing only what real machines share: PostgreSQL,
+Redis and the network.
+
+Used by the several-machines test and by the load benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from app.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class MachineProcess:
+    """One repairbot process, started with ``settings`` as its whole environment."""
+
+    def __init__(self, name: str, settings: Settings, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.settings = settings
+        self.argv = argv
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.peak_rss_kib = 0
+        #: Times this machine's process exited by itself and was started again.
+        self.restarts = 0
+        self._killed = False
+
+    def start(self) -> MachineProcess:
+        env = {**os.environ, **self.settings.to_env()}
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "--log-level", "INFO", *self.argv],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, f"{self.name} was never started"
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def sample_rss(self) -> int:
+        """The process's peak resident set so far (KiB, from the kernel's VmHWM)."""
+        if self.alive():
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.peak_rss_kib = max(self.peak_rss_kib, int(line.split()[1]))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return self.peak_rss_kib
+
+    def kill(self) -> None:
+        """SIGKILL: the machine vanishes mid-whatever it was doing."""
+        self._killed = True
+        if self.alive():
+            self.sample_rss()
+            os.kill(self.pid, signal.SIGKILL)
+            assert self.process is not None
+            self.process.wait()
+
+    def revive(self) -> bool:
+        """Start the process again if it exited by itself (not killed or stopped
+        here), as a supervisor's restart policy would; whether it did."""
+        if self.process is None or self._killed or self.alive():
+            return False
+        self.restarts += 1
+        self.start()
+        return True
+
+    def stop(self) -> None:
+        self._killed = True
+        if self.alive():
+            self.sample_rss()
+            assert self.process is not None
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Fleet:
+    """The machines of one deployment; ``settings`` carry the shared URLs."""
+
+    root: Path
+    settings: Settings
+    machines: list[MachineProcess] = field(default_factory=list)
+
+    def web(self, port: int, *, name: str = "web") -> MachineProcess:
+        settings = self._machine_settings(name)
+        argv = ["web", "--host", "127.0.0.1", "--port", str(port)]
+        return self._add(MachineProcess(name, settings, argv, self.root / f"{name}.log"))
+
+    def worker(self, name: str, **overrides: object) -> MachineProcess:
+        settings = self._machine_settings(name).with_overrides(**overrides)
+        return self._add(MachineProcess(name, settings, ["worker"], self.root / f"{name}.log"))
+
+    def _machine_settings(self, name: str) -> Settings:
+        return self.settings.with_overrides(data_dir=self.root / name, worker_id=name)
+
+    def _add(self, machine: MachineProcess) -> MachineProcess:
+        machine.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.machines.append(machine)
+        return machine
+
+    def revive(self) -> list[str]:
+        """Restart every machine whose process exited by itself (Fly's
+        ``restart = always``); the names restarted."""
+        return [m.name for m in self.machines if m.revive()]
+
+    def sample_rss(self) -> None:
+        for machine in self.machines:
+            machine.sample_rss()
+
+    def stop(self) -> None:
+        for machine in self.machines:
+            machine.stop()
+
+    def logs(self, tail: int = 4000) -> str:
+        return "\n".join(f"--- {m.name} ---\n{m.log()[-tail:]}" for m in self.machines)
+
+
+def wait_healthy(url: str, machine: MachineProcess, timeout: float = 60.0) -> None:
+    """Block until ``url`` answers 200 (the web machine is up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not machine.alive():
+            raise RuntimeError(f"{machine.name} exited:\n{machine.log()[-4000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer in {timeout}s")

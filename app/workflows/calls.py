@@ -1,0 +1,60 @@
+"""Typed activity calls for workflow code, and a race between futures.
+
+The engine records activity inputs and results as JSON. ``call`` dumps the
+activity's ``Input`` model on the way in and validates its ``Result`` model on
+the way out, so workflow code never indexes a dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from app.engine.context import WorkflowContext
+from app.engine.registry import ActivityDefn
+from app.engine.scheduler import WorkflowFuture
+
+R = TypeVar("R", bound=BaseModel)
+
+
+class Typed:
+    """An activity future whose result is validated into ``result`` when awaited."""
+
+    def __init__(self, future: WorkflowFuture, result: type[BaseModel]) -> None:
+        self.future = future
+        self.result = result
+
+
+def schedule(
+    ctx: WorkflowContext, defn: ActivityDefn, input: BaseModel, *, step: str
+) -> WorkflowFuture:
+    return ctx.activity(defn, input.model_dump(mode="json"), step=step)
+
+
+async def call(
+    ctx: WorkflowContext, defn: ActivityDefn, input: BaseModel, result: type[R], *, step: str
+) -> R:
+    """Run ``defn`` with ``input``; its result as ``result``."""
+    raw = await schedule(ctx, defn, input, step=step)
+    return result.model_validate(raw)
+
+
+def first(*futures: WorkflowFuture) -> WorkflowFuture:
+    """Resolves with the index of the first future to end (however it ended).
+
+    Deterministic: futures end in history order, so replay picks the same one.
+    """
+    race = WorkflowFuture(label="first")
+    for index, future in enumerate(futures):
+
+        def settle(_done: WorkflowFuture, index: int = index) -> None:
+            race.set_result(index)
+
+        future.add_done_callback(settle)
+    return race
+
+
+async def outcome(future: WorkflowFuture) -> Any:
+    """The value of a future that already ended (raises its error)."""
+    return await future

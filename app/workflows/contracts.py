@@ -1,0 +1,108 @@
+"""What crosses the line between handlers and runs: the run request, the
+command request and the signals, as models, with the signals' names.
+
+Handlers build these from webhook events; workflows validate them back from
+the JSON the engine keeps in history (``model_dump(mode="json")`` on the way
+in, ``model_validate`` on the way out). Requests ignore keys they do not know,
+so a request recorded by an older build still loads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Signal names, shared by the handlers that send and the workflows that wait.
+REVIEW = "review"
+PR_CLOSED = "pr_closed"
+PR_SYNCHRONIZED = "pr_synchronized"
+#: Sent by ``Runtime.resume`` (operator action) to a run parked for a human.
+OPERATOR_RESUME = "operator_resume"
+
+
+class RunRequest(BaseModel):
+    """The repair run's input: what the event said. The run fixes the rest
+    (base commit, budgets, policy) itself, at its start: the work contract."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    repo: str
+    repo_id: int | None = None
+    owner: str = ""
+    name: str = ""
+    default_branch: str
+    clone_url: str
+    installation_id: int
+    issue_number: int
+    issue_title: str
+    issue_body: str = ""
+    #: Who wrote the issue: its repro block counts only if they may write.
+    issue_author: str | None = None
+    #: ``label`` or ``comment`` (a ``/repair`` command, already permission-checked).
+    trigger: Literal["label", "comment"] = "label"
+    requested_by: str
+    #: The label that started a label-triggered run.
+    label: str | None = None
+    #: The label's sender is a bot account (ignored unless the repo allows it).
+    sender_is_bot: bool = False
+    delivery_id: str = ""
+
+
+class CommandSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: ``repair``, ``cancel``, ``retry``, ``status``, ``help`` or ``unknown``.
+    verb: str
+    args: str = ""
+
+
+class CommandRequest(BaseModel):
+    """The slash-command workflow's input (keyed by the comment's id)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    command: CommandSpec
+    author: str
+    comment_id: int
+    on_pull_request: bool = False
+    request: RunRequest
+
+
+class ReviewSignal(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    #: ``submitted`` or ``dismissed`` (webhooks), ``observed`` (the drift check).
+    action: str
+    review_id: int
+    state: str
+    commit_id: str
+    reviewer: str
+    body: str = ""
+    pull_number: int
+    #: When the reviewer submitted it: approval expiry counts from here.
+    submitted_at: str | None = None
+
+
+class PullClosedSignal(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    number: int
+    merged: bool = False
+    merge_commit_sha: str | None = None
+    by: str = ""
+
+
+class PullSynchronizedSignal(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    number: int
+    head_sha: str
+    by: str = ""
+
+
+class ResumeSignal(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    reason: str = Field(default="")
+    by: str = ""

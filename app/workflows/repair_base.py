@@ -1,0 +1,177 @@
+"""What every phase of the repair run shares: the request, the typed state,
+the repository's config once read, and the calls that report progress.
+
+Deterministic code only: effects are activities, time is ``ctx.now()``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from activities import github
+from activities.agent import FeedbackInput
+from activities.workspace import WorkspaceSpec
+from app.engine.context import WorkflowContext
+from app.engine.registry import ActivityDefn
+from app.engine.scheduler import WorkflowFuture
+from app.evidence import EvidenceRef
+from app.repo_config import Command, RepoConfig
+from app.workflows.calls import call, first, schedule
+from app.workflows.contracts import RunRequest
+from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
+from app.workflows.state import Outcome, Phase, RunState
+
+R = TypeVar("R", bound=BaseModel)
+
+POLICY_VERSION = "2026-11-30.2"
+CHECK_NAME = "repairbot"
+
+#: Where a phase goes next. ``done`` ends the loop with a merge.
+Next = Literal[
+    "preparing",
+    "reproducing",
+    "repairing",
+    "publishing",
+    "awaiting-review",
+    "merging",
+    "done",
+]
+
+
+class Finished(Exception):
+    """Ends the run with an outcome; the phase loop turns it into the final report."""
+
+    def __init__(self, outcome: Outcome, detail: str = "", *, next_steps: str | None = None):
+        super().__init__(outcome)
+        self.outcome: Outcome = outcome
+        self.detail = detail
+        self.next_steps = next_steps
+
+
+class RunBase:
+    def __init__(self, ctx: WorkflowContext, request: RunRequest) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.state = RunState(
+            run_id=ctx.run_id,
+            policy_version=POLICY_VERSION,
+            repo=request.repo,
+            issue_number=request.issue_number,
+            base_branch=request.default_branch,
+        )
+        self.config = RepoConfig()
+        self.reproduction: list[Command] = []
+        self.reproduction_log: EvidenceRef | None = None
+        self.feedback: list[FeedbackInput] = []
+        self.patch: EvidenceRef | None = None
+        #: The base commit an approval is taken to cover.
+        self.reviewed_base: str | None = None
+        #: The durable timer that ends the working time budget (per work round).
+        self.deadline: WorkflowFuture | None = None
+        self.round_started: datetime | None = None
+        self.status_written = 0
+        #: sha256 of the status comment's body as last written (drift check).
+        self.status_sha: str | None = None
+        self.publications = 0
+        #: Commits with a check run of ours still in progress.
+        self.checks_open: list[str] = []
+        #: Publication effects whose result the run has not taken in yet.
+        self.inflight: dict[str, WorkflowFuture] = {}
+        ctx.set_query("status", lambda: self.state.summary())
+
+    # -- inputs of activities ---------------------------------------------------
+
+    def repo_fields(self) -> dict[str, Any]:
+        return {"repo": self.request.repo, "installation_id": self.request.installation_id}
+
+    def spec(self, base_sha: str, patch: EvidenceRef | None = None) -> WorkspaceSpec:
+        return WorkspaceSpec(
+            repo=self.request.repo,
+            clone_url=self.request.clone_url,
+            base_sha=base_sha,
+            installation_id=self.request.installation_id,
+            patch=patch,
+        )
+
+    # -- progress ----------------------------------------------------------------
+
+    async def report(self, phase: Phase | None = None, detail: str | None = None) -> None:
+        """Rewrite the status comment (found by its marker, updated in place)."""
+        if phase is not None:
+            self.state.phase = phase
+        if detail is not None:
+            self.state.detail = detail
+        self.status_written += 1
+        body = status_comment(self.state)
+        await call(
+            self.ctx,
+            github.comment,
+            github.CommentInput(
+                **self.repo_fields(),
+                issue_number=self.request.issue_number,
+                op_run=self.ctx.run_id,
+                op_step="status",
+                body=body,
+            ),
+            github.CommentResult,
+            step=f"status-{self.status_written}",
+        )
+        self.status_sha = github.body_sha256(body)
+
+    async def check(self, sha: str, *, final: bool, step: str) -> None:
+        """Our check run on ``sha``: in progress while a review is awaited, completed
+        with the run's conclusion at its end."""
+        await call(
+            self.ctx,
+            github.check_run,
+            github.CheckRunInput(
+                **self.repo_fields(),
+                head_sha=sha,
+                op_run=self.ctx.run_id,
+                op_step="check",
+                name=CHECK_NAME,
+                title=check_title(self.state),
+                summary=check_summary(self.state),
+                conclusion=check_conclusion(self.state) if final else None,
+            ),
+            github.CheckRunResult,
+            step=step,
+        )
+
+    # -- the working time budget --------------------------------------------------
+
+    def start_work_round(self) -> None:
+        """Arm the durable timer for what is left of the working time budget."""
+        self.round_started = self.ctx.now()
+        left = max(1.0, self.state.limits.total_seconds - self.state.usage.work_seconds)
+        self.deadline = self.ctx.sleep(left)
+
+    def end_work_round(self) -> None:
+        if self.round_started is not None:
+            spent = (self.ctx.now() - self.round_started).total_seconds()
+            self.state.usage.work_seconds += spent
+            self.round_started = None
+
+    async def within_budget(self, future: WorkflowFuture) -> Any:
+        """The activity's result, unless the working time budget ends first."""
+        if self.deadline is None:
+            return await future
+        if await first(future, self.deadline) == 1 and not future.done:
+            self.end_work_round()
+            raise Finished(
+                "time-budget-exhausted",
+                f"The working time budget ({self.state.limits.total_seconds:.0f}s) ran out "
+                "in the middle of an attempt.",
+            )
+        return await future
+
+    async def timed(self, defn: ActivityDefn, input: BaseModel, result: type[R], *, step: str) -> R:
+        """A working-phase activity call, bounded by the working time budget."""
+        raw = await self.within_budget(schedule(self.ctx, defn, input, step=step))
+        return result.model_validate(raw)
+
+    def expires(self, submitted_at: datetime) -> datetime:
+        return submitted_at + timedelta(hours=self.state.limits.approval_ttl_hours)

@@ -1,0 +1,375 @@
+"""Waiting for a review and merging: the phases where humans act.
+
+While a run waits, webhooks reach it as signals; a durable periodic drift
+check (a workflow timer; the interval doubles while nothing changes) re-reads
+GitHub so that a lost webhook, a deleted branch, a pull request closed or
+merged by hand, or a deleted or edited status comment is noticed anyway.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from activities import commands, github
+from activities.agent import FeedbackInput
+from activities.commands import VerifyInput, VerifyResult
+from app.engine.context import Signal
+from app.engine.errors import WorkflowCancelled
+from app.workflows.calls import call
+from app.workflows.contracts import (
+    PR_CLOSED,
+    PR_SYNCHRONIZED,
+    REVIEW,
+    PullClosedSignal,
+    PullSynchronizedSignal,
+    ReviewSignal,
+)
+from app.workflows.repair_base import POLICY_VERSION, Finished, Next, RunBase
+from app.workflows.state import Approval
+
+WAITED_FOR = (REVIEW, PR_CLOSED, PR_SYNCHRONIZED)
+#: The drift check's interval grows to at most this many times the configured one.
+DRIFT_BACKOFF_CAP = 16
+
+
+class ReviewPhases(RunBase):
+    renew_reason: str | None = None
+    seen_reviews: frozenset[int] = frozenset()
+    drift_checks = 0
+    merge_rounds = 0
+
+    # -- awaiting-review ----------------------------------------------------------
+
+    async def await_review(self) -> Next:
+        """Durably wait for an approval that counts, for changes requested, or for
+        a human ending the proposal."""
+        limits = self.state.limits
+        deadline = self.ctx.now() + timedelta(seconds=limits.review_wait_seconds)
+        assert self.state.proposed_sha is not None
+        waiting = (
+            "Waiting for a review: an approval from someone with write access, on commit "
+            f"`{self.state.proposed_sha[:12]}`, lets repairbot merge."
+        )
+        reason, self.renew_reason = self.renew_reason, None
+        await self.report("awaiting-review", f"{reason} {waiting}" if reason else waiting)
+        base_interval = float(self.config.drift_check_seconds)
+        interval = base_interval
+        while True:
+            remaining = (deadline - self.ctx.now()).total_seconds()
+            if remaining <= 0:
+                raise Finished(
+                    "review-timed-out",
+                    f"No approval within {limits.review_wait_seconds / 3600:.1f} hours.",
+                )
+            signal = await self.ctx.wait_signal(WAITED_FOR, timeout=min(interval, remaining))
+            if signal is None:
+                following = await self.drift_check()
+                interval = min(interval * 2, base_interval * DRIFT_BACKOFF_CAP)
+            else:
+                following = await self.on_signal(signal)
+                interval = base_interval
+            if following is not None:
+                return following
+
+    async def on_signal(self, signal: Signal) -> Next | None:
+        pull = self.state.pull
+        assert pull is not None
+        if signal.name == PR_CLOSED:
+            closed = PullClosedSignal.model_validate(signal.payload)
+            if closed.number != pull.number:
+                return None  # another pull request (a fork's, say): not ours
+            self.closed_by_human(closed.merged, f"By @{closed.by}.")
+        if signal.name == PR_SYNCHRONIZED:
+            sync = PullSynchronizedSignal.model_validate(signal.payload)
+            if sync.number != pull.number or sync.head_sha in self.state.pushed:
+                return None
+            raise Finished(
+                "human-pushed", f"@{sync.by} pushed `{sync.head_sha[:12]}` to the branch."
+            )
+        review = ReviewSignal.model_validate(signal.payload)
+        if review.pull_number != pull.number:
+            return None
+        return await self.on_review(review)
+
+    def closed_by_human(self, merged: bool, detail: str) -> None:
+        assert self.state.pull is not None
+        self.state.pull.state = "merged" if merged else "closed"
+        raise Finished("merged-by-human" if merged else "closed-by-human", detail)
+
+    async def on_review(self, review: ReviewSignal) -> Next | None:
+        if review.action == "dismissed" or review.state == "dismissed":
+            approval = self.state.approval
+            if approval is not None and approval.review_id == review.review_id:
+                self.state.approval = None
+            return None
+        if review.review_id in self.seen_reviews:
+            return None  # the webhook and the drift check both saw it
+        self.seen_reviews = self.seen_reviews | {review.review_id}
+        if review.state not in ("approved", "changes_requested"):
+            return None
+        granted = await call(
+            self.ctx,
+            github.permission,
+            github.PermissionInput(**self.repo_fields(), user=review.reviewer),
+            github.PermissionResult,
+            step=f"reviewer-{review.review_id}",
+        )
+        if not granted.may_write:
+            await self.report(
+                detail=f"A review by @{review.reviewer} was ignored: reviews count only from "
+                "people with write access."
+            )
+            return None
+        if review.state == "changes_requested":
+            return self.changes_requested(review)
+        return await self.approved(review)
+
+    def changes_requested(self, review: ReviewSignal) -> Next:
+        usage, limits = self.state.usage, self.state.limits
+        if usage.attempts >= limits.repair_attempts:
+            raise Finished(
+                "budget-exhausted",
+                f"@{review.reviewer} asked for changes, but all {limits.repair_attempts} "
+                "repair attempt(s) are spent.",
+                next_steps="Change the pull request yourself, or raise "
+                "`budgets.repair_attempts` and comment `/repair retry`.",
+            )
+        self.feedback.append(
+            FeedbackInput(kind="review", text=f"Review by @{review.reviewer}: {review.body}")
+        )
+        self.renew_reason = f"Updated the proposal after @{review.reviewer}'s review."
+        self.start_work_round()
+        return "repairing"
+
+    async def approved(self, review: ReviewSignal) -> Next | None:
+        proposed = self.state.proposed_sha
+        assert proposed is not None
+        if review.commit_id != proposed:
+            await self.report(
+                detail=f"An approval by @{review.reviewer} was for commit "
+                f"`{review.commit_id[:12]}`, not the proposed `{proposed[:12]}`: it does not count."
+            )
+            return None
+        submitted = (
+            datetime.fromisoformat(review.submitted_at) if review.submitted_at else self.ctx.now()
+        )
+        expires = self.expires(submitted)
+        if self.ctx.now() >= expires:
+            await self.report(
+                detail=f"The approval by @{review.reviewer} was submitted at "
+                f"{submitted.isoformat()} and expired after "
+                f"{self.state.limits.approval_ttl_hours} hours: please approve again."
+            )
+            return None
+        self.state.approval = Approval(
+            reviewer=review.reviewer,
+            review_id=review.review_id,
+            commit=proposed,
+            evidence_hash=self.state.patch_sha,
+            policy_version=POLICY_VERSION,
+            submitted_at=submitted.isoformat(),
+            expires_at=expires.isoformat(),
+        )
+        return "merging"
+
+    # -- the drift check ----------------------------------------------------------
+
+    async def observe(self, step: str) -> github.ObserveResult:
+        pull = self.state.pull
+        return await call(
+            self.ctx,
+            github.observe,
+            github.ObserveInput(
+                **self.repo_fields(),
+                op_run=self.ctx.run_id,
+                op_step="status",
+                issue_number=self.request.issue_number,
+                pull_number=pull.number if pull is not None else None,
+                branch=self.state.branch if not self.state.branch_deleted else None,
+                status_sha256=self.status_sha,
+            ),
+            github.ObserveResult,
+            step=step,
+        )
+
+    async def drift_check(self) -> Next | None:
+        """Re-read GitHub; move the run to the right end or repair our own objects."""
+        self.drift_checks += 1
+        seen = await self.observe(f"drift-{self.drift_checks}")
+        self.settle_pull(seen)
+        if seen.issue_state == "closed":
+            raise WorkflowCancelled("the issue was closed (noticed by the drift check)")
+        if seen.status_comment in ("missing", "edited"):
+            what = "deleted" if seen.status_comment == "missing" else "edited"
+            await self.report(
+                detail=f"The status comment was {what} by someone; repairbot wrote it again."
+            )
+        for review in sorted(seen.reviews, key=lambda r: r.id):
+            assert self.state.pull is not None
+            following = await self.on_review(
+                ReviewSignal(
+                    action="observed",
+                    review_id=review.id,
+                    state=review.state,
+                    commit_id=review.commit_id,
+                    reviewer=review.reviewer,
+                    body=review.body,
+                    pull_number=self.state.pull.number,
+                    submitted_at=review.submitted_at,
+                )
+            )
+            if following is not None:
+                return following
+        return None
+
+    def settle_pull(self, seen: github.ObserveResult) -> None:
+        """End the run if a human merged or closed the pull request, deleted or moved
+        the branch."""
+        if seen.pull is not None:
+            if seen.pull.merged:
+                self.closed_by_human(True, "Noticed by repairbot's check of the pull request.")
+            if seen.pull.state == "closed":
+                self.closed_by_human(False, "Noticed by repairbot's check of the pull request.")
+        if self.state.branch is not None and not self.state.branch_deleted:
+            if seen.branch_sha is None:
+                self.state.branch_deleted = True
+                raise Finished("branch-deleted", f"Branch `{self.state.branch}` is gone.")
+            if seen.branch_sha not in self.state.pushed:
+                raise Finished(
+                    "human-pushed",
+                    f"Branch `{self.state.branch}` is at `{seen.branch_sha[:12]}`, a commit "
+                    "repairbot did not push.",
+                )
+
+    # -- merging ------------------------------------------------------------------
+
+    def renew(self, reason: str) -> Next:
+        self.state.approval = None
+        self.renew_reason = reason
+        return "awaiting-review"
+
+    async def drain_signals(self) -> Next | None:
+        """Signals that arrived since the approval (a dismissal, a push, a close)."""
+        while any(self.ctx.pending_signals(name) for name in WAITED_FOR):
+            signal = await self.ctx.wait_signal(WAITED_FOR)
+            held = self.state.approval
+            following = await self.on_signal(signal)
+            if held is not None and self.state.approval is None:
+                return self.renew(
+                    f"The approval by @{held.reviewer} was dismissed: please review again."
+                )
+            if following is not None and following != "merging":
+                return following
+        return None
+
+    async def merge(self) -> Next:
+        """Revalidate the approval against GitHub's state, then merge pinned to it."""
+        approval = self.state.approval
+        assert approval is not None and self.state.pull is not None
+        self.merge_rounds += 1
+        n = self.merge_rounds
+        await self.report("merging")
+        drained = await self.drain_signals()
+        if drained is not None:
+            return drained
+        seen = await self.observe(f"revalidate-{n}")
+        self.settle_pull(seen)
+        if any(r.id == approval.review_id and r.state == "dismissed" for r in seen.reviews):
+            return self.renew(
+                f"The approval by @{approval.reviewer} was dismissed: please review again."
+            )
+        assert seen.pull is not None
+        if seen.pull.head_sha != approval.commit:
+            return self.head_moved(seen.pull.head_sha)
+        if (
+            approval.evidence_hash != self.state.patch_sha
+            or approval.policy_version != POLICY_VERSION
+        ):
+            return self.renew(
+                "The evidence or the policy changed since the approval: please review again."
+            )
+        if self.ctx.now() >= datetime.fromisoformat(approval.expires_at):
+            return self.renew("The approval expired before the merge: please approve again.")
+        renewed = await self.base_moved(n)
+        if renewed is not None:
+            return renewed
+        if seen.pull.draft:
+            await call(
+                self.ctx,
+                github.ready_for_review,
+                github.PullInput(**self.repo_fields(), number=self.state.pull.number),
+                github.ReadyResult,
+                step=f"ready-{n}",
+            )
+        merged = await call(
+            self.ctx,
+            github.merge,
+            github.MergeInput(
+                **self.repo_fields(),
+                number=self.state.pull.number,
+                sha=approval.commit,
+                method=self.config.merge_method,
+            ),
+            github.MergeResult,
+            step=f"merge-{n}",
+        )
+        if merged.outcome == "merged":
+            self.state.merge_commit_sha = merged.merge_commit_sha
+            self.state.pull.state = "merged"
+            return "done"
+        if merged.outcome == "head-moved" and merged.head_sha:
+            return self.head_moved(merged.head_sha)
+        raise Finished(
+            "needs-human", f"GitHub refused the merge: {merged.reason or merged.outcome}"
+        )
+
+    def head_moved(self, head: str) -> Next:
+        if head in self.state.pushed:
+            return self.renew(
+                "repairbot updated the pull request after the approval: please review the "
+                "current commit."
+            )
+        raise Finished(
+            "human-pushed",
+            f"The pull request's head moved to `{head[:12]}` after the approval, and repairbot "
+            "did not push it.",
+        )
+
+    async def base_moved(self, n: int) -> Next | None:
+        base = await call(
+            self.ctx,
+            github.branch_head,
+            github.BranchInput(**self.repo_fields(), branch=self.request.default_branch),
+            github.BranchHeadResult,
+            step=f"base-recheck-{n}",
+        )
+        if base.sha == self.reviewed_base:
+            return None
+        if self.config.on_base_moved == "rereview":
+            # The next approval is given on the pull request as it stands on this base.
+            self.reviewed_base = base.sha
+            return self.renew(
+                "The base branch moved since the approval; policy asks for a new review."
+            )
+        verdict = await call(
+            self.ctx,
+            commands.verify_candidate,
+            VerifyInput(
+                workspace=self.spec(base.sha, self.patch),
+                setup=self.config.setup,
+                setup_network=self.config.network == "setup",
+                reproduction=self.reproduction,
+                test=self.config.test,
+                time_limit_seconds=self.config.budgets.time_limit_seconds,
+            ),
+            VerifyResult,
+            step=f"reverify-{n}",
+        )
+        if verdict.verdict != "verified":
+            raise Finished(
+                "needs-human",
+                f"The base branch moved and the fix no longer verifies on it ({verdict.verdict}).",
+            )
+        self.reviewed_base = base.sha
+        self.state.detail = f"Base moved to `{base.sha[:12]}`; the fix still verifies."
+        return None

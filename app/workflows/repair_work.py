@@ -1,0 +1,369 @@
+"""The working phases of a repair run: who asked, prepare, reproduce, repair,
+publish. Each returns the phase that comes next; none calls another."""
+
+from __future__ import annotations
+
+from activities import agent, commands, github, workspace
+from activities.agent import FeedbackInput, ProposeInput, ProposeResult
+from activities.commands import ReproductionResult, StepInput, VerifyInput, VerifyResult
+from app.repo_config import reproduction_from_issue
+from app.workflows.calls import call, schedule
+from app.workflows.ids import run_branch
+from app.workflows.repair_base import Finished, Next, RunBase
+from app.workflows.report import pull_request_body
+from app.workflows.state import Contract, Limits, PullState
+
+
+class WorkPhases(RunBase):
+    # -- who asked: the run's first step -----------------------------------------
+
+    async def sender_may_trigger(self) -> bool:
+        """A label counts only from someone with write access (asked through the
+        API, first of all); a bot's only if the repository allow-lists it, which
+        :meth:`trigger_counts` checks once the config is read."""
+        request = self.request
+        if request.trigger != "label" or request.sender_is_bot:
+            return True
+        granted = await call(
+            self.ctx,
+            github.permission,
+            github.PermissionInput(**self.repo_fields(), user=request.requested_by),
+            github.PermissionResult,
+            step="trigger-permission",
+        )
+        return granted.may_write
+
+    def trigger_counts(self) -> bool:
+        request = self.request
+        if request.trigger != "label":
+            return True
+        if request.label != self.config.trigger_label:
+            return False
+        return not request.sender_is_bot or request.requested_by in self.config.allowed_bots
+
+    async def issue_repro_allowed(self) -> bool:
+        """The issue's repro block runs only if its author may write."""
+        author = self.request.issue_author
+        if reproduction_from_issue(self.request.issue_body) is None:
+            return True
+        if author is None:
+            return False
+        if author == self.request.requested_by and self.request.trigger == "comment":
+            return True  # the command workflow checked this person already
+        granted = await call(
+            self.ctx,
+            github.permission,
+            github.PermissionInput(**self.repo_fields(), user=author),
+            github.PermissionResult,
+            step="issue-author-permission",
+        )
+        return granted.may_write
+
+    # -- preparing ----------------------------------------------------------------
+
+    async def prepare(self) -> bool:
+        """Fix the work contract: base commit, config, reproduction. False: the
+        label is not this repository's trigger (the run ends quietly)."""
+        allowed = await self.issue_repro_allowed()
+        head = await call(
+            self.ctx,
+            github.branch_head,
+            github.BranchInput(**self.repo_fields(), branch=self.request.default_branch),
+            github.BranchHeadResult,
+            step="base",
+        )
+        self.state.base_sha = head.sha
+        self.reviewed_base = head.sha
+        prepared = await call(
+            self.ctx,
+            workspace.prepare_workspace,
+            workspace.PrepareInput(
+                workspace=self.spec(head.sha),
+                issue_body=self.request.issue_body,
+                issue_repro_allowed=allowed,
+            ),
+            workspace.PrepareResult,
+            step="prepare",
+        )
+        if prepared.config is not None:
+            self.config = prepared.config
+        if not self.trigger_counts():
+            return False
+        budgets = self.config.budgets
+        self.state.limits = Limits(
+            repair_attempts=budgets.repair_attempts,
+            tool_retries=budgets.tool_retries,
+            total_seconds=budgets.total_seconds,
+            max_tokens=budgets.max_tokens,
+            max_cost_usd=budgets.max_cost_usd,
+            review_wait_seconds=self.config.review_wait_seconds,
+            approval_ttl_hours=self.config.approval_ttl_hours,
+        )
+        self.start_work_round()
+        self.state.reproduction_source = prepared.reproduction_source
+        self.state.contract = Contract(
+            repo=self.request.repo,
+            issue=self.request.issue_number,
+            base_branch=self.request.default_branch,
+            base_sha=head.sha,
+            budgets=budgets,
+            merge_method=self.config.merge_method,
+            policy_version=self.state.policy_version,
+            reproduction_source=prepared.reproduction_source,
+        )
+        if prepared.issue_repro_ignored:
+            self.state.reproduction_note = (
+                f"The issue's repro block was not used: its author @{self.request.issue_author} "
+                "does not have write access, so the repository's configured reproduction ran."
+            )
+        await self.report("preparing")
+        if prepared.config is None:
+            raise Finished(
+                "invalid-config", f"`.github/repairbot.yml`: {prepared.config_error or ''}"
+            )
+        if not prepared.reproduction:
+            raise Finished("no-reproduction", prepared.reproduction_error or "")
+        self.reproduction = prepared.reproduction
+        return True
+
+    # -- reproducing --------------------------------------------------------------
+
+    async def reproduce(self) -> Next:
+        await self.report("reproducing")
+        assert self.state.base_sha is not None
+        result = await self.timed(
+            commands.run_reproduction,
+            StepInput(
+                workspace=self.spec(self.state.base_sha),
+                setup=self.config.setup,
+                setup_network=self.config.network == "setup",
+                commands=self.reproduction,
+                time_limit_seconds=self.config.budgets.time_limit_seconds,
+            ),
+            ReproductionResult,
+            step="reproduce",
+        )
+        self.state.reproduced = result.reproduced
+        if any(r.network for r in result.results):
+            self.state.setup_network = True  # the status comment says so
+        self.reproduction_log = result.log
+        self.state.add_evidence("reproduction on the base commit", result.log)
+        if not result.reproduced:
+            raise Finished(
+                "not-reproduced",
+                f"The reproduction ended with status `{result.status}` on the base commit.",
+            )
+        return "repairing"
+
+    # -- repairing ----------------------------------------------------------------
+
+    def _spend(self, proposal: ProposeResult) -> None:
+        usage, limits = self.state.usage, self.state.limits
+        usage.input_tokens += proposal.input_tokens
+        usage.output_tokens += proposal.output_tokens
+        usage.cost_usd += proposal.cost_usd
+        usage.tool_retries += max(0, proposal.tool_attempt - 1)
+        if limits.max_tokens is not None and usage.tokens > limits.max_tokens:
+            raise Finished(
+                "cost-budget-exhausted", f"{usage.tokens} tokens used of {limits.max_tokens}."
+            )
+        if limits.max_cost_usd is not None and usage.cost_usd > limits.max_cost_usd:
+            raise Finished(
+                "cost-budget-exhausted",
+                f"${usage.cost_usd:.4f} spent of ${limits.max_cost_usd:.2f}.",
+            )
+
+    async def repair(self) -> Next:
+        """Propose and verify until a candidate passes or the attempt budget is spent."""
+        limits, usage = self.state.limits, self.state.usage
+        assert self.state.base_sha is not None
+        while usage.attempts < limits.repair_attempts:
+            usage.attempts += 1
+            attempt = usage.attempts
+            await self.report("repairing", f"Attempt {attempt}: asking the agent for a fix.")
+            proposal = await self.timed(
+                agent.propose_fix,
+                ProposeInput(
+                    workspace=self.spec(self.state.base_sha, self.patch),
+                    agent=self.config.agent,
+                    issue_title=self.request.issue_title,
+                    issue_body=self.request.issue_body,
+                    reproduction=self.reproduction,
+                    reproduction_log=self.reproduction_log,
+                    feedback=self.feedback,
+                    attempt=attempt,
+                    setup=self.config.setup,
+                    setup_network=self.config.network == "setup",
+                    time_limit_seconds=self.config.budgets.time_limit_seconds,
+                    tool_retries=limits.tool_retries,
+                ),
+                ProposeResult,
+                step=f"propose-{attempt}",
+            )
+            self.state.add_evidence(f"agent transcript, attempt {attempt}", proposal.transcript)
+            self._spend(proposal)
+            if proposal.outcome != "proposed" or proposal.patch is None:
+                self.feedback.append(
+                    FeedbackInput(
+                        kind="agent",
+                        text=f"Attempt {attempt} produced no usable change "
+                        f"({proposal.outcome}: {proposal.error or 'no diff'}).",
+                    )
+                )
+                continue
+            verdict = await self.timed(
+                commands.verify_candidate,
+                VerifyInput(
+                    workspace=self.spec(self.state.base_sha, proposal.patch),
+                    setup=self.config.setup,
+                    setup_network=self.config.network == "setup",
+                    reproduction=self.reproduction,
+                    test=self.config.test,
+                    time_limit_seconds=self.config.budgets.time_limit_seconds,
+                ),
+                VerifyResult,
+                step=f"verify-{attempt}",
+            )
+            if verdict.reproduction is not None:
+                self.state.add_evidence(
+                    f"reproduction with candidate {attempt}", verdict.reproduction.log
+                )
+            if verdict.tests is not None:
+                self.state.add_evidence(f"tests with candidate {attempt}", verdict.tests.log)
+            if verdict.verdict == "verified":
+                self.patch = proposal.patch
+                self.state.patch_sha = proposal.patch.sha256
+                self.state.agent_summary = proposal.summary
+                self.state.verified = True
+                self.state.add_evidence(f"patch, attempt {attempt}", proposal.patch)
+                return "publishing"
+            failing = verdict.tests or verdict.reproduction
+            self.feedback.append(
+                FeedbackInput(
+                    kind="verification",
+                    text=f"Attempt {attempt} did not verify ({verdict.verdict}): "
+                    f"{verdict.reason or ''}",
+                    evidence=failing.log if failing is not None else None,
+                )
+            )
+        last = self.feedback[-1].text if self.feedback else "nothing"
+        raise Finished(
+            "budget-exhausted",
+            f"{limits.repair_attempts} attempt(s) made; the last one said: {last}",
+        )
+
+    # -- publishing ---------------------------------------------------------------
+
+    async def publish(self) -> Next:
+        """Deterministic commit, conditional push, draft pull request, check run."""
+        await self.report("publishing")
+        self.publications += 1
+        n = self.publications
+        assert self.patch is not None and self.state.base_sha is not None
+        request = self.request
+        stamp = self.ctx.now()
+        commit = github.CommitInput(
+            **self.repo_fields(),
+            base_sha=self.state.base_sha,
+            patch_sha=self.patch.sha256,
+            message=f"Fix #{request.issue_number}: {request.issue_title}\n\n"
+            f"Proposed by repairbot run {self.ctx.run_id} (attempt {self.state.usage.attempts}).",
+            timestamp=stamp.isoformat(),
+        )
+        built = await self.timed(
+            github.build_intended_commit, commit, github.CommitResult, step=f"commit-{n}"
+        )
+        branch = self.state.branch or run_branch(request.issue_number, self.ctx.run_id)
+        expected = self.state.pushed[-1] if self.state.pushed else None
+        self.state.branch = branch
+        push = schedule(
+            self.ctx,
+            github.push_branch,
+            github.PushInput(
+                **commit.model_dump(), branch=branch, sha=built.sha, expected=expected
+            ),
+            step=f"push-{n}",
+        )
+        self.inflight["push"] = push
+        pushed = github.PushResult.model_validate(await self.within_budget(push))
+        if pushed.status == "lease-refused":
+            if expected is None:
+                raise Finished(
+                    "needs-human",
+                    f"Branch `{branch}` already exists (at `{pushed.remote_sha}`) and is not "
+                    "repairbot's: it will not be overwritten.",
+                )
+            raise Finished(
+                "human-pushed",
+                f"Branch `{branch}` was moved by someone else (now at `{pushed.remote_sha}`); "
+                "repairbot will not overwrite it.",
+            )
+        self.state.pushed.append(built.sha)
+        self.state.proposed_sha = built.sha
+        pull_future = schedule(
+            self.ctx,
+            github.pull_request,
+            github.PullRequestInput(
+                **self.repo_fields(),
+                head=branch,
+                base=request.default_branch,
+                title=f"Fix #{request.issue_number}: {request.issue_title}",
+                body=pull_request_body(self.state),
+                op_run=self.ctx.run_id,
+                op_step="pull-request",
+            ),
+            step=f"pull-request-{n}",
+        )
+        self.inflight["pull"] = pull_future
+        pull = github.PullRequestResult.model_validate(await self.within_budget(pull_future))
+        self.inflight.clear()
+        self.opened(pull)
+        self.end_work_round()
+        for old in self.checks_open:
+            await self.check_superseded(old, n)
+        self.checks_open = [built.sha]
+        await self.check(built.sha, final=False, step=f"check-{n}")
+        return "awaiting-review"
+
+    def opened(self, pull: github.PullRequestResult) -> None:
+        self.state.pull = PullState(
+            number=pull.number,
+            url=pull.url,
+            state="merged" if pull.merged else "closed" if pull.state == "closed" else "open",
+            draft=pull.draft,
+        )
+
+    def settle_inflight(self) -> None:
+        """After cancellation stopped active work: take in what a push or a pull
+        request that was in flight did, so cleanup knows the branch and the PR."""
+        push, pull = self.inflight.get("push"), self.inflight.get("pull")
+        if push is not None and push.done and push.error is None:
+            pushed = github.PushResult.model_validate(push.result)
+            if (
+                pushed.status != "lease-refused"
+                and pushed.sha
+                and pushed.sha not in self.state.pushed
+            ):
+                self.state.pushed.append(pushed.sha)
+                self.state.proposed_sha = pushed.sha
+        if pull is not None and pull.done and pull.error is None and self.state.pull is None:
+            self.opened(github.PullRequestResult.model_validate(pull.result))
+        self.inflight.clear()
+
+    async def check_superseded(self, sha: str, n: int) -> None:
+        await call(
+            self.ctx,
+            github.check_run,
+            github.CheckRunInput(
+                **self.repo_fields(),
+                head_sha=sha,
+                op_run=self.ctx.run_id,
+                op_step="check",
+                name="repairbot",
+                title="Superseded by a newer proposal",
+                summary=f"Replaced by the commit of publication {n}.",
+                conclusion="neutral",
+            ),
+            github.CheckRunResult,
+            step=f"check-superseded-{n}",
+        )

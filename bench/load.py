@@ -1,0 +1,514 @@
+"""Load benchmark: N repair runs started together on an emulated GitHub, one
+``repairbot web`` process and W ``repairbot worker`` processes (each with a
+data directory of its own), PostgreSQL and Redis (arq).
+
+    python -m bench.load [--runs 100] [--workers 3] [--concurrency 8]
+                         [--timeout 1200] [--json results.json]
+
+Every run has a repository of its own (a copy of the demo project with its
+bug), so runs are independent: each must end merged with exactly one branch,
+one pull request and one status comment, as read from the emulator. A
+maintainer approves each draft pull request as soon as it is open.
+
+Reported:
+
+- runs per minute, from the first label to the last run's end;
+- bot overhead from label to draft PR at p50 and p95: the time from the
+  label (taken just before the label request) to the end of the pull-request
+  step, minus the time spent in the agent (``agent.propose_fix``) and in
+  repository commands (``commands.*``), both read from the activity attempts'
+  recorded start and end (the union of their intervals, so nothing is
+  subtracted twice). Also shown: that overhead without workspace building
+  (git clones), and the runtime's own gaps (no activity running at all);
+- peak RSS of each process (the kernel's VmHWM) and database connections in
+  use (``pg_stat_activity``, sampled; by process through ``application_name``);
+- lost runs (not ended merged in time) and duplicates (more than one run,
+  branch, pull request or status comment per issue).
+
+Not a test: nothing here asserts a speed. tests/bench/test_load_smoke.py runs
+it with tiny numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from sqlalchemy import Engine, func, select, text
+
+from app.demo.fleet import Fleet, wait_healthy
+from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
+from app.demo.stack import LocalStack
+from app.engine.db import make_engine
+from app.engine.runtime import SETTLED, Runtime
+from app.engine.tables import ActivityAttempt, ActivityTask, WorkflowRun
+from app.migrate import upgrade
+from app.registry import build_registry
+from app.workflows.ids import repair_workflow_id
+from bench.databases import fresh_database
+from bench.environment import load, machine, revision
+from bench.spec import POSTGRES
+
+tasks = ActivityTask.__table__  # type: ignore[attr-defined]
+attempts = ActivityAttempt.__table__  # type: ignore[attr-defined]
+runs_table = WorkflowRun.__table__  # type: ignore[attr-defined]
+
+#: Time excluded from the bot's overhead: the agent and repository commands.
+EXCLUDED = ("agent.propose_fix", "commands.")
+#: Also excluded for the "without git" figure: building workspaces (clones).
+GIT_WORK = ("workspace.",)
+
+
+@dataclass
+class RunFigures:
+    repo: str
+    status: str
+    label_at: float
+    pr_at: float | None = None
+    closed_at: float | None = None
+    label_to_pr: float | None = None
+    overhead: float | None = None
+    overhead_without_git: float | None = None
+    runtime_gaps: float | None = None
+    #: From the label to the run's creation (webhook delivery and intake).
+    label_to_start: float | None = None
+    #: Seconds per activity attempt before the PR, by activity name (summed).
+    activity_seconds: dict[str, float] = field(default_factory=dict)
+    runs_for_issue: int = 0
+    branches: int = 0
+    pulls: int = 0
+    merged_pulls: int = 0
+    status_comments: int = 0
+
+    @property
+    def exact(self) -> bool:
+        return (
+            self.status == "completed"
+            and self.runs_for_issue == 1
+            and self.branches == 1
+            and self.pulls == 1
+            and self.merged_pulls == 1
+            and self.status_comments == 1
+        )
+
+
+@dataclass
+class LoadResult:
+    runs: int
+    workers: int
+    concurrency: int
+    revision: str
+    machine: str
+    load_before: str
+    load_after: str = ""
+    elapsed: float = 0.0
+    runs_per_minute: float = 0.0
+    completed: int = 0
+    exact: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    overhead_p50: float | None = None
+    overhead_p95: float | None = None
+    overhead_without_git_p50: float | None = None
+    overhead_without_git_p95: float | None = None
+    gaps_p50: float | None = None
+    gaps_p95: float | None = None
+    label_to_start_p50: float | None = None
+    label_to_start_p95: float | None = None
+    #: Mean seconds per run spent in each activity before the PR.
+    activity_seconds: dict[str, float] = field(default_factory=dict)
+    label_to_pr_p50: float | None = None
+    label_to_pr_p95: float | None = None
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    peak_connections: int = 0
+    peak_connections_by_process: dict[str, int] = field(default_factory=dict)
+    per_run: list[dict[str, Any]] = field(default_factory=list)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def union_length(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of the union of ``intervals`` clipped to [lo, hi]."""
+    clipped = sorted((max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi)
+    total, end = 0.0, lo
+    for start, stop in clipped:
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def attempt_intervals(engine: Engine, run_id: str) -> list[tuple[str, float, float]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(tasks.c.activity, attempts.c.started_at, attempts.c.finished_at)
+            .join(attempts, attempts.c.task_id == tasks.c.id)
+            .where(tasks.c.run_id == run_id, attempts.c.finished_at.is_not(None))
+        ).all()
+    return [(r.activity, float(r.started_at), float(r.finished_at)) for r in rows]
+
+
+def pr_done_at(engine: Engine, run_id: str) -> float | None:
+    """When the run's draft pull request step ended (its first completed attempt)."""
+    with engine.connect() as conn:
+        return conn.execute(
+            select(func.min(attempts.c.finished_at))
+            .join(tasks, attempts.c.task_id == tasks.c.id)
+            .where(
+                tasks.c.run_id == run_id,
+                tasks.c.activity == "github.pull_request",
+                attempts.c.outcome == "completed",
+            )
+        ).scalar()
+
+
+def figures_for(engine: Engine, fig: RunFigures, run_id: str) -> None:
+    pr_at = pr_done_at(engine, run_id)
+    if pr_at is None:
+        return
+    fig.pr_at = pr_at
+    fig.label_to_pr = pr_at - fig.label_at
+    spans = attempt_intervals(engine, run_id)
+
+    def busy(prefixes: tuple[str, ...]) -> float:
+        chosen = [(a, b) for name, a, b in spans if name.startswith(prefixes)]
+        return union_length(chosen, fig.label_at, pr_at)
+
+    fig.overhead = fig.label_to_pr - busy(EXCLUDED)
+    fig.overhead_without_git = fig.label_to_pr - busy(EXCLUDED + GIT_WORK)
+    fig.runtime_gaps = fig.label_to_pr - busy(("",))
+    for name, a, b in spans:
+        if a < pr_at:
+            fig.activity_seconds[name] = fig.activity_seconds.get(name, 0.0) + (min(b, pr_at) - a)
+
+
+class Sampler:
+    """Peak database connections (total and by process) and peak RSS."""
+
+    def __init__(self, engine: Engine, database: str, fleet: Fleet) -> None:
+        self.engine = engine
+        self.database = database
+        self.fleet = fleet
+        self.peak = 0
+        self.by_process: dict[str, int] = {}
+
+    def sample(self) -> None:
+        self.fleet.sample_rss()
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "select application_name, count(*) from pg_stat_activity "
+                    "where datname = :db and pid <> pg_backend_pid() group by 1"
+                ),
+                {"db": self.database},
+            ).all()
+        self.peak = max(self.peak, sum(int(n) for _, n in rows))
+        for name, n in rows:
+            key = name or "(unnamed)"
+            self.by_process[key] = max(self.by_process.get(key, 0), int(n))
+
+
+async def github_counts(stack: LocalStack, repo: str, number: int, fig: RunFigures) -> None:
+    owner, who = stack.people.owner, stack.people.owner
+    pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=who)
+    branches = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/branches", as_user=who)
+    comments = await stack.gh.rest(
+        "GET", f"/repos/{owner}/{repo}/issues/{number}/comments", as_user=who
+    )
+    fig.pulls = len(pulls)
+    fig.merged_pulls = sum(1 for p in pulls if p.get("merged_at"))
+    fig.branches = sum(1 for b in branches if b["name"].startswith("repairbot/"))
+    fig.status_comments = sum(
+        1 for c in comments if "repairbot:op=" in c["body"] and "status" in c["body"]
+    )
+
+
+def with_app_name(url: str, name: str) -> str:
+    return url + ("&" if "?" in url else "?") + f"application_name={name}"
+
+
+async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> LoadResult:
+    result = LoadResult(
+        runs=args.runs,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        revision=revision(),
+        machine=machine(),
+        load_before=load(),
+    )
+    redis = Redis.from_url(args.redis)
+    await redis.flushdb()
+    await redis.aclose()
+    upgrade(database_url)
+    project = write_project(root / "project")
+    stack = LocalStack(root=root / "stack")
+    settings = await stack.start_github(project, database_url=database_url)
+    names = [stack.repo_name] + [f"{stack.repo_name}-{i}" for i in range(2, args.runs + 1)]
+    for name in names[1:]:
+        await stack.add_repo(name, project)
+    settings = settings.with_overrides(
+        redis_url=args.redis,
+        agent_command=tuple(fix_agent_command()),
+        concurrency=args.concurrency,
+        relay_grace=1.0,
+        reconcile_interval=0.5,
+    )
+    fleet = Fleet(root / "machines", settings)
+    fleet.root.mkdir(parents=True)
+    app_url = stack.app_url
+    web = fleet.web(stack.hand_app_port_over())
+    web.settings = web.settings.with_overrides(database_url=with_app_name(database_url, "web"))
+    web.start()
+    for i in range(1, args.workers + 1):
+        name = f"worker-{i}"
+        fleet.worker(name, database_url=with_app_name(database_url, name)).start()
+    engine = make_engine(database_url, pool_size=2)
+    reader = Runtime(engine, build_registry())
+    database = engine.url.database or ""
+    sampler = Sampler(engine, database, fleet)
+    people = stack.people
+    figs: dict[str, RunFigures] = {}
+    numbers: dict[str, int] = {}
+    try:
+        # Generous: on a loaded machine a cold start of the web process is slow.
+        wait_healthy(f"{app_url}/healthz", web, timeout=300)
+        print(f"  web up; {len(names)} repositories ready; labelling", file=sys.stderr)
+        for name in names:
+            issue = await stack.gh.create_issue(
+                people.owner, name, as_user=people.owner, title=ISSUE_TITLE, body=ISSUE_BODY
+            )
+            numbers[name] = int(issue["number"])
+
+        async def label(name: str) -> None:
+            figs[name] = RunFigures(repo=name, status="not started", label_at=time.time())
+            await stack.gh.add_label(
+                people.owner, name, numbers[name], "repairbot", as_user=people.maintainer
+            )
+
+        started = time.time()
+        await asyncio.gather(*(label(name) for name in names))
+        ids = {n: repair_workflow_id(f"{people.owner}/{n}", numbers[n]) for n in names}
+        approved: set[str] = set()
+        deadline = time.monotonic() + args.timeout
+        last_report = 0.0
+        while time.monotonic() < deadline:
+            for name in fleet.revive():
+                print(f"  {name} exited by itself; restarted", file=sys.stderr)
+            sampler.sample()
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    select(runs_table.c.workflow_id, runs_table.c.run_id, runs_table.c.status)
+                ).all()
+                with_pr = set(
+                    conn.execute(
+                        select(tasks.c.run_id).where(
+                            tasks.c.activity == "github.pull_request",
+                            tasks.c.status == "completed",
+                        )
+                    ).scalars()
+                )
+            by_id = {r.workflow_id: r for r in rows}
+            settled = sum(1 for r in rows if r.status in SETTLED)
+            if time.monotonic() - last_report > 10:
+                last_report = time.monotonic()
+                print(
+                    f"  {time.time() - started:6.1f}s  {len(rows)} runs, {settled} ended, "
+                    f"{len(with_pr)} with a PR, {len(approved)} approved",
+                    file=sys.stderr,
+                )
+            if len(rows) >= len(names) and settled == len(rows):
+                break
+            for name, wid in ids.items():
+                row = by_id.get(wid)
+                if name in approved or row is None or row.run_id not in with_pr:
+                    continue
+                try:
+                    status = reader.query(row.run_id, "status")
+                except Exception:
+                    continue  # history mid-write; ask again
+                if status.get("phase") == "awaiting-review" and status.get("pull_number"):
+                    approved.add(name)
+                    await stack.gh.review(
+                        people.owner,
+                        name,
+                        int(status["pull_number"]),
+                        as_user=people.maintainer,
+                        event="APPROVE",
+                    )
+            await asyncio.sleep(0.25)
+        sampler.sample()
+        await stack.gh.deliveries.wait()
+        ended = []
+        for name, wid in ids.items():
+            fig = figs[name]
+            with engine.connect() as conn:
+                found = conn.execute(
+                    select(
+                        runs_table.c.run_id,
+                        runs_table.c.status,
+                        runs_table.c.closed_at,
+                        runs_table.c.created_at,
+                    )
+                    .where(runs_table.c.workflow_id == wid)
+                    .order_by(runs_table.c.created_at)
+                ).all()
+            fig.runs_for_issue = len(found)
+            if found:
+                fig.status = found[-1].status
+                fig.closed_at = found[-1].closed_at
+                fig.label_to_start = found[0].created_at - fig.label_at
+                figures_for(engine, fig, found[-1].run_id)
+            await github_counts(stack, name, numbers[name], fig)
+            if fig.closed_at is not None:
+                ended.append(fig.closed_at)
+        last_end = max(ended) if ended else time.time()
+        result.elapsed = last_end - started
+        result.completed = sum(1 for f in figs.values() if f.status == "completed")
+        result.exact = sum(1 for f in figs.values() if f.exact)
+        result.runs_per_minute = result.completed / (result.elapsed / 60) if ended else 0.0
+        result.lost = [f.repo for f in figs.values() if f.status != "completed"]
+        result.duplicated = [
+            f.repo
+            for f in figs.values()
+            if max(f.runs_for_issue, f.branches, f.pulls, f.status_comments) > 1
+        ]
+        summarize(result, list(figs.values()))
+    finally:
+        fleet.stop()
+        result.peak_rss_mib = {m.name: round(m.peak_rss_kib / 1024, 1) for m in fleet.machines}
+        result.restarts = {m.name: m.restarts for m in fleet.machines if m.restarts}
+        result.peak_connections = sampler.peak
+        result.peak_connections_by_process = dict(sampler.by_process)
+        result.load_after = load()
+        result.per_run = [asdict(f) for f in figs.values()]
+        engine.dispose()
+        await stack.stop()
+    return result
+
+
+def summarize(result: LoadResult, figs: list[RunFigures]) -> None:
+    def p50_p95(values: list[float | None]) -> tuple[float | None, float | None]:
+        present = [v for v in values if v is not None]
+        return percentile(present, 50), percentile(present, 95)
+
+    result.overhead_p50, result.overhead_p95 = p50_p95([f.overhead for f in figs])
+    result.overhead_without_git_p50, result.overhead_without_git_p95 = p50_p95(
+        [f.overhead_without_git for f in figs]
+    )
+    result.gaps_p50, result.gaps_p95 = p50_p95([f.runtime_gaps for f in figs])
+    result.label_to_pr_p50, result.label_to_pr_p95 = p50_p95([f.label_to_pr for f in figs])
+    result.label_to_start_p50, result.label_to_start_p95 = p50_p95([f.label_to_start for f in figs])
+    with_pr = [f for f in figs if f.pr_at is not None]
+    names = sorted({name for f in with_pr for name in f.activity_seconds})
+    result.activity_seconds = {
+        name: round(sum(f.activity_seconds.get(name, 0.0) for f in with_pr) / len(with_pr), 3)
+        for name in names
+    }
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def report(result: LoadResult) -> str:
+    lines = [
+        f"revision {result.revision}; {result.machine}; load {result.load_before} -> "
+        f"{result.load_after}",
+        f"{result.runs} runs, {result.workers} worker processes x {result.concurrency} jobs, "
+        "PostgreSQL + Redis (arq)",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| runs completed (merged) | {result.completed} / {result.runs} |",
+        f"| runs with exactly one branch, PR, status comment | {result.exact} / {result.runs} |",
+        f"| lost | {len(result.lost)} {result.lost[:5] if result.lost else ''} |",
+        f"| duplicated | {len(result.duplicated)} "
+        f"{result.duplicated[:5] if result.duplicated else ''} |",
+        f"| wall time, first label to last end | {result.elapsed:.1f} s |",
+        f"| runs per minute | {result.runs_per_minute:.1f} |",
+        f"| label to draft PR, p50 / p95 | {_s(result.label_to_pr_p50)} / "
+        f"{_s(result.label_to_pr_p95)} |",
+        f"| bot overhead (excl. agent, repository commands), p50 / p95 | "
+        f"{_s(result.overhead_p50)} / {_s(result.overhead_p95)} |",
+        f"| ... also excluding workspace builds (git), p50 / p95 | "
+        f"{_s(result.overhead_without_git_p50)} / {_s(result.overhead_without_git_p95)} |",
+        f"| ... of which label to run started (webhook, intake), p50 / p95 | "
+        f"{_s(result.label_to_start_p50)} / {_s(result.label_to_start_p95)} |",
+        f"| ... runtime gaps (no activity running), p50 / p95 | "
+        f"{_s(result.gaps_p50)} / {_s(result.gaps_p95)} |",
+        f"| peak database connections (pg_stat_activity) | {result.peak_connections} "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(result.peak_connections_by_process.items()))})"
+        " |",
+        f"| processes that exited by themselves and were restarted | "
+        f"{', '.join(f'{k} x{v}' for k, v in result.restarts.items()) or 'none'} |",
+        f"| peak RSS per process | "
+        f"{', '.join(f'{k} {v} MiB' for k, v in result.peak_rss_mib.items())} |",
+        "",
+        "Mean seconds per run in each activity before the draft PR:",
+        "",
+        "| activity | seconds |",
+        "|---|---|",
+        *(
+            f"| {name} | {secs:.2f} |"
+            for name, secs in sorted(result.activity_seconds.items(), key=lambda kv: -kv[1])
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8, help="jobs per worker")
+    parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"),
+        help="admin URL; a fresh database is made beside it and dropped after",
+    )
+    parser.add_argument(
+        "--redis",
+        default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/7"),
+        help="a Redis database of its own (it is flushed)",
+    )
+    parser.add_argument("--json", type=Path, help="write the figures (and per run) here")
+    parser.add_argument("--keep", type=Path, help="keep processes' logs and data here")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    with fresh_database(POSTGRES, admin_url=args.postgres) as url:
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            result = asyncio.run(run_load(args, url, args.keep))
+        else:
+            with tempfile.TemporaryDirectory(prefix="repairbot-load-") as tmp:
+                result = asyncio.run(run_load(args, url, Path(tmp)))
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(asdict(result), indent=1))
+    return 0 if result.exact == result.runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Alembic revisions (one module each; Alembic loads them by path)."""

@@ -1,0 +1,43 @@
+"""The load benchmark end to end with tiny numbers: two runs, two workers.
+Speed is never asserted; only that every run ended merged exactly once and
+that every figure was measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.load import main, union_length
+from tests.conftest import PG_ADMIN_URL, REDIS_URL
+
+
+def test_union_length_counts_overlaps_once_and_clips() -> None:
+    assert union_length([(0, 2), (1, 3), (5, 6)], 0, 10) == 4
+    assert union_length([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == 2
+    assert union_length([], 0, 1) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.timeout(600)
+def test_tiny_load_run_reports_every_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "load.json"
+    argv = ["--runs", "2", "--workers", "2", "--timeout", "300"]
+    argv += ["--postgres", PG_ADMIN_URL, "--redis", REDIS_URL, "--json", str(out)]
+    assert main(argv) == 0, capsys.readouterr().out
+
+    result = json.loads(out.read_text())
+    assert result["exact"] == result["completed"] == 2
+    assert result["lost"] == [] and result["duplicated"] == []
+    assert result["overhead_p95"] is not None and result["overhead_p50"] is not None
+    assert 0 <= result["overhead_p50"] <= result["label_to_pr_p50"]
+    assert set(result["peak_rss_mib"]) == {"web", "worker-1", "worker-2"}
+    assert all(mib > 0 for mib in result["peak_rss_mib"].values())
+    assert {"web", "worker-1", "worker-2"} <= set(result["peak_connections_by_process"])
+    table = capsys.readouterr().out
+    assert "| runs per minute |" in table and "| bot overhead" in table

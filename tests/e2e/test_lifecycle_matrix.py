@@ -1,0 +1,296 @@
+"""The lifecycle matrix: a run held in each phase meets what humans (and
+GitHub) do, over real webhooks against the emulator. Each case asserts the
+run's end and GitHub's state read from the emulator: branches, pull
+requests, the status comment and the check run.
+
+Pairs left out, and why:
+- review dismissed and approval expired only mean something once an approval
+  exists: tests/e2e/test_steering.py (recovery tests 8 and 13);
+- base moved matters at the merge: test_repair_scenarios.py (reverify and
+  rereview);
+- pull-request events before ``publishing`` have no pull request to act on;
+- worker SIGKILL in each phase: test_repair_crashes.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.demo.project import fix_agent_command, write_project
+from app.demo.stack import LocalStack
+from tests.e2e.scenario import (
+    branch_sha,
+    final_check,
+    github_state,
+    heartbeat_every,
+    open_labelled_issue,
+    push_files,
+    review,
+    status_comment,
+    wait_end,
+    wait_for,
+    wait_phase,
+    wait_status_comment,
+)
+
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    folder = write_project(tmp_path / "project")
+    config = folder / ".github" / "repairbot.yml"
+    # A short drift check, so that what no webhook announces is noticed in a test.
+    config.write_text(config.read_text() + "drift_check_seconds: 5\n")
+    return folder
+
+
+# -- holding a run in a phase --------------------------------------------------------
+
+
+async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
+    """Start a run and return once it is in ``phase`` (kept there a while)."""
+    sleep = 60 if phase == "repairing" else 0
+    stack.start_repairbot(agent_command=tuple(fix_agent_command(sleep=sleep)))
+    heartbeat_every(stack, 0.2)
+    if phase == "publishing":
+        await stack.gh.faults.add("POST /repos/{owner}/{repo}/pulls", "delay", delay=4, times=1)
+    number = await open_labelled_issue(stack)
+    if phase == "repairing":
+        status = await wait_phase(stack, number, "repairing")
+    elif phase == "publishing":
+        status = await wait_phase(stack, number, "publishing", timeout=120)
+        await wait_for(
+            "the branch is pushed", lambda: branch_sha(stack, "repairbot/issue-1") is not None
+        )
+    else:
+        status = await wait_phase(stack, number, "awaiting-review", timeout=120)
+    return number, status
+
+
+# -- events --------------------------------------------------------------------------
+
+
+async def cancel_command(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    people = stack.people
+    await stack.gh.comment(
+        people.owner, stack.repo_name, number, "/repair cancel", as_user=people.maintainer
+    )
+
+
+async def unlabel(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    people = stack.people
+    await stack.gh.remove_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+
+
+async def close_issue(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    people = stack.people
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=people.maintainer,
+        body={"state": "closed"},
+    )
+
+
+async def close_pull(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    people = stack.people
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/pulls/{status['pull_number']}",
+        as_user=people.maintainer,
+        body={"state": "closed"},
+    )
+
+
+async def merge_pull(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    people = stack.people
+    pull = status["pull_number"]
+    await stack.gh.mark_ready(people.owner, stack.repo_name, pull, as_user=people.maintainer)
+    await stack.gh.rest(
+        "PUT",
+        f"/repos/{people.owner}/{stack.repo_name}/pulls/{pull}/merge",
+        as_user=people.maintainer,
+        body={"merge_method": "squash"},
+    )
+
+
+async def delete_branch(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    people = stack.people
+    await stack.gh.rest(
+        "DELETE",
+        f"/repos/{people.owner}/{stack.repo_name}/git/refs/heads/repairbot/issue-{number}",
+        as_user=people.owner,
+    )
+
+
+async def human_push(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    await push_files(stack, f"repairbot/issue-{number}", {"NOTES.md": "A human was here.\n"})
+
+
+async def delete_status_comment(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
+    people = stack.people
+    state = await github_state(stack, number)
+    [comment] = state["status_comments"]
+    await stack.gh.rest(
+        "DELETE",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/comments/{comment['id']}",
+        as_user=people.owner,
+    )
+
+
+Event = Callable[[LocalStack, int, dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class End:
+    """What the case must end with."""
+
+    status: str
+    outcome: str
+    #: The pull request's state on GitHub: None (none opened), open, closed, merged.
+    pull: str | None
+    branch_kept: bool
+    check: str | None
+    says: str
+
+
+CANCELLED = End("cancelled", "cancelled", "closed", False, "cancelled", "Cancelled")
+CANCELLED_EARLY = End("cancelled", "cancelled", None, False, None, "Cancelled")
+
+CASES: list[tuple[str, str, Event, End]] = [
+    ("repairing", "cancel-command", cancel_command, CANCELLED_EARLY),
+    ("repairing", "issue-closed", close_issue, CANCELLED_EARLY),
+    ("publishing", "unlabel", unlabel, CANCELLED),
+    ("awaiting-review", "cancel-command", cancel_command, CANCELLED),
+    ("awaiting-review", "unlabel", unlabel, CANCELLED),
+    ("awaiting-review", "issue-closed", close_issue, CANCELLED),
+    (
+        "awaiting-review",
+        "pr-closed-by-human",
+        close_pull,
+        End("completed", "closed-by-human", "closed", True, "neutral", "closed by a human"),
+    ),
+    (
+        "awaiting-review",
+        "pr-merged-by-human",
+        merge_pull,
+        End("completed", "merged-by-human", "merged", False, "neutral", "merged by a human"),
+    ),
+    (
+        "awaiting-review",
+        "human-push",
+        human_push,
+        End("completed", "human-pushed", "open", True, "neutral", "a human pushed"),
+    ),
+    (
+        "awaiting-review",
+        "branch-deleted",
+        delete_branch,
+        End("completed", "branch-deleted", "closed", False, "neutral", "branch was deleted"),
+    ),
+]
+#: Cheap enough for every run of the default suite; the rest are marked slow.
+FAST = {("awaiting-review", "cancel-command"), ("awaiting-review", "pr-merged-by-human")}
+
+
+def _params() -> list[Any]:
+    params = []
+    for phase, name, event, end in CASES:
+        marks = [] if (phase, name) in FAST else [pytest.mark.slow]
+        params.append(pytest.param(phase, event, end, id=f"{phase}-{name}", marks=marks))
+    return params
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize(("phase", "event", "end"), _params())
+async def test_lifecycle(stack: LocalStack, phase: str, event: Event, end: End) -> None:
+    number, status = await hold_in(stack, phase)
+    await event(stack, number, status)
+    run = await wait_end(stack, number, timeout=120)
+    assert run.status == end.status, (run.status, run.error, run.result)
+    result = run.result or {}
+    if run.status == "completed":
+        assert result["outcome"] == end.outcome, result
+    state = await github_state(stack, number)
+    if end.pull is None:
+        assert state["pulls"] == []
+    else:
+        [pull] = state["pulls"]
+        shown = "merged" if pull["merged_at"] else pull["state"]
+        assert shown == end.pull, pull
+    branch = f"repairbot/issue-{number}"
+    assert (branch in state["branches"]) == end.branch_kept, state["branches"]
+    body = await status_comment(stack, number)
+    assert end.says.lower() in body.lower(), body
+    if state["pulls"]:
+        assert f"Pull request: #{state['pulls'][0]['number']}" in body
+    if end.check is not None:
+        sha = state["pulls"][0]["head"]["sha"] if state["pulls"] else None
+        proposed = status.get("proposed_sha") or sha
+        assert proposed is not None
+        check = await final_check(stack, proposed)
+        assert check["conclusion"] == end.check
+
+
+@SQLITE_ONLY
+@pytest.mark.slow
+async def test_a_deleted_status_comment_is_written_again(stack: LocalStack) -> None:
+    number, status = await hold_in(stack, "awaiting-review")
+    await delete_status_comment(stack, number, status)
+    await wait_status_comment(stack, number, "was deleted by someone", timeout=60)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "merged", run.result
+    assert len((await github_state(stack, number))["status_comments"]) == 1
+
+
+@SQLITE_ONLY
+@pytest.mark.slow
+async def test_cancel_with_every_webhook_delivered_twice(stack: LocalStack) -> None:
+    await stack.gh.deliveries.duplicate_next(count=10_000)
+    number, status = await hold_in(stack, "awaiting-review")
+    await cancel_command(stack, number, status)
+    run = await wait_end(stack, number, timeout=120)
+    assert run.status == "cancelled", run.error
+    state = await github_state(stack, number)
+    [pull] = state["pulls"]
+    assert pull["state"] == "closed" and state["branches"] == ["main"]
+    assert len(state["status_comments"]) == 1
+    assert stack.runtime is not None
+    commands = [r for r in stack.runtime.store.list_runs() if r.workflow_name == "slash-command"]
+    assert len(commands) == 1
+
+
+@SQLITE_ONLY
+@pytest.mark.slow
+async def test_a_workspace_removed_mid_attempt_is_rebuilt(stack: LocalStack) -> None:
+    """Recovery test 9: the workspace disappears under the agent; the attempt is
+    retried in a workspace rebuilt from its recorded inputs and the fix merges."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command(sleep=3)))
+    heartbeat_every(stack, 0.2)
+    assert stack.settings is not None
+    workspaces = stack.settings.workspaces_dir
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "repairing", timeout=120)
+
+    def some_workspace() -> bool:
+        return workspaces.exists() and any(workspaces.iterdir())
+
+    await wait_for("the agent's workspace exists", some_workspace)
+    for folder in list(workspaces.iterdir()):
+        shutil.rmtree(folder, ignore_errors=True)
+    status = await wait_phase(stack, number, "awaiting-review", timeout=180)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "merged", run.result
+    [pull] = (await github_state(stack, number))["pulls"]
+    assert pull["merged_at"] is not None

@@ -1,0 +1,235 @@
+"""Who may steer a run (issue 8), over real webhooks against the emulator.
+
+Each test plays a person (or a forged delivery) trying to steer a run and
+asserts what GitHub shows afterwards: comments, branches, pull requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.demo.project import fix_agent_command, write_project
+from app.demo.stack import WEBHOOK_SECRET, LocalStack
+from tests.e2e.scenario import (
+    github_state,
+    open_labelled_issue,
+    review,
+    status_comment,
+    wait_end,
+    wait_phase,
+    wait_status_comment,
+)
+
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def seed(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """The demo repository; ``parametrize("seed", [yaml lines], indirect=True)``
+    adds settings to its ``.github/repairbot.yml``."""
+    folder = write_project(tmp_path / "project")
+    extra = getattr(request, "param", None)
+    if extra:
+        config = folder / ".github" / "repairbot.yml"
+        config.write_text(config.read_text() + extra)
+    return folder
+
+
+async def post_signed(stack: LocalStack, event: str, payload: dict[str, Any]) -> httpx.Response:
+    """A delivery signed with the App's webhook secret, as GitHub (or someone who
+    captured one) would send it."""
+    body = json.dumps(payload).encode()
+    signature = hmac.new(WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    async with httpx.AsyncClient() as client:
+        return await client.post(
+            f"{stack.app_url}/webhooks/github",
+            content=body,
+            headers={
+                "X-GitHub-Event": event,
+                "X-GitHub-Delivery": str(uuid.uuid4()),
+                "X-Hub-Signature-256": f"sha256={signature}",
+                "Content-Type": "application/json",
+            },
+        )
+
+
+async def _quiet_end(stack: LocalStack, number: int) -> None:
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "not-triggered", run.result
+    state = await github_state(stack, number)
+    assert state["status_comments"] == [] and state["branches"] == ["main"]
+    assert state["pulls"] == []
+
+
+@SQLITE_ONLY
+async def test_label_from_someone_without_write_access_starts_nothing(
+    stack: LocalStack,
+) -> None:
+    """Triage access may add labels; only write access may start a run."""
+    people = stack.people
+    await stack.gh.create_user("tina")
+    await stack.gh.set_permission(people.owner, stack.repo_name, "tina", "triage")
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack, label_as="tina")
+    await _quiet_end(stack, number)
+
+
+@SQLITE_ONLY
+async def test_label_from_a_bot_is_ignored_unless_allow_listed(stack: LocalStack) -> None:
+    people = stack.people
+    await stack.gh.create_user("ci-helper", type="Bot")
+    await stack.gh.set_permission(people.owner, stack.repo_name, "ci-helper", "write")
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack, label_as="ci-helper")
+    await _quiet_end(stack, number)
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("seed", ["trigger_label: fixme\n"], indirect=True)
+async def test_the_repository_trigger_label_is_the_one_that_counts(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)  # "repairbot": not this repository's trigger
+    await _quiet_end(stack, number)
+    people = stack.people
+    await stack.gh.add_label(
+        people.owner, stack.repo_name, number, "fixme", as_user=people.maintainer
+    )
+    status = await wait_phase(stack, number, "awaiting-review")
+    assert status["pull_number"]
+
+
+HOSTILE_REPRO = "```repro\nsh -c 'echo pwned > /tmp/repairbot-pwned; exit 1'\n```\n"
+
+
+@SQLITE_ONLY
+async def test_a_repro_block_from_a_reader_is_not_run(stack: LocalStack) -> None:
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    issue = await stack.gh.create_issue(
+        people.owner,
+        stack.repo_name,
+        as_user=people.reader,
+        title="Slugs keep punctuation",
+        body="It breaks.\n\n" + HOSTILE_REPRO,
+    )
+    number = int(issue["number"])
+    await stack.gh.add_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+    status = await wait_phase(stack, number, "awaiting-review")
+    assert status["reproduction_source"] == "config"
+    body = await status_comment(stack, number)
+    assert f"its author @{people.reader} does not have write access" in body
+    assert "configured `reproduce` command" in body
+
+
+@SQLITE_ONLY
+async def test_a_repro_block_hidden_in_an_html_comment_never_counts(stack: LocalStack) -> None:
+    """Even from a maintainer: what the rendered issue does not show is not read."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(
+        stack, body="Slugs keep punctuation.\n\n<!--\n" + HOSTILE_REPRO + "-->\n"
+    )
+    status = await wait_phase(stack, number, "awaiting-review")
+    assert status["reproduction_source"] == "config"
+    assert "repro block was not used" not in await status_comment(stack, number)
+
+
+def _fork_pull(pull: dict[str, Any], number: int) -> dict[str, Any]:
+    fork = {"id": 999_999, "name": "slugify", "full_name": "mallory/slugify"}
+    head = pull["head"] | {"repo": fork, "label": "mallory:" + pull["head"]["ref"]}
+    return pull | {"number": number, "head": head}
+
+
+@SQLITE_ONLY
+async def test_fork_pull_request_events_do_not_reach_the_run(stack: LocalStack) -> None:
+    """A fork's pull request named like repairbot's branch, closed or pushed to,
+    and a same-repository pull request with another number: the run goes on."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull_number = status["pull_number"]
+    pull = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}/pulls/{pull_number}", as_user=people.owner
+    )
+    repository = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}", as_user=people.owner
+    )
+    mallory = {"login": "mallory", "id": 4242, "type": "User"}
+    base = {
+        "repository": repository,
+        "sender": mallory,
+        "installation": {"id": stack.installation_id},
+    }
+    fork = _fork_pull(pull, 99)
+    closed = fork | {"state": "closed", "merged": False}
+    for payload in (
+        base | {"action": "closed", "number": 99, "pull_request": closed},
+        base | {"action": "synchronize", "number": 99, "pull_request": fork},
+        # Same repository, same branch name, another number: the run checks its number.
+        base | {"action": "closed", "number": 98, "pull_request": pull | {"number": 98}},
+    ):
+        response = await post_signed(stack, "pull_request", payload)
+        assert response.status_code == 202, response.text
+    await stack.gh.deliveries.wait()
+    again = await wait_phase(stack, number, "awaiting-review", timeout=10)
+    assert again["pull"]["state"] == "open"
+
+    await review(stack, pull_number, "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "merged", run.result
+    [pr] = (await github_state(stack, number))["pulls"]
+    assert pr["merged_at"] is not None
+
+
+@SQLITE_ONLY
+async def test_a_dismissed_approval_is_revoked(stack: LocalStack) -> None:
+    """Recovery test 8: the approval is dismissed after repairbot scheduled the
+    merge's checks (both reach it together); it asks for a new review."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull = status["pull_number"]
+    await stack.gh.deliveries.hold()
+    approval = await review(stack, pull, "APPROVE", body="Looks right.")
+    await stack.gh.dismiss_review(
+        people.owner, stack.repo_name, pull, approval["id"], as_user=people.owner
+    )
+    assert await stack.gh.deliveries.release() >= 2
+    await wait_status_comment(stack, number, "was dismissed: please review again", timeout=60)
+    state = await github_state(stack, number)
+    assert state["pulls"][0]["merged_at"] is None and state["pulls"][0]["state"] == "open"
+
+    await review(stack, pull, "APPROVE", body="Now it is right.")
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "merged", run.result
+    assert run.result["approval"]["review_id"] != approval["id"]
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("seed", ["approval_ttl_hours: 1\n"], indirect=True)
+async def test_an_expired_approval_does_not_merge(stack: LocalStack) -> None:
+    """Recovery test 13: expiry counts from the review's ``submitted_at``."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.advance_clock(-2 * 3600)  # the review is stamped two hours ago
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    await wait_status_comment(stack, number, "expired after 1 hours", timeout=60)
+    state = await github_state(stack, number)
+    assert state["pulls"][0]["merged_at"] is None
+    await stack.gh.advance_clock(2 * 3600)
+    await review(stack, status["pull_number"], "APPROVE", body="Fresh approval.")
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "merged", run.result
