@@ -283,6 +283,9 @@ class Settings:
         hidden = [self.data_dir, Path.home()]
         if self.github_private_key_file is not None:
             hidden.append(self.github_private_key_file)
+        if self.database_url.startswith("sqlite:///"):
+            # The database may live outside the data directory.
+            hidden.append(Path(self.database_url.removeprefix("sqlite:///")))
         return Isolation(
             mode=parse_mode(self.sandbox),
             read_only=self.sandbox_read_only,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from app.config import ConfigError, Settings
@@ -56,3 +59,26 @@ def test_malformed_values_name_the_variable(name: str, value: str) -> None:
 def test_the_private_key_never_shows_in_repr() -> None:
     settings = Settings.from_env({"GITHUB_PRIVATE_KEY": "super-secret-pem"})
     assert "super-secret-pem" not in repr(settings)
+
+
+def test_the_sandbox_hides_the_data_dir_key_file_database_and_home(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "REPAIRBOT_DATA_DIR": str(tmp_path / "data"),
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'elsewhere.db'}",
+            "GITHUB_PRIVATE_KEY_FILE": str(tmp_path / "key.pem"),
+            "REPAIRBOT_SANDBOX_READ_ONLY": f"/opt/tools{os.pathsep}/srv/sdk",
+        }
+        | {"GITHUB_PRIVATE_KEY": "pem"}
+    )
+    isolation = settings.isolation()
+    assert isolation.mode == "auto"
+    assert set(isolation.hidden) == {
+        tmp_path / "data",
+        tmp_path / "elsewhere.db",
+        tmp_path / "key.pem",
+        Path.home(),
+    }
+    assert isolation.read_only == (Path("/opt/tools"), Path("/srv/sdk"))
+    with pytest.raises(ConfigError, match="REPAIRBOT_SANDBOX"):
+        Settings.from_env({"REPAIRBOT_SANDBOX": "chroot"})

@@ -262,6 +262,13 @@ def test_quoted_argv_lines_split_back_exactly(argvs: list[list[str]]) -> None:
     assert [list(c.argv or ()) for c in reproduction_commands(block)] == argvs
 
 
+def test_network_is_off_unless_setup_asks_for_it() -> None:
+    assert parse_repo_config("test: make test\n").network == "none"
+    assert parse_repo_config("network: setup\n").network == "setup"
+    with pytest.raises(RepoConfigError, match="`network`"):
+        parse_repo_config("network: always\n")
+
+
 def test_a_repro_block_inside_an_html_comment_does_not_count() -> None:
     """GitHub does not render it, so no maintainer saw it: the same scanner as
     slash commands (app.markdown) drops it."""

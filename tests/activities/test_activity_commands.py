@@ -160,3 +160,19 @@ async def test_a_command_timeout_is_a_failed_step(
     result = await call(run_tests, actx, step(spec, slow) | {"time_limit_seconds": 0.3})
     assert result["status"] == "failed" and result["results"][0]["timed_out"]
     assert b"[killed: time limit reached after 0." in evidence.get(result["log"]["sha256"])
+
+
+async def test_only_setup_gets_the_network_and_only_when_asked(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    interfaces = Command(shell="tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+    setup = [interfaces.model_dump(mode="json")]
+    asked = await call(run_reproduction, actx, step(spec, REPRO, setup=setup, setup_network=True))
+    first, second = asked["results"]
+    assert first["network"] is True and first["output_tail"].split() != ["lo"]
+    assert second["network"] is False  # the reproduction never has it
+    log = evidence.get(asked["log"]["sha256"])
+    assert b"# setup; sandbox: network\n" in log and b"# reproduce; sandbox: no network" in log
+    default = await call(run_reproduction, actx, step(spec, REPRO, setup=setup))
+    assert default["results"][0]["network"] is False
+    assert default["results"][0]["output_tail"].split() == ["lo"]

@@ -10,6 +10,8 @@ anywhere: history, evidence, logs, the JSON API, or what was written to GitHub.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,7 +22,14 @@ import pytest
 from app.demo.project import ISSUE_BODY, fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from app.engine.history import export_history
-from tests.e2e.scenario import github_state, open_labelled_issue, wait_phase, workflow_id
+from app.evidence import EvidenceStore
+from tests.e2e.scenario import (
+    github_state,
+    open_labelled_issue,
+    wait_end,
+    wait_phase,
+    workflow_id,
+)
 
 CANARIES = {
     "GITHUB_PRIVATE_KEY": "canary-env-private-key-d41c",
@@ -84,12 +93,15 @@ async def test_a_repro_block_that_hunts_secrets_finds_none(
         "history": str(export_history(stack.runtime.store, run.run_id)),
         "logs": caplog.text,
     }
-    evidence = sorted(p for p in settings.evidence_dir.rglob("*") if p.is_file())
+    # Every artifact the run's history names, read back from the evidence store.
+    store = stack.runtime.worker.deps.get(EvidenceStore)
+    shas = sorted(set(re.findall(r"\b[0-9a-f]{64}\b", places["history"])))
+    evidence = [sha for sha in shas if store.exists(sha)]
     assert evidence, "the reproduction's log is evidence"
     reproduction_logs = ""
-    for path in evidence:
-        text = path.read_bytes().decode(errors="replace")
-        places[f"evidence {path.name}"] = text
+    for sha in evidence:
+        text = store.get(sha).decode(errors="replace")
+        places[f"evidence {sha[:12]}"] = text
         if "sh -c" in text:
             reproduction_logs += text
     async with httpx.AsyncClient(base_url=stack.app_url) as client:
@@ -104,3 +116,29 @@ async def test_a_repro_block_that_hunts_secrets_finds_none(
     assert "No such file or directory" in reproduction_logs
     assert "Connection refused" in reproduction_logs
     assert "sandbox: no network" in reproduction_logs
+
+
+@pytest.mark.slow
+async def test_without_a_sandbox_no_repository_code_runs(
+    stack: LocalStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker whose only sandbox, bubblewrap, is missing: PATH has everything else.
+    tools = tmp_path / "tools-without-bwrap"
+    tools.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        for program in Path(directory).glob("*") if Path(directory).is_dir() else ():
+            if program.name not in ("bwrap", "unshare") and not (tools / program.name).exists():
+                (tools / program.name).symlink_to(program)
+    monkeypatch.setenv("PATH", str(tools))
+    ran = tmp_path / "repository-code-ran"
+    body = f"{ISSUE_BODY}\n\n```repro\ntouch {ran}\n```\n"
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()), sandbox="bwrap")
+    number = await open_labelled_issue(stack, body=body)
+    run = await wait_end(stack, number, timeout=120)
+    assert not ran.exists()
+    assert run.result["outcome"] == "error" and run.result["reproduced"] is None
+    assert "Repository code was not run" in run.result["detail"]
+    # The maintainer reads why on the issue.
+    [comment] = (await github_state(stack, number))["status_comments"]
+    assert "no sandbox for repository commands" in comment["body"]
+    assert "Repository code was not run" in comment["body"]
