@@ -104,3 +104,35 @@ async def test_deliveries_missed_while_the_web_was_down_reach_the_run(
         worker.stop()
         if worker.process is not None:
             assert worker.process.wait(timeout=30) is not None
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_the_cli_runs_one_reconciler_pass(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing listens for webhooks yet: the labelled issue's deliveries failed.
+    ``repairbot deliveries reconcile`` finds them and asks GitHub again."""
+    import asyncio
+
+    from app.cli import main
+    from app.migrate import upgrade
+
+    assert stack.settings is not None and stack.emulator is not None
+    assert stack._app_socket is not None
+    stack._app_socket.close()  # bound but never served: close it, so connections are refused
+    upgrade(stack.settings.database_url)
+    await open_labelled_issue(stack)
+    await stack.gh.deliveries.wait()
+    failed = {d.guid for d in stack.emulator.dispatcher.list() if d.status_code == 0}
+    assert failed
+    for name, value in stack.settings.to_env().items():
+        monkeypatch.setenv(name, value)
+    code = await asyncio.to_thread(main, ["deliveries", "reconcile", "--interval", "60"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"{len(failed)} missing found, {len(failed)} redeliveries asked" in out
+    for guid in failed:
+        assert guid in out  # still pending until the intake has them
+    await stack.gh.deliveries.wait()
+    asked = [d for d in stack.emulator.dispatcher.list() if d.redelivery]
+    assert {d.guid for d in asked} == failed
