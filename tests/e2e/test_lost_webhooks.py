@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 
@@ -75,7 +76,8 @@ async def test_deliveries_missed_while_the_web_was_down_reach_the_run(
 
         # The web comes back on the same address.
         app = create_app(settings, runtime)
-        stack._servers.append(ServerThread(app, bind(host, port), name="repairbot").start())
+        restarted = ServerThread(app, bind(host, port), name="repairbot").start()
+        stack._servers.append(restarted)
 
         run = await wait_end(stack, number, timeout=120)
         assert run.status == "completed", run.error
@@ -94,6 +96,13 @@ async def test_deliveries_missed_while_the_web_was_down_reach_the_run(
             return {guid: n for guid, n in rows} == {guid: 1 for guid in guids}
 
         await wait_for("every missed delivery recorded once", recorded_once, timeout=60)
+        # The reconciler's next pass closes its rows; /metrics shows them.
+        closed = f'repairbot_webhook_redeliveries{{state="recorded"}} {len(guids)}'
+
+        def metrics_say_recorded() -> bool:
+            return closed in httpx.get(f"{restarted.url}/metrics").text
+
+        await wait_for("redeliveries closed as recorded", metrics_say_recorded, timeout=60)
         redelivered = [
             d for d in stack.emulator.dispatcher.list() if d.guid in guids and d.redelivery
         ]
