@@ -111,12 +111,14 @@ class Intake:
         except IntegrityError:
             # A concurrent copy of this delivery committed first.
             return IntakeResult(200, f"delivery {delivery_id} already received")
-        except DBAPIError:
+        except Exception:
+            # A database error, or a bug outside the handlers' savepoint: the
+            # handling is rolled back, but the signed delivery must not be lost.
             log.exception("could not record delivery %s", delivery_id)
             return self._record_failure(delivery_id, event, body)
 
     def _record_failure(self, delivery_id: str, event: str, body: bytes) -> IntakeResult:
-        """The handling transaction failed in the database: keep the delivery
+        """The handling transaction failed: keep the delivery
         alone, marked failed (a redelivery retries it), or say 503 if even that
         cannot be written (the database is down; GitHub marks the delivery
         failed and the delivery reconciler asks for it again)."""

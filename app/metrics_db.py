@@ -22,10 +22,11 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
 
 from app.engine.store.schema import STALE_WRITES, attempts, counters, outbox, runs, tasks
-from app.tables import WebhookDelivery
+from app.tables import Redelivery, WebhookDelivery
 from app.web.runs_view import phase_of_step, step_of
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
+redeliveries = Redelivery.__table__  # type: ignore[attr-defined]
 PHASE_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600)
 
 
@@ -153,6 +154,15 @@ class RecordCollector(Collector):
         for status, n in conn.execute(query):
             recorded.add_metric([status], n)
         yield recorded
+        asked = GaugeMetricFamily(
+            "repairbot_webhook_redeliveries",
+            "Missed deliveries by delivery-reconciler state.",
+            labels=["state"],
+        )
+        query = select(redeliveries.c.state, func.count()).group_by(redeliveries.c.state)
+        for state, n in conn.execute(query):
+            asked.add_metric([state], n)
+        yield asked
 
     def _fold_phases(self, conn: Any) -> None:
         closed = conn.execute(

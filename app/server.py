@@ -15,7 +15,7 @@ from app.engine.redis_channel import connect
 from app.migrate import upgrade
 from app.registration import Registrar
 from app.web import create_app
-from app.worker import build_runtime
+from app.worker import background, build_runtime, delivery_reconciler
 
 log = logging.getLogger("repairbot.server")
 
@@ -56,8 +56,13 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
         # be recorded, then close whatever is still open after the grace period.
         timeout_graceful_shutdown=int(settings.web_shutdown_grace),
     )
+    # The embedded mode is also the only worker: it runs the delivery reconciler.
+    reconciler = delivery_reconciler(settings) if with_worker else None
     try:
-        await GracefulServer(config).serve()
+        async with background(
+            "delivery-reconciler", reconciler.run_forever() if reconciler else None
+        ):
+            await GracefulServer(config).serve()
     finally:
         if pool is not None:
             await pool.aclose()

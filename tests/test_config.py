@@ -23,6 +23,8 @@ def test_to_env_round_trips() -> None:
             "REPAIRBOT_AGENT_COMMAND": '["python", "agent.py", "--flag"]',
             "REPAIRBOT_CANCEL_ON_CLOSE": "false",
             "REPAIRBOT_RELAY_GRACE": "0.25",
+            "REPAIRBOT_WEBHOOK_MAX_BYTES": "1000",
+            "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": "0",
             "GITHUB_PRIVATE_KEY": "-----BEGIN KEY-----",
             "REPAIRBOT_EVIDENCE_STORE": "folder",
             "REPAIRBOT_EVIDENCE_MAX_BYTES": "65536",
@@ -49,6 +51,9 @@ def test_evidence_is_in_the_database_unless_told_otherwise() -> None:
         ("REPAIRBOT_EVIDENCE_STORE", "s3"),
         ("REPAIRBOT_EVIDENCE_MAX_BYTES", "12"),
         ("REPAIRBOT_EVIDENCE_RETENTION_DAYS", "a week"),
+        ("REPAIRBOT_WEBHOOK_READ_TIMEOUT", "slow"),
+        ("REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT", "lots"),
+        ("REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", "often"),
     ],
 )
 def test_malformed_values_name_the_variable(name: str, value: str) -> None:

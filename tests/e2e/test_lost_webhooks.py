@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from app.delivery_reconciler import pending_redeliveries
 from app.demo.project import fix_agent_command, write_project
 from app.demo.run import WorkerProcess
 from app.demo.serve import ServerThread, bind
@@ -75,7 +76,8 @@ async def test_deliveries_missed_while_the_web_was_down_reach_the_run(
 
         # The web comes back on the same address.
         app = create_app(settings, runtime)
-        stack._servers.append(ServerThread(app, bind(host, port), name="repairbot").start())
+        restarted = ServerThread(app, bind(host, port), name="repairbot").start()
+        stack._servers.append(restarted)
 
         run = await wait_end(stack, number, timeout=120)
         assert run.status == "completed", run.error
@@ -94,6 +96,13 @@ async def test_deliveries_missed_while_the_web_was_down_reach_the_run(
             return {guid: n for guid, n in rows} == {guid: 1 for guid in guids}
 
         await wait_for("every missed delivery recorded once", recorded_once, timeout=60)
+
+        # The reconciler's next pass closes its rows as recorded.
+        def rows_closed() -> bool:
+            states = {r.guid: r.state for r in pending_redeliveries(runtime.engine)}
+            return all(states.get(guid) == "recorded" for guid in guids)
+
+        await wait_for("redeliveries closed as recorded", rows_closed, timeout=60)
         redelivered = [
             d for d in stack.emulator.dispatcher.list() if d.guid in guids and d.redelivery
         ]
@@ -104,3 +113,35 @@ async def test_deliveries_missed_while_the_web_was_down_reach_the_run(
         worker.stop()
         if worker.process is not None:
             assert worker.process.wait(timeout=30) is not None
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_the_cli_runs_one_reconciler_pass(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing listens for webhooks yet: the labelled issue's deliveries failed.
+    ``repairbot deliveries reconcile`` finds them and asks GitHub again."""
+    import asyncio
+
+    from app.cli import main
+    from app.migrate import upgrade
+
+    assert stack.settings is not None and stack.emulator is not None
+    assert stack._app_socket is not None
+    stack._app_socket.close()  # bound but never served: close it, so connections are refused
+    upgrade(stack.settings.database_url)
+    await open_labelled_issue(stack)
+    await stack.gh.deliveries.wait()
+    failed = {d.guid for d in stack.emulator.dispatcher.list() if d.status_code == 0}
+    assert failed
+    for name, value in {**stack.settings.to_env(), **stack.settings.secret_env()}.items():
+        monkeypatch.setenv(name, value)
+    code = await asyncio.to_thread(main, ["deliveries", "reconcile", "--interval", "60"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"{len(failed)} missing found, {len(failed)} redeliveries asked" in out
+    for guid in failed:
+        assert guid in out  # still pending until the intake has them
+    await stack.gh.deliveries.wait()
+    asked = [d for d in stack.emulator.dispatcher.list() if d.redelivery]
+    assert {d.guid for d in asked} == failed
