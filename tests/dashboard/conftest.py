@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from app.config import Settings
 from app.engine.registry import Registry
 from app.engine.runtime import Runtime
-from app.evidence import EvidenceStore
+from app.evidence import open_evidence_store
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
@@ -100,9 +100,9 @@ def sign_in_settings(registered: Any, tmp_path: Any, *, github: str, public: str
 
 async def start_runs(runtime: Runtime, settings: Settings, people: People) -> dict[str, str]:
     """Three waiting repair runs (two in widgets, one in secret) with evidence."""
-    evidence = EvidenceStore(settings.evidence_dir)
-    patch = evidence.put_text(PATCH, kind="patch", name="fix.diff").model_dump()
-    log = evidence.put_text(REPRO_LOG, kind="reproduce", name="reproduce.log").model_dump()
+    evidence = open_evidence_store(settings, runtime.engine)
+    patch = evidence.put(PATCH.encode(), kind="patch", name="fix.diff").model_dump()
+    log = evidence.put(REPRO_LOG.encode(), kind="reproduce", name="reproduce.log").model_dump()
     runs = {}
     for name, number in (("widgets", 1), ("secret", 1), ("widgets", 2)):
         repo = f"{people.owner}/{name}"
