@@ -1,25 +1,25 @@
 """The run actions the dashboard and the API offer, in one place.
 
-The lifecycle work gives the runtime ``cancel``, ``terminate`` and ``resume``
-keyed by run id with the acting user (``by=``), and ``app.run_actions.retry_run``.
-Until those land, this module adapts the runtime it has: ``cancel`` and
-``terminate`` keyed by workflow id, with the actor written into the reason so
-history still says who acted. Nothing else in app/web calls the runtime's
-action methods, so only this module changes when the new ones arrive.
+Cancel, terminate and resume are the runtime's; retry (a new run for the same
+request) is ``app.run_actions.retry_run``. Each records who acted (``by``)
+with the reason in the run's history. Nothing else in app/web calls them, so
+which actions a run in a given state offers is decided here too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app import run_actions
 from app.engine.runtime import Runtime
 from app.engine.store import RunRow
+from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
 
 ACTIONS = ("cancel", "retry", "resume", "terminate")
 
 
 class ActionUnavailable(Exception):
-    """This runtime cannot do that action yet (or not to a run in this state)."""
+    """Not an action, or not one for a run in this state."""
 
 
 @dataclass(frozen=True)
@@ -34,21 +34,15 @@ class ActionResult:
 
 def available(run: RunRow) -> list[str]:
     """The actions that make sense for a run in its current status."""
-    if run.status in ("running",):
+    if run.status == "running":
         return ["cancel", "terminate"]
     if run.status == "cancelling":
         return ["terminate"]
-    if run.status in ("needs-human", "blocked-nondeterministic"):
-        return ["cancel", "terminate"] + [a for a in ("resume",) if a in SUPPORTED]
-    return [a for a in ("retry",) if a in SUPPORTED]
-
-
-#: The actions this runtime can perform today (see the module docstring).
-SUPPORTED = frozenset({"cancel", "terminate"})
-
-
-def _reason(reason: str, by: str) -> str:
-    return f"{reason.strip()} (by {by})"
+    if run.status in PARKED_STATUSES:
+        return ["resume", "cancel", "terminate"]
+    if run.status in CLOSED_STATUSES and run.status != "continued-as-new":
+        return ["retry"]
+    return []
 
 
 async def perform(
@@ -58,16 +52,24 @@ async def perform(
         raise ActionUnavailable(f"no action {action!r}")
     if action not in available(run):
         raise ActionUnavailable(f"{action} is not possible for a run that is {run.status}")
+    reason = reason.strip()
     if action == "cancel":
-        ok = await runtime.cancel(run.workflow_id, _reason(reason, by))
+        ok = await runtime.cancel(run.run_id, reason, by=by)
         return ActionResult(
             action, run.run_id, ok, "cancellation requested" if ok else "the run is not open"
         )
-    if action == "terminate":
-        record = await runtime.terminate(run.workflow_id, _reason(reason, by))
-        if record is None:
-            return ActionResult(action, run.run_id, False, "the run is not open")
-        unknown = [u["operation_id"] for u in record["uncertain"] if u["effect"] == "unknown"]
-        message = "terminated" + (f"; effects unknown for {', '.join(unknown)}" if unknown else "")
-        return ActionResult(action, run.run_id, True, message)
-    raise ActionUnavailable(f"{action} arrives with the run lifecycle work")
+    if action == "resume":
+        ok = await runtime.resume(run.run_id, reason, by=by)
+        return ActionResult(action, run.run_id, ok, "resumed" if ok else "the run is not parked")
+    if action == "retry":
+        try:
+            new_run_id = await run_actions.retry_run(runtime, run.run_id, reason=reason, by=by)
+        except (run_actions.RunNotFound, run_actions.RunStillActive) as exc:
+            raise ActionUnavailable(str(exc)) from exc
+        return ActionResult(action, run.run_id, True, f"retried as {new_run_id}", new_run_id)
+    record = await runtime.terminate(run.run_id, reason, by=by)
+    if record is None:
+        return ActionResult(action, run.run_id, False, "the run is not open")
+    unknown = [u["operation_id"] for u in record["uncertain"] if u["effect"] == "unknown"]
+    message = "terminated" + (f"; effects unknown for {', '.join(unknown)}" if unknown else "")
+    return ActionResult(action, run.run_id, True, message)
