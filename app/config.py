@@ -96,7 +96,16 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
 def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The agent policy's variables and the API keys they name."""
     names = ["REPAIRBOT_AGENT_API_KEYS", "REPAIRBOT_AGENT_BASE_URLS"]
+    # The built-in agent's settings (app/agent/factory.py, docs/agents.md).
+    names += [
+        "REPAIRBOT_AGENT_DEFAULT",
+        "REPAIRBOT_AGENT_BUDGET",
+        "REPAIRBOT_AGENT_PRICES",
+        "REPAIRBOT_AGENT_TOOL_NETWORK",
+        "REPAIRBOT_AGENT_COMMAND_ENV",
+    ]
     names += [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
+    names += [n.strip() for n in env.get("REPAIRBOT_AGENT_COMMAND_ENV", "").split(",")]
     return tuple((n, env[n]) for n in dict.fromkeys(names) if n and env.get(n))
 
 

@@ -313,7 +313,9 @@ async def _summary(
     status_comments = [c for c in comments if "repairbot:op=" in c["body"]]
     merged = [p for p in pulls if p.get("merged_at")]
     say("what GitHub holds (read from the emulator):")
-    say(f"  branches by repairbot  {len(ours)}  {ours}")
+    # A merged run deletes its branch unless the repository keeps it: at most one.
+    gone = " (deleted after the merge)" if not ours and merged else ""
+    say(f"  branches by repairbot  {len(ours)}  {ours}{gone}")
     say(f"  pull requests          {len(pulls)}  merged: {len(merged)}")
     say(f"  status comments        {len(status_comments)}")
     if result.get("merge_commit_sha"):
@@ -334,7 +336,7 @@ async def _summary(
         + ("; the worker was killed once and the run resumed" if crashed else "")
     )
     say(f"inspect it: REPAIRBOT_DATA_DIR={settings.data_dir} repairbot runs show '{run.run_id}'")
-    exactly_once = len(ours) == 1 and len(pulls) == 1 and len(status_comments) == 1
+    exactly_once = len(ours) <= 1 and len(pulls) == 1 and len(status_comments) == 1
     ok = run.status == "completed" and result.get("outcome") == "merged" and len(merged) == 1
     if not exactly_once:
         say("!! duplicate effects found")
