@@ -31,6 +31,7 @@ from tests.e2e.scenario import (
     heartbeat_every,
     open_labelled_issue,
     push_files,
+    record_history,
     review,
     status_comment,
     wait_end,
@@ -71,6 +72,8 @@ async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
         )
     else:
         status = await wait_phase(stack, number, "awaiting-review", timeout=120)
+        # The phase is in the state before its comment is on GitHub: wait for both.
+        await wait_status_comment(stack, number, "Waiting for a review", timeout=60)
     return number, status
 
 
@@ -268,6 +271,7 @@ async def test_cancel_with_every_webhook_delivered_twice(stack: LocalStack) -> N
     assert stack.runtime is not None
     commands = [r for r in stack.runtime.store.list_runs() if r.workflow_name == "slash-command"]
     assert len(commands) == 1
+    record_history(stack, number, "repair_v2_cancelled_awaiting_review")
 
 
 @SQLITE_ONLY

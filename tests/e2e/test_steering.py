@@ -62,7 +62,13 @@ async def post_signed(stack: LocalStack, event: str, payload: dict[str, Any]) ->
 
 
 async def _quiet_end(stack: LocalStack, number: int) -> None:
-    run = await wait_end(stack, number)
+    assert stack.runtime is not None
+    try:
+        run = await wait_end(stack, number, timeout=90)
+    except TimeoutError:
+        found = stack.runtime.store.find_run(f"repair:{stack.repo}#{number}")
+        assert found is not None
+        raise AssertionError(stack.runtime.query(found.run_id, "status")) from None
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "not-triggered", run.result
     state = await github_state(stack, number)
@@ -85,11 +91,27 @@ async def test_label_from_someone_without_write_access_starts_nothing(
 
 @SQLITE_ONLY
 async def test_label_from_a_bot_is_ignored_unless_allow_listed(stack: LocalStack) -> None:
+    """The emulator's scripted people are users, so the bot's ``labeled`` delivery
+    is built from GitHub's own issue and repository and signed like GitHub's."""
     people = stack.people
-    await stack.gh.create_user("ci-helper", type="Bot")
-    await stack.gh.set_permission(people.owner, stack.repo_name, "ci-helper", "write")
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
-    number = await open_labelled_issue(stack, label_as="ci-helper")
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.owner, title="Slugs", body="Broken."
+    )
+    number = int(issue["number"])
+    repository = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}", as_user=people.owner
+    )
+    payload = {
+        "action": "labeled",
+        "issue": issue,
+        "label": {"id": 1, "name": "repairbot"},
+        "repository": repository,
+        "sender": {"login": "ci-helper[bot]", "id": 777, "type": "Bot"},
+        "installation": {"id": stack.installation_id},
+    }
+    response = await post_signed(stack, "issues", payload)
+    assert response.status_code == 202, response.text
     await _quiet_end(stack, number)
 
 
