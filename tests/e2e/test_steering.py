@@ -115,6 +115,7 @@ async def test_label_from_a_bot_is_ignored_unless_allow_listed(stack: LocalStack
     await _quiet_end(stack, number)
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["trigger_label: fixme\n"], indirect=True)
 async def test_the_repository_trigger_label_is_the_one_that_counts(stack: LocalStack) -> None:
@@ -132,6 +133,7 @@ async def test_the_repository_trigger_label_is_the_one_that_counts(stack: LocalS
 HOSTILE_REPRO = "```repro\nsh -c 'echo pwned > /tmp/repairbot-pwned; exit 1'\n```\n"
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_a_repro_block_from_a_reader_is_not_run(stack: LocalStack) -> None:
     people = stack.people
@@ -154,6 +156,7 @@ async def test_a_repro_block_from_a_reader_is_not_run(stack: LocalStack) -> None
     assert "configured `reproduce` command" in body
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_a_repro_block_hidden_in_an_html_comment_never_counts(stack: LocalStack) -> None:
     """Even from a maintainer: what the rendered issue does not show is not read."""
@@ -172,6 +175,7 @@ def _fork_pull(pull: dict[str, Any], number: int) -> dict[str, Any]:
     return pull | {"number": number, "head": head}
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_fork_pull_request_events_do_not_reach_the_run(stack: LocalStack) -> None:
     """A fork's pull request named like repairbot's branch, closed or pushed to,
@@ -214,6 +218,7 @@ async def test_fork_pull_request_events_do_not_reach_the_run(stack: LocalStack) 
     assert pr["merged_at"] is not None
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_a_dismissed_approval_is_revoked(stack: LocalStack) -> None:
     """Recovery test 8: the approval is dismissed after repairbot scheduled the
@@ -239,6 +244,7 @@ async def test_a_dismissed_approval_is_revoked(stack: LocalStack) -> None:
     assert run.result["approval"]["review_id"] != approval["id"]
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["approval_ttl_hours: 1\n"], indirect=True)
 async def test_an_expired_approval_does_not_merge(stack: LocalStack) -> None:
