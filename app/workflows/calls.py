@@ -7,7 +7,7 @@ the way out, so workflow code never indexes a dict.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -16,14 +16,6 @@ from app.engine.registry import ActivityDefn
 from app.engine.scheduler import WorkflowFuture
 
 R = TypeVar("R", bound=BaseModel)
-
-
-class Typed:
-    """An activity future whose result is validated into ``result`` when awaited."""
-
-    def __init__(self, future: WorkflowFuture, result: type[BaseModel]) -> None:
-        self.future = future
-        self.result = result
 
 
 def schedule(
@@ -53,8 +45,3 @@ def first(*futures: WorkflowFuture) -> WorkflowFuture:
 
         future.add_done_callback(settle)
     return race
-
-
-async def outcome(future: WorkflowFuture) -> Any:
-    """The value of a future that already ended (raises its error)."""
-    return await future

@@ -28,7 +28,7 @@ def run_demo(*args: str, tmp_path: Path) -> str:
 def test_demo_merges_the_fix(tmp_path: Path) -> None:
     out = run_demo(tmp_path=tmp_path)
     assert "outcome merged" in out
-    assert "branches by repairbot  1" in out or "(deleted after the merge)" in out
+    assert "branches by repairbot  0" in out  # deleted after the merge
     assert "pull requests          1  merged: 1" in out
     assert "status comments        1" in out
     assert "time per phase:" in out

@@ -9,6 +9,8 @@ Pairs left out, and why:
 - base moved matters at the merge: test_repair_scenarios.py (reverify and
   rereview);
 - pull-request events before ``publishing`` have no pull request to act on;
+- ``preparing`` and ``reproducing`` are not held in a test yet: cancellation
+  there takes the same path as in ``repairing`` (no branch, no pull request);
 - worker SIGKILL in each phase: test_repair_crashes.py.
 """
 
@@ -31,6 +33,7 @@ from tests.e2e.scenario import (
     heartbeat_every,
     open_labelled_issue,
     push_files,
+    record_history,
     review,
     status_comment,
     wait_end,
@@ -40,6 +43,7 @@ from tests.e2e.scenario import (
 )
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+MERGE_ENDPOINT = "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"
 
 
 @pytest.fixture
@@ -71,6 +75,18 @@ async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
         )
     else:
         status = await wait_phase(stack, number, "awaiting-review", timeout=120)
+        # The phase is in the state before its comment is on GitHub: wait for both.
+        await wait_status_comment(stack, number, "Waiting for a review", timeout=60)
+    if phase == "merging":
+        # The merge request is held in the emulator while the event happens.
+        await stack.gh.faults.add(MERGE_ENDPOINT, "delay", delay=4, times=1)
+        await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+        status = await wait_phase(stack, number, "merging", timeout=60)
+
+        async def merge_request_arrived() -> bool:
+            return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+        await wait_for("the merge request reached GitHub", merge_request_arrived)
     return number, status
 
 
@@ -174,6 +190,14 @@ CASES: list[tuple[str, str, Event, End]] = [
     ("awaiting-review", "unlabel", unlabel, CANCELLED),
     ("awaiting-review", "issue-closed", close_issue, CANCELLED),
     (
+        # The merge in flight completes; cancellation reads the pull request
+        # back, reports it merged and deletes the branch.
+        "merging",
+        "cancel-command",
+        cancel_command,
+        End("cancelled", "cancelled", "merged", False, "cancelled", "(merged)"),
+    ),
+    (
         "awaiting-review",
         "pr-closed-by-human",
         close_pull,
@@ -268,6 +292,7 @@ async def test_cancel_with_every_webhook_delivered_twice(stack: LocalStack) -> N
     assert stack.runtime is not None
     commands = [r for r in stack.runtime.store.list_runs() if r.workflow_name == "slash-command"]
     assert len(commands) == 1
+    record_history(stack, number, "repair_v2_cancelled_awaiting_review")
 
 
 @SQLITE_ONLY

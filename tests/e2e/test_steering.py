@@ -62,7 +62,13 @@ async def post_signed(stack: LocalStack, event: str, payload: dict[str, Any]) ->
 
 
 async def _quiet_end(stack: LocalStack, number: int) -> None:
-    run = await wait_end(stack, number)
+    assert stack.runtime is not None
+    try:
+        run = await wait_end(stack, number, timeout=90)
+    except TimeoutError:
+        found = stack.runtime.store.find_run(f"repair:{stack.repo}#{number}")
+        assert found is not None
+        raise AssertionError(stack.runtime.query(found.run_id, "status")) from None
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "not-triggered", run.result
     state = await github_state(stack, number)
@@ -85,14 +91,31 @@ async def test_label_from_someone_without_write_access_starts_nothing(
 
 @SQLITE_ONLY
 async def test_label_from_a_bot_is_ignored_unless_allow_listed(stack: LocalStack) -> None:
+    """The emulator's scripted people are users, so the bot's ``labeled`` delivery
+    is built from GitHub's own issue and repository and signed like GitHub's."""
     people = stack.people
-    await stack.gh.create_user("ci-helper", type="Bot")
-    await stack.gh.set_permission(people.owner, stack.repo_name, "ci-helper", "write")
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
-    number = await open_labelled_issue(stack, label_as="ci-helper")
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.owner, title="Slugs", body="Broken."
+    )
+    number = int(issue["number"])
+    repository = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}", as_user=people.owner
+    )
+    payload = {
+        "action": "labeled",
+        "issue": issue,
+        "label": {"id": 1, "name": "repairbot"},
+        "repository": repository,
+        "sender": {"login": "ci-helper[bot]", "id": 777, "type": "Bot"},
+        "installation": {"id": stack.installation_id},
+    }
+    response = await post_signed(stack, "issues", payload)
+    assert response.status_code == 202, response.text
     await _quiet_end(stack, number)
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["trigger_label: fixme\n"], indirect=True)
 async def test_the_repository_trigger_label_is_the_one_that_counts(stack: LocalStack) -> None:
@@ -110,6 +133,7 @@ async def test_the_repository_trigger_label_is_the_one_that_counts(stack: LocalS
 HOSTILE_REPRO = "```repro\nsh -c 'echo pwned > /tmp/repairbot-pwned; exit 1'\n```\n"
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_a_repro_block_from_a_reader_is_not_run(stack: LocalStack) -> None:
     people = stack.people
@@ -132,6 +156,7 @@ async def test_a_repro_block_from_a_reader_is_not_run(stack: LocalStack) -> None
     assert "configured `reproduce` command" in body
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_a_repro_block_hidden_in_an_html_comment_never_counts(stack: LocalStack) -> None:
     """Even from a maintainer: what the rendered issue does not show is not read."""
@@ -150,6 +175,7 @@ def _fork_pull(pull: dict[str, Any], number: int) -> dict[str, Any]:
     return pull | {"number": number, "head": head}
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_fork_pull_request_events_do_not_reach_the_run(stack: LocalStack) -> None:
     """A fork's pull request named like repairbot's branch, closed or pushed to,
@@ -192,6 +218,7 @@ async def test_fork_pull_request_events_do_not_reach_the_run(stack: LocalStack) 
     assert pr["merged_at"] is not None
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 async def test_a_dismissed_approval_is_revoked(stack: LocalStack) -> None:
     """Recovery test 8: the approval is dismissed after repairbot scheduled the
@@ -217,6 +244,7 @@ async def test_a_dismissed_approval_is_revoked(stack: LocalStack) -> None:
     assert run.result["approval"]["review_id"] != approval["id"]
 
 
+@pytest.mark.slow
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["approval_ttl_hours: 1\n"], indirect=True)
 async def test_an_expired_approval_does_not_merge(stack: LocalStack) -> None:
