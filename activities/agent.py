@@ -18,7 +18,7 @@ would stop the same way), with what it spent.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +70,8 @@ class FeedbackInput(BaseModel):
 
 class ProposeInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: Added after runs were recorded: omitted from the recorded input at their defaults.
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "test", "run_usage")
 
     #: Base commit, plus the previous candidate when refining it after a review.
     workspace: WorkspaceSpec

@@ -12,7 +12,7 @@ references. The logs themselves never enter history.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +41,8 @@ _COMMAND_RETRY = RetryPolicy(initial_interval=5.0, max_interval=120.0, max_attem
 
 class StepInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: Added after runs were recorded: omitted from the recorded input at its default.
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network",)
 
     workspace: WorkspaceSpec
     setup: list[Command] = Field(default_factory=list)
@@ -161,6 +163,8 @@ async def run_tests(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any
 
 class VerifyInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: Added after runs were recorded: omitted from the recorded input at its default.
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network",)
 
     #: Base commit plus the candidate patch (required).
     workspace: WorkspaceSpec

@@ -7,7 +7,7 @@ the way out, so workflow code never indexes a dict.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -18,10 +18,25 @@ from app.engine.scheduler import WorkflowFuture
 R = TypeVar("R", bound=BaseModel)
 
 
+def activity_input(model: BaseModel) -> dict[str, Any]:
+    """``model`` as the JSON the engine records (and hashes, to check replay).
+
+    Fields a model lists in ``LATE_FIELDS`` were added after runs were
+    recorded: left at their default they are omitted, so an input recorded
+    before they existed still hashes the same and those runs replay.
+    """
+    data = model.model_dump(mode="json")
+    fields = type(model).model_fields
+    for name in getattr(type(model), "LATE_FIELDS", ()):
+        if getattr(model, name) == fields[name].get_default(call_default_factory=True):
+            data.pop(name, None)
+    return data
+
+
 def schedule(
     ctx: WorkflowContext, defn: ActivityDefn, input: BaseModel, *, step: str
 ) -> WorkflowFuture:
-    return ctx.activity(defn, input.model_dump(mode="json"), step=step)
+    return ctx.activity(defn, activity_input(input), step=step)
 
 
 async def call(

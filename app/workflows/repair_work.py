@@ -6,6 +6,7 @@ from __future__ import annotations
 from activities import agent, commands, github, workspace
 from activities.agent import FeedbackInput, ProposeInput, ProposeResult
 from activities.commands import ReproductionResult, StepInput, VerifyInput, VerifyResult
+from app.agent.budget import Usage as AgentUsage
 from app.repo_config import reproduction_from_issue
 from app.workflows.calls import call, schedule
 from app.workflows.ids import run_branch
@@ -162,6 +163,8 @@ class WorkPhases(RunBase):
         usage.input_tokens += proposal.input_tokens
         usage.output_tokens += proposal.output_tokens
         usage.cost_usd += proposal.cost_usd
+        usage.turns += proposal.turns
+        usage.tool_calls += proposal.tool_calls
         usage.tool_retries += max(0, proposal.tool_attempt - 1)
         if limits.max_tokens is not None and usage.tokens > limits.max_tokens:
             raise Finished(
@@ -181,24 +184,38 @@ class WorkPhases(RunBase):
             usage.attempts += 1
             attempt = usage.attempts
             await self.report("repairing", f"Attempt {attempt}: asking the agent for a fix.")
+            request = ProposeInput(
+                workspace=self.spec(self.state.base_sha, self.patch),
+                agent=self.config.agent,
+                issue_title=self.request.issue_title,
+                issue_body=self.request.issue_body,
+                reproduction=self.reproduction,
+                reproduction_log=self.reproduction_log,
+                feedback=self.feedback,
+                attempt=attempt,
+                setup=self.config.setup,
+                setup_network=self.config.network == "setup",
+                time_limit_seconds=self.config.budgets.time_limit_seconds,
+                tool_retries=limits.tool_retries,
+            )
+            if self.ctx.patched("agent-gets-tests-and-run-usage"):
+                # The built-in agent's run_tests tool needs the test command, and
+                # its per-run caps need what earlier attempts spent. Runs recorded
+                # before this change keep their recorded input.
+                request = request.model_copy(
+                    update={
+                        "test": self.config.test,
+                        "run_usage": AgentUsage(
+                            turns=usage.turns,
+                            tool_calls=usage.tool_calls,
+                            input_tokens=usage.input_tokens,
+                            output_tokens=usage.output_tokens,
+                            cost_usd=usage.cost_usd,
+                        ),
+                    }
+                )
             proposal = await self.timed(
-                agent.propose_fix,
-                ProposeInput(
-                    workspace=self.spec(self.state.base_sha, self.patch),
-                    agent=self.config.agent,
-                    issue_title=self.request.issue_title,
-                    issue_body=self.request.issue_body,
-                    reproduction=self.reproduction,
-                    reproduction_log=self.reproduction_log,
-                    feedback=self.feedback,
-                    attempt=attempt,
-                    setup=self.config.setup,
-                    setup_network=self.config.network == "setup",
-                    time_limit_seconds=self.config.budgets.time_limit_seconds,
-                    tool_retries=limits.tool_retries,
-                ),
-                ProposeResult,
-                step=f"propose-{attempt}",
+                agent.propose_fix, request, ProposeResult, step=f"propose-{attempt}"
             )
             self.state.add_evidence(f"agent transcript, attempt {attempt}", proposal.transcript)
             self._spend(proposal)

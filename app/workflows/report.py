@@ -131,6 +131,8 @@ def budget_lines(state: RunState) -> list[str]:
     if limits.max_cost_usd is not None:
         cost += f" of ${limits.max_cost_usd:.2f}"
     lines.append(f"{tokens}; {cost}")
+    if usage.turns or usage.tool_calls:
+        lines.append(f"Agent model turns: {usage.turns}; tool calls: {usage.tool_calls}")
     return lines
 
 

@@ -64,6 +64,9 @@ class Usage(Model):
 
     attempts: int = 0
     tool_retries: int = 0
+    #: The built-in agent's model turns and tool calls (0 for CLI agents).
+    turns: int = 0
+    tool_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
