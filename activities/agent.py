@@ -43,8 +43,7 @@ from app.agent import (
     LoopStopped,
     build_agent,
 )
-from app.agent.budget import Usage
-from app.config import Settings
+from app.agent.budget import Usage, price_of
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import TransientError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -117,17 +116,12 @@ class ProposeResult(BaseModel):
     cost_usd: float = 0.0
 
 
-def model_cost(
-    settings: Settings | None, backend: str, input_tokens: int, output_tokens: int
-) -> float:
-    """USD for the tokens, priced by the model named in ``backend`` (``http:<p>/<model>``)."""
-    if settings is None or not settings.model_prices:
-        return 0.0
-    model = backend.rsplit("/", 1)[-1]
-    price = settings.model_prices.get(model) or settings.model_prices.get(backend)
-    if price is None:
-        return 0.0
-    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
+def model_cost(policy: AgentPolicy, backend: str, input_tokens: int, output_tokens: int) -> float:
+    """USD for the tokens a CLI agent reported, priced by the operator's
+    ``REPAIRBOT_AGENT_PRICES`` for the model named in ``backend``
+    (``http:<provider>/<model>``, or a CLI agent's own name); 0 when unpriced."""
+    price = price_of(policy.prices, backend.rsplit("/", 1)[-1]) or price_of(policy.prices, backend)
+    return price.cost(input_tokens, output_tokens) if price is not None else 0.0
 
 
 @activity(
@@ -285,7 +279,7 @@ def _proposed(
         # operator's model price table does.
         cost_usd=proposal.cost_usd
         or model_cost(
-            optional_dep(actx, Settings),
+            optional_dep(actx, AgentPolicy) or AgentPolicy(),
             proposal.backend,
             proposal.input_tokens,
             proposal.output_tokens,

@@ -109,19 +109,6 @@ def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((n, env[n]) for n in dict.fromkeys(names) if n and env.get(n))
 
 
-def _prices(env: Mapping[str, str], name: str) -> dict[str, tuple[float, float]]:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-        return {str(model): (float(price[0]), float(price[1])) for model, price in data.items()}
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        raise ConfigError(
-            f'{name} must be a JSON object like {{"model": [input_usd, output_usd]}}'
-        ) from None
-
-
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every knob repairbot has. Field docs name the environment variable."""
@@ -223,17 +210,9 @@ class Settings:
     #: REPAIRBOT_WORKFLOWS_PERMISSION: ask for the Workflows permission at
     #: registration (needed only to push fixes under ``.github/workflows/``).
     workflows_permission: bool = False
-    #: REPAIRBOT_AGENT_PRICE_INPUT / REPAIRBOT_AGENT_PRICE_OUTPUT: price per
-    #: million agent tokens, for the cost shown on run pages and in metrics.
-    agent_price_input: float = 0.0
-    agent_price_output: float = 0.0
     #: REPAIRBOT_APP_FILE: the App credentials ``repairbot register`` wrote
     #: (default ``<data_dir>/github-app.json`` when present); variables win.
     app_file: Path | None = None
-    #: REPAIRBOT_MODEL_PRICES: the price table for model cost budgets, a JSON
-    #: object ``{"<model>": [usd per million input tokens, per million output]}``;
-    #: a model not listed costs nothing (its tokens are still counted and capped).
-    model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
@@ -356,8 +335,6 @@ class Settings:
             "REPAIRBOT_SESSION_HOURS": str(self.session_hours),
             "REPAIRBOT_PERMISSION_CACHE_SECONDS": str(self.permission_cache_seconds),
             "REPAIRBOT_WORKFLOWS_PERMISSION": str(self.workflows_permission).lower(),
-            "REPAIRBOT_AGENT_PRICE_INPUT": str(self.agent_price_input),
-            "REPAIRBOT_AGENT_PRICE_OUTPUT": str(self.agent_price_output),
             "REPAIRBOT_AGENT_NETWORK": str(self.agent_network).lower(),
             "REPAIRBOT_SANDBOX": self.sandbox,
             "REPAIRBOT_SANDBOX_READ_ONLY": os.pathsep.join(map(str, self.sandbox_read_only)),
@@ -368,10 +345,6 @@ class Settings:
             env["REPAIRBOT_PRIVATE_KEY_PATH"] = str(self.github_private_key_file)
         if self.agent_command:
             env["REPAIRBOT_AGENT_COMMAND"] = json.dumps(list(self.agent_command))
-        if self.model_prices:
-            env["REPAIRBOT_MODEL_PRICES"] = json.dumps(
-                {model: list(price) for model, price in self.model_prices.items()}
-            )
         return env
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -445,8 +418,6 @@ class Settings:
             "session_hours": _float(env, "REPAIRBOT_SESSION_HOURS", 8.0),
             "permission_cache_seconds": _float(env, "REPAIRBOT_PERMISSION_CACHE_SECONDS", 60.0),
             "workflows_permission": _bool(env, "REPAIRBOT_WORKFLOWS_PERMISSION", False),
-            "agent_price_input": _float(env, "REPAIRBOT_AGENT_PRICE_INPUT", 0.0),
-            "agent_price_output": _float(env, "REPAIRBOT_AGENT_PRICE_OUTPUT", 0.0),
             "app_file": app_file,
             "agent_network": _bool(env, "REPAIRBOT_AGENT_NETWORK", False),
             "agent_env": _agent_env(env),
@@ -455,7 +426,6 @@ class Settings:
                 Path(p) for p in env.get("REPAIRBOT_SANDBOX_READ_ONLY", "").split(os.pathsep) if p
             ),
             "github_private_key_file": Path(key_path) if key_path else None,
-            "model_prices": _prices(env, "REPAIRBOT_MODEL_PRICES"),
         }
         secret = kwargs["session_secret"]
         if secret and len(secret) < 32:

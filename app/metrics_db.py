@@ -45,15 +45,16 @@ class _Histogram:
 
 
 class RecordCollector(Collector):
-    def __init__(self, engine: Engine, *, price_input: float, price_output: float) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.price_input = price_input
-        self.price_output = price_output
         self._lock = threading.Lock()
         self._phases = _Histogram()
         self._runs_seen: set[str] = set()
         self._task_mark = 0
         self._tokens = {"input": 0, "output": 0}
+        #: US dollars, as each agent attempt recorded it (priced by the
+        #: operator's REPAIRBOT_AGENT_PRICES when it ran).
+        self._cost = 0.0
 
     def collect(self) -> Iterator[Metric]:
         with self._lock, self.engine.connect() as conn:
@@ -76,9 +77,7 @@ class RecordCollector(Collector):
         for direction, value in self._tokens.items():
             tokens.add_metric([direction], value)
         yield tokens
-        cost = (
-            self._tokens["input"] * self.price_input + self._tokens["output"] * self.price_output
-        ) / 1_000_000
+        cost = self._cost
         yield CounterMetricFamily(
             "repairbot_agent_cost_dollars", "Agent cost at the configured prices.", value=cost
         )
@@ -213,4 +212,5 @@ class RecordCollector(Collector):
             if isinstance(row.result, dict):
                 self._tokens["input"] += int(row.result.get("input_tokens") or 0)
                 self._tokens["output"] += int(row.result.get("output_tokens") or 0)
+                self._cost += float(row.result.get("cost_usd") or 0.0)
             self._task_mark = row.id

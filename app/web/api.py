@@ -75,6 +75,7 @@ class Api:
             ],
             "attempts": [vars(a) for a in d.attempts],
             "agent_tokens": {"input": d.tokens[0], "output": d.tokens[1]},
+            "agent_cost_usd": d.cost_usd,
             "events": d.events,
             "actions": actions.available(run) if principal.may_act(repo_of(run)) else [],
         }

@@ -23,13 +23,7 @@ def metrics_endpoint(settings: Settings, runtime: Runtime) -> Handler:
     from app.metrics_db import RecordCollector
 
     records = CollectorRegistry(auto_describe=False)
-    records.register(
-        RecordCollector(
-            runtime.engine,
-            price_input=settings.agent_price_input,
-            price_output=settings.agent_price_output,
-        )
-    )
+    records.register(RecordCollector(runtime.engine))
 
     def render() -> bytes:
         return generate_latest(process_registry()) + generate_latest(records)

@@ -150,10 +150,7 @@ class Pages:
         state = detail.state
         budgets = (state.get("contract") or {}).get("budgets") or {}
         evidence = [shown(self.evidence, item) for item in detail.evidence]
-        used_in, used_out = detail.tokens
-        cost = (
-            used_in * self.settings.agent_price_input + used_out * self.settings.agent_price_output
-        ) / 1_000_000
+        cost = detail.cost_usd
         repo = detail.summary.repo
         web = self.settings.github_web_url
         pull_number = state.get("pull_number")
@@ -166,7 +163,7 @@ class Pages:
             detail=detail,
             budgets=budgets,
             elapsed=(run.closed_at or time.time()) - run.created_at,
-            cost=f"${cost:.4f}" if cost else "not priced (set REPAIRBOT_AGENT_PRICE_*)",
+            cost=f"${cost:.4f}" if cost else "not priced (set REPAIRBOT_AGENT_PRICES)",
             approval=state.get("approval"),
             evidence=evidence,
             issue_url=(

@@ -87,6 +87,8 @@ class RunDetail:
     attempts: list[Attempt]
     evidence: list[dict[str, Any]]
     tokens: tuple[int, int]
+    #: US dollars the agent's attempts recorded (priced when they ran).
+    cost_usd: float
     events: list[dict[str, Any]]
 
 
@@ -270,6 +272,7 @@ def run_detail(runtime: Runtime, run: RunRow) -> RunDetail:
         attempts=tried,
         evidence=list(state.get("evidence") or []),
         tokens=agent_tokens(list(task_rows)),
+        cost_usd=agent_cost(list(task_rows)),
         events=events,
     )
 
@@ -282,6 +285,15 @@ def agent_tokens(task_rows: list[Any]) -> tuple[int, int]:
             used_in += int(t.result.get("input_tokens") or 0)
             used_out += int(t.result.get("output_tokens") or 0)
     return used_in, used_out
+
+
+def agent_cost(task_rows: list[Any]) -> float:
+    """US dollars the agent's completed proposals recorded."""
+    return sum(
+        float(t.result.get("cost_usd") or 0.0)
+        for t in task_rows
+        if t.activity == "agent.propose_fix" and isinstance(t.result, dict)
+    )
 
 
 def _failure_text(error: Any) -> str:
