@@ -64,7 +64,11 @@ class InProcessDispatcher:
             self._consumers.append(asyncio.create_task(self._consume(), name=f"dispatch-{i}"))
 
     async def _consume(self) -> None:
-        while True:
+        this = asyncio.current_task()
+        # ``cancelling()``: a cancellation that a job absorbed (a worker hands
+        # its attempt back and may not re-raise) still ends this consumer,
+        # instead of leaving it parked on ``get()`` while ``stop()`` waits.
+        while this is None or not this.cancelling():
             job = await self._queue.get()
             try:
                 await self._run_job(job)

@@ -139,3 +139,27 @@ async def test_a_timer_that_will_not_fire_leaves_no_outbox_row_or_delayed_job(
         )
         await asyncio.sleep(0.02)
     await redis.aclose()
+
+
+async def test_in_process_stop_ends_a_consumer_whose_job_absorbed_the_cancel() -> None:
+    """A job may absorb its cancellation (an activity that cleans up and
+    returns): the consumer must still end, or ``stop()`` waits forever."""
+    import asyncio
+
+    from app.engine.dispatch import InProcessDispatcher
+    from app.engine.jobs import Job, workflow_task_job
+
+    started = asyncio.Event()
+
+    async def absorbing(job: Job) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return  # swallowed on purpose
+
+    dispatcher = InProcessDispatcher(absorbing, concurrency=1)
+    dispatcher.start()
+    await dispatcher.enqueue([workflow_task_job("run-1", 1, "default")])
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.wait_for(dispatcher.stop(), 10)
