@@ -162,4 +162,10 @@ async def test_in_process_stop_ends_a_consumer_whose_job_absorbed_the_cancel() -
     dispatcher.start()
     await dispatcher.enqueue([workflow_task_job("run-1", 1, "default")])
     await asyncio.wait_for(started.wait(), 10)
-    await asyncio.wait_for(dispatcher.stop(), 10)
+    consumers = list(dispatcher._consumers)
+    # stop() suppresses CancelledError while it waits, so a bounded wait on it
+    # can return without the consumer having ended: check the consumer itself.
+    stopping = asyncio.ensure_future(dispatcher.stop())
+    await asyncio.wait(consumers, timeout=10)
+    assert all(task.done() for task in consumers), "a consumer outlived stop()"
+    await asyncio.wait_for(stopping, 10)
