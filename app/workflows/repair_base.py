@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from activities import github
 from activities.agent import FeedbackInput
+from activities.commands import VerifyInput
 from activities.workspace import WorkspaceSpec
 from app.engine.context import WorkflowContext
 from app.engine.registry import ActivityDefn
@@ -94,6 +95,17 @@ class RunBase:
             base_sha=base_sha,
             installation_id=self.request.installation_id,
             patch=patch,
+        )
+
+    def verify_input(self, base_sha: str, patch: EvidenceRef | None) -> VerifyInput:
+        """What verifying ``patch`` on ``base_sha`` runs: setup, the reproduction, the tests."""
+        return VerifyInput(
+            workspace=self.spec(base_sha, patch),
+            setup=self.config.setup,
+            setup_network=self.config.network == "setup",
+            reproduction=self.reproduction,
+            test=self.config.test,
+            time_limit_seconds=self.config.budgets.time_limit_seconds,
         )
 
     # -- progress ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from activities import commands, github
 from activities.agent import FeedbackInput
-from activities.commands import VerifyInput, VerifyResult
+from activities.commands import VerifyResult
 from app.engine.context import Signal
 from app.engine.errors import WorkflowCancelled
 from app.workflows.calls import call
@@ -354,14 +354,7 @@ class ReviewPhases(RunBase):
         verdict = await call(
             self.ctx,
             commands.verify_candidate,
-            VerifyInput(
-                workspace=self.spec(base.sha, self.patch),
-                setup=self.config.setup,
-                setup_network=self.config.network == "setup",
-                reproduction=self.reproduction,
-                test=self.config.test,
-                time_limit_seconds=self.config.budgets.time_limit_seconds,
-            ),
+            self.verify_input(base.sha, self.patch),
             VerifyResult,
             step=f"reverify-{n}",
         )

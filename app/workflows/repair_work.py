@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from activities import agent, commands, github, workspace
 from activities.agent import FeedbackInput, ProposeInput, ProposeResult
-from activities.commands import ReproductionResult, StepInput, VerifyInput, VerifyResult
+from activities.commands import ReproductionResult, StepInput, VerifyResult
 from app.agent.budget import Usage as AgentUsage
 from app.repo_config import reproduction_from_issue
 from app.workflows.calls import call, schedule
@@ -230,14 +230,7 @@ class WorkPhases(RunBase):
                 continue
             verdict = await self.timed(
                 commands.verify_candidate,
-                VerifyInput(
-                    workspace=self.spec(self.state.base_sha, proposal.patch),
-                    setup=self.config.setup,
-                    setup_network=self.config.network == "setup",
-                    reproduction=self.reproduction,
-                    test=self.config.test,
-                    time_limit_seconds=self.config.budgets.time_limit_seconds,
-                ),
+                self.verify_input(self.state.base_sha, proposal.patch),
                 VerifyResult,
                 step=f"verify-{attempt}",
             )
