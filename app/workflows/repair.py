@@ -31,6 +31,10 @@ from app.workflows.repair_work import WorkPhases
 
 #: Outcomes that park the run (it holds the issue until a human retries it).
 PARKING = frozenset({"needs-human"})
+RESUME_STEPS = (
+    "Fix the cause, then resume this run (`repairbot runs resume <run> --reason ...`, "
+    "or Resume on its dashboard page); or comment `/repair retry` to start over."
+)
 
 
 class Repair(WorkPhases, ReviewPhases):
@@ -51,6 +55,8 @@ class Repair(WorkPhases, ReviewPhases):
                 return self.quiet("the label is not this repository's trigger (or its sender)")
             await self.loop()
             await self.conclude()
+            while self.resumable():
+                await self.resume_after_operator()
         except WorkflowCancelled as cancelled:
             await self.cancel(cancelled.reason)
         if self.state.outcome in PARKING:
@@ -63,10 +69,27 @@ class Repair(WorkPhases, ReviewPhases):
         self.state.detail = why
         return self.result()
 
-    async def loop(self) -> None:
+    def resumable(self) -> bool:
+        return self.state.outcome in PARKING and self.resume_at is not None
+
+    async def resume_after_operator(self) -> None:
+        """Park (holding no worker) until an operator resumes the run with
+        ``repairbot runs resume``, then go on from the phase that stopped."""
+        assert self.resume_at is not None
+        signal = await self.ctx.wait_for_operator(self.state.detail or "a human needs to decide")
+        payload = signal.payload if isinstance(signal.payload, dict) else {}
+        start, self.resume_at = self.resume_at, None
+        self.state.outcome = None
+        self.state.next_steps = None
+        by = payload.get("by") or "an operator"
+        await self.report(detail=f"Resumed by {by}: {payload.get('reason') or 'no reason given'}.")
+        await self.loop(start)
+        await self.conclude()
+
+    async def loop(self, start: Next = "reproducing") -> None:
         """Run phases until one ends the run; record how it ended."""
         phases = self.phases()
-        following: Next = "reproducing"
+        following: Next = start
         try:
             while following != "done":
                 following = await phases[following]()
@@ -76,6 +99,12 @@ class Repair(WorkPhases, ReviewPhases):
             self.state.outcome = finished.outcome
             self.state.detail = finished.detail or None
             self.state.next_steps = finished.next_steps
+            if finished.resume_at is not None and self.ctx.patched(
+                "needs-human-waits-for-operator"
+            ):
+                # Runs recorded before this change parked for good here.
+                self.resume_at = finished.resume_at
+                self.state.next_steps = RESUME_STEPS
         except ActivityError as error:
             self.state.outcome = "error"
             self.state.detail = (

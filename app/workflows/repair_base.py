@@ -45,11 +45,21 @@ Next = Literal[
 class Finished(Exception):
     """Ends the run with an outcome; the phase loop turns it into the final report."""
 
-    def __init__(self, outcome: Outcome, detail: str = "", *, next_steps: str | None = None):
+    def __init__(
+        self,
+        outcome: Outcome,
+        detail: str = "",
+        *,
+        next_steps: str | None = None,
+        resume_at: Next | None = None,
+    ):
         super().__init__(outcome)
         self.outcome: Outcome = outcome
         self.detail = detail
         self.next_steps = next_steps
+        #: For ``needs-human``: the phase an operator's ``repairbot runs resume``
+        #: continues from, once they fixed the cause (None: the run just ends).
+        self.resume_at = resume_at
 
 
 class RunBase:
@@ -64,6 +74,8 @@ class RunBase:
             base_branch=request.default_branch,
         )
         self.config = RepoConfig()
+        #: Where an operator's resume continues a run parked as needs-human.
+        self.resume_at: Next | None = None
         self.reproduction: list[Command] = []
         self.reproduction_log: EvidenceRef | None = None
         self.feedback: list[FeedbackInput] = []

@@ -320,7 +320,9 @@ class ReviewPhases(RunBase):
         if merged.outcome == "head-moved" and merged.head_sha:
             return self.head_moved(merged.head_sha)
         raise Finished(
-            "needs-human", f"GitHub refused the merge: {merged.reason or merged.outcome}"
+            "needs-human",
+            f"GitHub refused the merge: {merged.reason or merged.outcome}",
+            resume_at="merging",
         )
 
     def head_moved(self, head: str) -> Next:
@@ -362,6 +364,7 @@ class ReviewPhases(RunBase):
             raise Finished(
                 "needs-human",
                 f"The base branch moved and the fix no longer verifies on it ({verdict.verdict}).",
+                resume_at="merging",
             )
         self.reviewed_base = base.sha
         self.state.detail = f"Base moved to `{base.sha[:12]}`; the fix still verifies."

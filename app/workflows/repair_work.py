@@ -302,6 +302,7 @@ class WorkPhases(RunBase):
                     "needs-human",
                     f"Branch `{branch}` already exists (at `{pushed.remote_sha}`) and is not "
                     "repairbot's: it will not be overwritten.",
+                    resume_at="publishing",
                 )
             raise Finished(
                 "human-pushed",

@@ -483,3 +483,45 @@ async def test_every_webhook_delivered_twice_is_one_repair(stack: LocalStack) ->
     # One squash commit on top of the initial one: merged once.
     assert len(first_parent_history(stack, "main")) == 2
     assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+
+
+# -- an operator resumes a run parked for a human ------------------------------------------
+
+
+@SQLITE_ONLY
+async def test_a_refused_merge_parks_the_run_and_an_operator_resume_merges(
+    stack: LocalStack,
+) -> None:
+    runtime = stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    [pull] = (await github_state(stack, number))["pulls"]
+    # GitHub refuses the merge once for a reason only a human can clear
+    # (branch protection, a required check): the run must wait for them.
+    await stack.gh.faults.add(
+        MERGE_ENDPOINT, "fail", status=405, message="Pull Request is not mergeable", times=1
+    )
+    await review(stack, pull["number"], "APPROVE", body="Looks right.")
+
+    parked = await wait_end(stack, number)
+    assert parked.status == "needs-human", (parked.status, parked.error)
+    body = await wait_status_comment(stack, number, "repairbot runs resume")
+    assert "GitHub refused the merge" in body
+    state = await github_state(stack, number)
+    assert [p["merged_at"] for p in state["pulls"]] == [None]
+
+    # The operator cleared the cause; resuming continues at the merge.
+    assert await runtime.resume(parked.run_id, "branch protection fixed", by="ops")
+    run = await wait_end(stack, number)
+    assert run.run_id == parked.run_id  # the same run went on, not a new one
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "merged", run.result
+    state = await github_state(stack, number)
+    [merged] = state["pulls"]
+    assert merged["merged_at"] is not None
+    assert len(state["status_comments"]) == 1
+    resumed = [e for e in runtime.store.load_events(run.run_id) if e.type == "run_resumed"]
+    assert [(e.data.get("by"), e.data.get("reason")) for e in resumed] == [
+        ("ops", "branch protection fixed")
+    ]
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
