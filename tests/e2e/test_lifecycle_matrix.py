@@ -9,8 +9,6 @@ Pairs left out, and why:
 - base moved matters at the merge: test_repair_scenarios.py (reverify and
   rereview);
 - pull-request events before ``publishing`` have no pull request to act on;
-- ``preparing`` and ``reproducing`` are not held in a test yet: cancellation
-  there takes the same path as in ``repairing`` (no branch, no pull request);
 - worker SIGKILL in each phase: test_repair_crashes.py.
 """
 
@@ -28,6 +26,7 @@ from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from tests.e2e.scenario import (
     branch_sha,
+    file_on_branch,
     final_check,
     github_state,
     heartbeat_every,
@@ -65,8 +64,26 @@ async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
     heartbeat_every(stack, 0.2)
     if phase == "publishing":
         await stack.gh.faults.add("POST /repos/{owner}/{repo}/pulls", "delay", delay=4, times=1)
+    if phase == "preparing":
+        # The base branch's head is read while preparing: GitHub is slow to answer.
+        await stack.gh.faults.add(
+            "GET /repos/{owner}/{repo}/git/ref/{ref}", "delay", delay=6, times=1
+        )
+    if phase == "reproducing":
+        # A setup step that takes a minute (as installing dependencies can).
+        config = file_on_branch(stack, "main", ".github/repairbot.yml")
+        await push_files(stack, "main", {".github/repairbot.yml": config + "setup: ['sleep 60']\n"})
     number = await open_labelled_issue(stack)
-    if phase == "repairing":
+    if phase == "preparing":
+        status = await wait_phase(stack, number, "preparing")
+
+        async def base_read_held() -> bool:
+            return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+        await wait_for("the base branch read reached GitHub", base_read_held)
+    elif phase == "reproducing":
+        status = await wait_phase(stack, number, "reproducing", timeout=120)
+    elif phase == "repairing":
         status = await wait_phase(stack, number, "repairing")
     elif phase == "publishing":
         status = await wait_phase(stack, number, "publishing", timeout=120)
@@ -183,6 +200,9 @@ CANCELLED = End("cancelled", "cancelled", "closed", False, "cancelled", "Cancell
 CANCELLED_EARLY = End("cancelled", "cancelled", None, False, None, "Cancelled")
 
 CASES: list[tuple[str, str, Event, End]] = [
+    ("preparing", "cancel-command", cancel_command, CANCELLED_EARLY),
+    ("reproducing", "cancel-command", cancel_command, CANCELLED_EARLY),
+    ("reproducing", "unlabel", unlabel, CANCELLED_EARLY),
     ("repairing", "cancel-command", cancel_command, CANCELLED_EARLY),
     ("repairing", "issue-closed", close_issue, CANCELLED_EARLY),
     ("publishing", "unlabel", unlabel, CANCELLED),
