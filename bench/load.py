@@ -6,8 +6,9 @@ data directory of its own), PostgreSQL and Redis (arq).
                          [--timeout 1200] [--json results.json]
 
 Every run has a repository of its own (a copy of the demo project with its
-bug), so runs are independent: each must end merged with exactly one branch,
-one pull request and one status comment, as read from the emulator. A
+bug), so runs are independent: each must end merged with exactly one pull
+request and one status comment, and its branch deleted after the merge, as
+read from the emulator. A
 maintainer approves each draft pull request as soon as it is open.
 
 Reported:
@@ -95,7 +96,8 @@ class RunFigures:
         return (
             self.status == "completed"
             and self.runs_for_issue == 1
-            and self.branches == 1
+            # The run's one branch is deleted once its pull request merged.
+            and self.branches == 0
             and self.pulls == 1
             and self.merged_pulls == 1
             and self.status_comments == 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,7 @@ from pathlib import Path
 import httpx
 
 from app.config import Settings
-
-ROOT = Path(__file__).resolve().parents[2]
+from app.demo.spawn import spawn_repairbot
 
 
 class MachineProcess:
@@ -38,16 +36,8 @@ class MachineProcess:
         self._killed = False
 
     def start(self) -> MachineProcess:
-        env = {**os.environ, **self.settings.to_env()}
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "--log-level", "INFO", *self.argv],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=ROOT,
-            )
+            self.process = spawn_repairbot(self.argv, self.settings, log=log)
         return self
 
     @property

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import secrets
 from app.config import Settings
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.scripted_model import API_KEY, ScriptedModel, demo_repair_script
 from app.demo.serve import ServerThread, bind
+from app.demo.spawn import spawn_repairbot
 from app.demo.stack import LocalStack
 from app.engine.runtime import SETTLED
 from app.sandbox import describe
@@ -70,26 +70,9 @@ class WorkerProcess:
 
     def start(self) -> None:
         self.generation += 1
-        # Secrets go through an inherited descriptor, never the environment.
-        env = {**os.environ, **self.settings.to_env(), **self.extra_env}
-        for name in self.settings.secret_names():
-            env.pop(name, None)
-        env["REPAIRBOT_WORKER_ID"] = f"demo-worker-{self.generation}"
-        fd, named = secrets.handover(self.settings.secret_env())
-        env.update(named)
-        log = self.log_path.open("ab")
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "--log-level", "INFO", "worker"],
-                env=env,
-                stdout=log,
-                stderr=log,
-                cwd=Path(__file__).resolve().parents[2],
-                pass_fds=(fd,),
-            )
-        finally:
-            os.close(fd)
-            log.close()
+        env = {**self.extra_env, "REPAIRBOT_WORKER_ID": f"demo-worker-{self.generation}"}
+        with self.log_path.open("ab") as log:
+            self.process = spawn_repairbot(["worker"], self.settings, log=log, extra_env=env)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

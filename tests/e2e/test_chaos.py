@@ -30,7 +30,6 @@ import random
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from sqlalchemy import func, select
 
 from app.config import Settings
 from app.demo.project import FIXED_LINE, ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
+from app.demo.spawn import spawn_repairbot
 from app.demo.stack import LocalStack
 from app.engine.db import make_engine
 from app.engine.runtime import Runtime
@@ -54,7 +54,6 @@ from tests.engine.private_services import PrivatePostgres, PrivateRedis, wait_po
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parents[2]
 REPAIRS = 6
 WORKERS = 3
 #: Activities whose attempt may be frozen and resumed late without a second
@@ -68,7 +67,7 @@ class Proc:
 
     name: str
     argv: list[str]
-    env: dict[str, str]
+    settings: Settings
     log_path: Path
     popen: subprocess.Popen[bytes] | None = None
     generation: int = 0
@@ -79,10 +78,9 @@ class Proc:
 
     def start(self) -> None:
         self.generation += 1
-        env = {**self.env, "REPAIRBOT_WORKER_ID": self.worker_id}
         with self.log_path.open("ab") as log:
-            self.popen = subprocess.Popen(
-                self.argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+            self.popen = spawn_repairbot(
+                self.argv, self.settings, log=log, extra_env={"REPAIRBOT_WORKER_ID": self.worker_id}
             )
 
     def kill(self) -> None:
@@ -193,14 +191,12 @@ async def test_repairs_survive_chaos(
 ) -> None:
     stack, pg, redis = world
     settings = _settings(stack, redis)
-    env = {**os.environ, **settings.to_env()}
-    cli = [sys.executable, "-m", "app.cli", "--log-level", "INFO"]
     web_port = int(stack.app_url.rsplit(":", 1)[1])
     assert stack._app_socket is not None
     stack._app_socket.close()  # the web process listens there instead
-    web = Proc("web", [*cli, "web", "--port", str(web_port)], env, tmp_path / "web.log")
+    web = Proc("web", ["web", "--port", str(web_port)], settings, tmp_path / "web.log")
     workers = [
-        Proc(f"w{i}", [*cli, "worker"], env, tmp_path / f"worker-{i}.log") for i in range(WORKERS)
+        Proc(f"w{i}", ["worker"], settings, tmp_path / f"worker-{i}.log") for i in range(WORKERS)
     ]
     reader = Runtime(make_engine(settings.database_url), build_registry())
     rng = random.Random(int(os.environ.get("CHAOS_SEED", "10")))
