@@ -23,14 +23,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, bindparam, text
 
 from app.engine.activity_context import ActivityContext
 from app.engine.context import WorkflowContext
 from app.engine.db import make_engine
 from app.engine.registry import Registry, activity, workflow
 from app.engine.runtime import Runtime
-from app.engine.tables import CLOSED_STATUSES, runs
+from app.engine.tables import CLOSED_STATUSES
 from app.migrate import upgrade
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision
@@ -71,15 +71,35 @@ class LagProbe:
 
 def closed_count(engine: Engine) -> int:
     with engine.connect() as conn:
-        return int(
-            conn.execute(
-                select(func.count()).select_from(runs).where(runs.c.status.in_(CLOSED_STATUSES))
-            ).scalar_one()
-        )
+        query = text("SELECT count(*) FROM workflow_runs WHERE status IN :closed")
+        query = query.bindparams(bindparam("closed", expanding=True))
+        return int(conn.execute(query, {"closed": list(CLOSED_STATUSES)}).scalar_one())
 
 
-async def measure(url: str, *, n_runs: int, n_steps: int, concurrency: int) -> dict[str, float]:
-    engine = make_engine(url)
+def summary(samples: list[float]) -> dict[str, float]:
+    lags = sorted(samples)
+    return {
+        "samples": len(lags),
+        "max_ms": lags[-1] * 1000,
+        "p99_ms": lags[int(0.99 * (len(lags) - 1))] * 1000,
+        "p50_ms": statistics.median(lags) * 1000,
+    }
+
+
+async def idle_floor(seconds: float = 3.0) -> dict[str, float]:
+    """The same probe with nothing else in the process: what the machine's
+    own load (other processes on the same cores) costs the loop."""
+    probe = LagProbe()
+    task = asyncio.create_task(probe.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    return summary(probe.samples)
+
+
+async def measure(
+    url: str, *, n_runs: int, n_steps: int, concurrency: int, pool_size: int
+) -> dict[str, float]:
+    engine = make_engine(url, pool_size=pool_size)
     runtime = Runtime(engine, REGISTRY, concurrency=concurrency, reconcile_interval=1.0)
     # The completion check runs on a thread of its own in both revisions measured,
     # so it adds no stall of its own to either.
@@ -101,14 +121,7 @@ async def measure(url: str, *, n_runs: int, n_steps: int, concurrency: int) -> d
     await runtime.stop()
     engine.dispose()
     watcher.dispose()
-    lags = sorted(probe.samples)
-    return {
-        "wall_s": wall,
-        "samples": len(lags),
-        "max_ms": lags[-1] * 1000,
-        "p99_ms": lags[int(0.99 * (len(lags) - 1))] * 1000,
-        "p50_ms": statistics.median(lags) * 1000,
-    }
+    return {"wall_s": wall, **summary(probe.samples)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--pool-size", type=int, default=10, help="database pool (and store threads)"
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
         "--admin-url",
@@ -123,12 +139,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     print(f"revision {revision()}; {machine()}; load {load()}")
-    print(f"{args.runs} runs x {args.steps} activities, worker concurrency {args.concurrency}")
+    print(
+        f"{args.runs} runs x {args.steps} activities, worker concurrency {args.concurrency}, "
+        f"database pool {args.pool_size}"
+    )
     for _ in range(args.repeat):
+        floor = asyncio.run(idle_floor())
+        print(
+            f"idle floor: longest stall {floor['max_ms']:.1f} ms, p99 {floor['p99_ms']:.1f} ms",
+            flush=True,
+        )
         with fresh_database(POSTGRES, admin_url=args.admin_url) as url:
             upgrade(url)
             figures = asyncio.run(
-                measure(url, n_runs=args.runs, n_steps=args.steps, concurrency=args.concurrency)
+                measure(
+                    url,
+                    n_runs=args.runs,
+                    n_steps=args.steps,
+                    concurrency=args.concurrency,
+                    pool_size=args.pool_size,
+                )
             )
         print(
             f"longest stall {figures['max_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms, "
