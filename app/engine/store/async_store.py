@@ -9,11 +9,13 @@ whole worker waiting on one claim. Every engine caller on the event loop
 threads sized to the database connection pool: more threads than connections
 would only queue inside SQLAlchemy's pool, fewer would leave connections idle.
 
-Cancellation keeps the semantics a synchronous call had: a call that started
-finishes (its transaction commits or rolls back as a whole), its result
-reaches the caller, and the cancellation is delivered at the caller's next
-suspension point. A claim that committed is therefore never lost to a drain
-between the commit and the bookkeeping that follows it.
+Cancellation never cuts a call short: a call that started finishes (its
+transaction commits or rolls back as a whole) before the caller sees the
+CancelledError, so a drain never leaves a half-done write, and nothing of a
+call runs after its caller has gone. Its result is dropped, as it is when a
+process dies right after a commit: a workflow task's jobs are still in the
+outbox (the relay sends them), and an attempt claimed in that instant is
+released when this worker retires or falls silent.
 """
 
 from __future__ import annotations
@@ -60,23 +62,15 @@ class StoreThreads:
         loop = asyncio.get_running_loop()
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         future = loop.run_in_executor(self._executor, call)
-        task = asyncio.current_task()
-        interrupted = 0
         try:
-            while True:
-                try:
-                    return await asyncio.shield(future)
-                except asyncio.CancelledError:
-                    if future.cancelled() or task is None:
-                        raise  # the pool itself was shut down
-                    # The call runs on regardless: wait for its outcome, then
-                    # hand the cancellation back to the caller's next await.
-                    interrupted += 1
-                    task.uncancel()
-        finally:
-            for _ in range(interrupted):
-                if task is not None:
-                    task.cancel()
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if future.cancelled():
+                raise  # the pool itself was shut down
+            # The call runs on regardless: let it finish (its transaction
+            # commits or rolls back whole) before the cancellation goes on.
+            await asyncio.wait([future])
+            raise
 
     def close(self) -> None:
         """Let running calls finish; start no new ones."""
