@@ -89,7 +89,7 @@ async def retry_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
     request = parse_input(RetryInput, raw)
     runtime = actx.dep(Runtime)
     workflow_id = _workflow_id(request.request)
-    latest = runtime.store.find_run(workflow_id)
+    latest = await runtime.read(runtime.store.find_run, workflow_id)
     if latest is not None and latest.status in OPEN_STATUSES:
         return StartResult(run_id=latest.run_id, created=False, reason="still running").model_dump(
             mode="json"
@@ -107,13 +107,13 @@ async def retry_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
 async def describe_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     request = parse_input(RunRequest, raw)
     runtime = actx.dep(Runtime)
-    run = runtime.store.find_run(_workflow_id(request))
+    run = await runtime.read(runtime.store.find_run, _workflow_id(request))
     if run is None:
         return DescribeResult(exists=False).model_dump(mode="json")
     status: Any = None
     if run.status in OPEN_STATUSES:
         try:
-            status = runtime.query(run.run_id, "status")
+            status = await runtime.aquery(run.run_id, "status")
         except KeyError:
             status = None
     return DescribeResult(

@@ -104,12 +104,12 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
 
 def _phase_of(run: Any, settings: Settings) -> dict[str, Any] | None:
     """The run's own account of where it is, if its workflow answers ``status``."""
-    from app.engine.runtime import Runtime
+    from app.engine.client import RuntimeClient
     from app.registry import build_registry
 
     if run.status not in ("running", "cancelling"):
         return None
-    runtime = Runtime(make_engine(settings.database_url), build_registry())
+    runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
     try:
         answer = runtime.query(run.run_id, "status")
     except (KeyError, LookupError):
@@ -130,11 +130,11 @@ def _operator() -> str:
 
 
 async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine.runtime import Runtime
+    from app.engine.client import RuntimeClient
     from app.registry import build_registry
     from app.run_actions import RunNotFound, RunStillActive, retry_run
 
-    runtime = Runtime(make_engine(settings.database_url), build_registry())
+    runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
     pool = None
     if settings.redis_url:
         # Prompt pickup; without Redis the outbox rows wait for a worker's relay.
@@ -253,11 +253,11 @@ def cmd_evidence_collect(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_runs_watch(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine.runtime import Runtime
+    from app.engine.client import RuntimeClient
     from app.registry import build_registry
     from app.watch import watch
 
-    runtime = Runtime(make_engine(settings.database_url), build_registry())
+    runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
     try:
         return watch(runtime, args.run, interval=args.interval, timeout=args.timeout)
     except KeyboardInterrupt:

@@ -29,10 +29,12 @@ async def run_example(settings: Settings, *, items: list[str]) -> int:
         print(f"started run {result.run_id} on {settings.database_url}")
         last = None
         while True:
-            run = runtime.store.find_run(workflow_id)
+            run = await runtime.read(runtime.store.find_run, workflow_id)
             if run is None:
                 raise RuntimeError(f"run {workflow_id} vanished")
-            progress = runtime.query(workflow_id, "progress") if run.status == "running" else None
+            progress = (
+                await runtime.aquery(workflow_id, "progress") if run.status == "running" else None
+            )
             line = f"  {time.monotonic() - started:5.2f}s  {run.status:10} {progress or ''}"
             if (run.status, progress) != last:
                 print(line)

@@ -1,6 +1,6 @@
 """Operator actions on runs that need more than the engine: retrying a run.
 
-Cancel, terminate and resume are engine operations (:class:`Runtime`); a
+Cancel, terminate and resume are engine operations (:class:`RuntimeClient`); a
 retry is an application decision: a new repair run for the same request,
 started only once the old run is closed, recorded with who asked and why.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES
 
@@ -28,7 +28,7 @@ class RunStillActive(RuntimeError):
     """The run is open or parked: cancel, terminate or resume it instead."""
 
 
-def original_request(runtime: Runtime, run: RunRow) -> Any:
+def original_request(runtime: RuntimeClient, run: RunRow) -> Any:
     """The input the run's chain started with (continue-as-new carries state on)."""
     while run.continued_from:
         earlier = runtime.store.load_run(run.continued_from)
@@ -38,7 +38,7 @@ def original_request(runtime: Runtime, run: RunRow) -> Any:
     return run.input
 
 
-async def retry_run(runtime: Runtime, run_id: str, *, reason: str, by: str | None) -> str:
+async def retry_run(runtime: RuntimeClient, run_id: str, *, reason: str, by: str | None) -> str:
     """Start a new run for the same request as the closed run ``run_id`` (a run id
     or a workflow id: its newest run); returns the new run's id."""
     old = runtime.store.find_run(run_id)

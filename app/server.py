@@ -11,9 +11,12 @@ import uvicorn
 
 from app.config import Settings
 from app.engine.arq_dispatch import ArqDispatcher
+from app.engine.client import RuntimeClient
+from app.engine.db import make_engine
 from app.engine.redis_channel import connect
 from app.migrate import upgrade
 from app.registration import Registrar
+from app.registry import build_registry
 from app.web import create_app
 from app.worker import background, build_runtime, delivery_reconciler
 
@@ -35,15 +38,20 @@ class GracefulServer(uvicorn.Server):
 
 async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool) -> int:
     """``with_worker``: the embedded default (SQLite, one process, no Redis).
-    Otherwise the web process only records and enqueues through arq."""
-    runtime = build_runtime(settings)
+    Otherwise the web process only records and enqueues through arq: it
+    builds the runtime's client, and none of the worker's clients (agent
+    HTTP, GitHub App tokens)."""
+    runtime: RuntimeClient
     pool = None
     if with_worker:
         upgrade(settings.database_url)
+        runtime = build_runtime(settings)
     elif settings.redis_url:
+        runtime = build_client(settings)
         pool = await connect(settings.redis_url)
         runtime.use_dispatcher(ArqDispatcher(pool))
     else:
+        runtime = build_client(settings)
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")
     app = create_app(settings, runtime, run_worker=with_worker)
     config = uvicorn.Config(
@@ -67,6 +75,13 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
         if pool is not None:
             await pool.aclose()
     return 0
+
+
+def build_client(settings: Settings) -> RuntimeClient:
+    """What the web process needs of the runtime: start, signal, steer, read."""
+    return RuntimeClient(
+        make_engine(settings.database_url), build_registry(), fault_point=settings.fault_point
+    )
 
 
 async def serve_registration(registrar: Registrar, *, host: str, port: int) -> None:

@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.engine.tables import CLOSED_STATUSES
 from app.web.runs_view import live_state
 
@@ -41,7 +41,7 @@ def _event_line(event: Any) -> str:
 
 
 def watch(
-    runtime: Runtime,
+    runtime: RuntimeClient,
     key: str,
     *,
     interval: float = 0.5,

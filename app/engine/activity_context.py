@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from app.engine.db_retry import retrying
 from app.engine.faults import FaultPoints
 from app.engine.store import Claim, Store
+from app.engine.store.async_store import StoreThreads
 
 T = TypeVar("T")
 
@@ -49,6 +50,7 @@ class ActivityContext:
         claim: Claim,
         *,
         store: Store,
+        threads: StoreThreads,
         deps: Dependencies,
         worker_id: str,
         faults: FaultPoints,
@@ -64,6 +66,7 @@ class ActivityContext:
         self.deps = deps
         self.cancel_requested = False
         self._store = store
+        self._threads = threads
         self._faults = faults
         previous = claim.heartbeat_details
         #: The checkpoint the previous attempt saved last (``None`` on a first attempt).
@@ -86,7 +89,7 @@ class ActivityContext:
             lambda: self._store.heartbeat(self.task_id, self.token, details),
             what=f"heartbeating {self.operation_id}",
             patience=self.db_patience,
-            in_thread=True,
+            threads=self._threads,
         )
         self.cancel_requested = self.cancel_requested or answer
         self._faults.hit("activity.after_heartbeat", self.activity)

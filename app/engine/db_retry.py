@@ -20,6 +20,8 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from app.engine.store.async_store import StoreThreads
+
 log = logging.getLogger("repairbot.engine")
 
 T = TypeVar("T")
@@ -36,16 +38,16 @@ def is_transient(exc: BaseException) -> bool:
 
 
 async def retrying(
-    call: Callable[[], T], *, what: str, patience: float, in_thread: bool = False
+    call: Callable[[], T], *, what: str, patience: float, threads: StoreThreads
 ) -> T:
-    """``call()``, retried on transient database errors for up to ``patience``
-    seconds; the last error is raised when patience runs out. ``in_thread``:
-    run it off the event loop (calls made while other work must go on)."""
+    """``call()`` on the store's threads (never on the event loop), retried on
+    transient database errors for up to ``patience`` seconds; the last error
+    is raised when patience runs out."""
     deadline = time.monotonic() + patience
     delay = FIRST_DELAY
     while True:
         try:
-            return await asyncio.to_thread(call) if in_thread else call()
+            return await threads.run(call)
         except DBAPIError as exc:
             if not is_transient(exc) or time.monotonic() + delay > deadline:
                 raise

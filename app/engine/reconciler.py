@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from app.engine.errors import StaleLease
 from app.engine.jobs import Job
 from app.engine.store import Store
+from app.engine.store.async_store import StoreThreads
 
 log = logging.getLogger("repairbot.reconciler")
 
@@ -42,8 +43,10 @@ class Reconciler:
         relay_grace: float = 2.0,
         worker_silence: float = 15.0,
         clock: Callable[[], float] = time.time,
+        threads: StoreThreads | None = None,
     ) -> None:
         self.store = store
+        self.threads = threads or StoreThreads.for_engine(store.engine)
         self.sink = sink
         self.relay_grace = relay_grace
         self.worker_silence = worker_silence
@@ -51,7 +54,15 @@ class Reconciler:
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> ReconcileReport:
-        store, now, report = self.store, self.clock(), ReconcileReport()
+        # The whole pass is a series of short transactions: one hop to the
+        # store's threads for all of them keeps the event loop free throughout.
+        report = await self.threads.run(self._repair, self.clock())
+        if report.jobs:
+            await self.sink(report.jobs)
+        return report
+
+    def _repair(self, now: float) -> ReconcileReport:
+        store, report = self.store, ReconcileReport()
         lost = store.expired_leases(now)
         lost += store.leases_of_lost_workers(now, silent_for=self.worker_silence)
         for task_id, token, failure in lost:
@@ -75,8 +86,6 @@ class Reconciler:
         stale += store.runnable_without_job(now - self.relay_grace)
         report.jobs_redispatched = len(stale)
         report.jobs += stale
-        if report.jobs:
-            await self.sink(report.jobs)
         return report
 
     def start(self, interval: float) -> None:

@@ -1,39 +1,31 @@
-"""The runtime as one object: store, worker, dispatcher and reconciler wired
-together, plus the client operations (start, signal, cancel, terminate,
-query) that the web process, handlers, CLI and tests use."""
+"""The worker runtime: the client (:mod:`app.engine.client`) plus what runs
+work: the worker, its dispatcher, the reconciler and liveness beats. The web
+process builds only the client; worker processes, the embedded mode and the
+tests build this."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import Engine
 
 from app.engine.activity_context import Dependencies
+from app.engine.client import SETTLED, RuntimeClient
 from app.engine.db_retry import retrying
 from app.engine.dispatch import Dispatcher, InProcessDispatcher
-from app.engine.errors import WorkflowNotFound
-from app.engine.faults import FaultPoints
-from app.engine.jobs import Job
 from app.engine.reconciler import Reconciler
 from app.engine.registry import Registry
-from app.engine.replay import WorkflowExecution
-from app.engine.store import RunRow, StartResult, Store, Tx
-from app.engine.store.resume import resume_run
-from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
 from app.engine.worker import Worker
 
-SETTLED = (*CLOSED_STATUSES, *PARKED_STATUSES)
+__all__ = ["SETTLED", "Runtime", "RuntimeClient"]
+
 log = logging.getLogger("repairbot.engine")
 
 
-class Runtime:
+class Runtime(RuntimeClient):
     def __init__(
         self,
         engine: Engine,
@@ -51,8 +43,7 @@ class Runtime:
         worker_silence: float = 15.0,
         db_patience: float = 15.0,
     ) -> None:
-        self.engine = engine
-        self.registry = registry
+        super().__init__(engine, registry, fault_point=fault_point)
         # One identity per process: a restarted worker that keeps its configured
         # id must not look like the live continuation of the one that died.
         self.worker_id = f"{worker_id}/{uuid.uuid4().hex[:8]}"
@@ -61,8 +52,6 @@ class Runtime:
         # and its attempts are retried (safely, thanks to fencing, but wastefully).
         self.liveness_interval = min(liveness_interval, worker_silence / 5)
         self._liveness: asyncio.Task[None] | None = None
-        self.faults = FaultPoints(fault_point)
-        self.store = Store(engine, faults=self.faults)
         self.worker = Worker(
             self.store,
             registry,
@@ -73,12 +62,16 @@ class Runtime:
             max_history_events=max_history_events,
             concurrency=concurrency,
             db_patience=db_patience,
+            threads=self.threads,
         )
         self.concurrency = concurrency
         self.reconcile_interval = reconcile_interval
-        self.dispatcher: Dispatcher | None = None
         self.reconciler = Reconciler(
-            self.store, self.dispatch, relay_grace=relay_grace, worker_silence=worker_silence
+            self.store,
+            self.dispatch,
+            relay_grace=relay_grace,
+            worker_silence=worker_silence,
+            threads=self.threads,
         )
 
     # -- lifecycle ---------------------------------------------------------------
@@ -112,7 +105,7 @@ class Runtime:
     async def _beat_forever(self) -> None:
         while True:
             try:
-                await asyncio.to_thread(
+                await self.threads.run(
                     self.store.beat, self.worker_id, code_version=self.code_version
                 )
                 # The database answers: release attempts whose outcome a blip lost.
@@ -137,6 +130,7 @@ class Runtime:
                     lambda: self.store.retire(self.worker_id),
                     what="retiring this worker",
                     patience=min(5.0, self.worker.db_patience),
+                    threads=self.threads,
                 )
             except Exception:
                 # Our silence will tell the others soon enough.
@@ -144,108 +138,3 @@ class Runtime:
         if isinstance(self.dispatcher, InProcessDispatcher):
             await self.dispatcher.stop()
         self.worker.cache.clear()
-
-    async def dispatch(self, jobs: Sequence[Job]) -> None:
-        if jobs and self.dispatcher is not None:
-            await self.dispatcher.enqueue(jobs)
-
-    # -- client operations -------------------------------------------------------
-
-    async def start_workflow(
-        self,
-        name: str,
-        workflow_id: str,
-        input: Any = None,
-        *,
-        version: int | None = None,
-        deadline_seconds: float | None = None,
-        operator: dict[str, Any] | None = None,
-    ) -> StartResult:
-        """``operator``: who started the run by hand and why, recorded in history."""
-        with self.store.transaction() as tx:
-            result = tx.start_run(
-                workflow_name=name,
-                workflow_version=version or self.registry.latest_version(name),
-                workflow_id=workflow_id,
-                input=input,
-                deadline_seconds=deadline_seconds,
-                operator=operator,
-            )
-        await self.dispatch(tx.jobs)
-        return result
-
-    def start_in(
-        self,
-        tx: Tx,
-        name: str,
-        workflow_id: str,
-        input: Any = None,
-        *,
-        version: int | None = None,
-        deadline_seconds: float | None = None,
-    ) -> StartResult:
-        """Start inside the caller's transaction (webhook intake); dispatch tx.jobs after."""
-        return tx.start_run(
-            workflow_name=name,
-            workflow_version=version or self.registry.latest_version(name),
-            workflow_id=workflow_id,
-            input=input,
-            deadline_seconds=deadline_seconds,
-        )
-
-    async def signal(self, workflow_id: str, name: str, payload: Any, *, dedupe_key: str) -> bool:
-        with self.store.transaction() as tx:
-            delivered = tx.signal(workflow_id, name, payload, dedupe_key)
-        await self.dispatch(tx.jobs)
-        return delivered
-
-    # Operator actions take a run id or a workflow id and act only on the run
-    # that is active now; ``by`` (who acted) is recorded with the reason.
-
-    async def cancel(self, run_id: str, reason: str, *, by: str | None = None) -> bool:
-        """Ask the run to cancel (its code cleans up); a parked run closes at once."""
-        with self.store.transaction() as tx:
-            requested = tx.request_cancel(run_id, reason, by=by)
-        await self.dispatch(tx.jobs)
-        return requested
-
-    async def terminate(
-        self, run_id: str, reason: str, *, by: str | None = None
-    ) -> dict[str, Any] | None:
-        """End the run now without running its code; returns what was left uncertain."""
-        with self.store.transaction() as tx:
-            return tx.terminate(run_id, reason, by=by)
-
-    async def resume(self, run_id: str, reason: str, *, by: str | None = None) -> bool:
-        """Continue a run parked in ``needs-human`` or ``blocked-nondeterministic``."""
-        with self.store.transaction() as tx:
-            resumed = resume_run(tx, run_id, reason, by=by)
-        await self.dispatch(tx.jobs)
-        return resumed
-
-    def query(self, key: str, name: str) -> Any:
-        """Answer a named query by replaying history; nothing is written."""
-        run = self.store.find_run(key)
-        if run is None:
-            raise WorkflowNotFound(key)
-        defn = self.registry.workflow(run.workflow_name, run.workflow_version)
-        execution = WorkflowExecution(defn, run_id=run.run_id, workflow_id=run.workflow_id)
-        try:
-            execution.apply(self.store.load_events(run.run_id), task_time=datetime.now(UTC))
-            return execution.query(name)
-        finally:
-            execution.close()
-
-    async def wait_for(
-        self, key: str, *, statuses: Sequence[str] = SETTLED, timeout: float = 30.0
-    ) -> RunRow:
-        """Poll until the run (or the newest run of a workflow id) reaches a status."""
-        deadline = time.monotonic() + timeout
-        while True:
-            run = self.store.find_run(key)
-            if run is not None and run.status in statuses:
-                return run
-            if time.monotonic() > deadline:
-                state = run.status if run else "absent"
-                raise TimeoutError(f"{key} did not reach {list(statuses)} in {timeout}s ({state})")
-            await asyncio.sleep(0.01)

@@ -26,6 +26,7 @@ from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job, workflow_queue
 from app.engine.registry import Absent, Found, Registry, Unknown
 from app.engine.replay import WorkflowExecution, json_problem
 from app.engine.store import Claim, Failure, RunRow, Store
+from app.engine.store.async_store import StoreThreads
 from app.engine.tables import OPEN_STATUSES
 from app.logs import bind_log_context
 
@@ -83,8 +84,11 @@ class Worker:
         cache_size: int = 1000,
         concurrency: int = 8,
         db_patience: float = 15.0,
+        threads: StoreThreads | None = None,
     ) -> None:
         self.store = store
+        #: Every store call goes through these threads, never on the event loop.
+        self.threads = threads or StoreThreads.for_engine(store.engine)
         self.registry = registry
         self.worker_id = worker_id
         self.code_version = code_version
@@ -186,7 +190,7 @@ class Worker:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _db(self, call: Callable[[], T], what: str) -> T:
-        return await retrying(call, what=what, patience=self.db_patience)
+        return await retrying(call, what=what, patience=self.db_patience, threads=self.threads)
 
     async def run_job(self, job: Job) -> None:
         bind_log_context()
@@ -236,10 +240,10 @@ class Worker:
             delay = min(delay * 2, 2.0)
 
     async def _workflow_task_once(self, run_id: str) -> bool:
-        run = self.store.load_run(run_id)
+        run = await self.threads.run(self.store.load_run, run_id)
         if run is None or run.status not in OPEN_STATUSES:
             self.cache.take(run_id)
-            self.store.discard_workflow_task_jobs(run_id)
+            await self.threads.run(self.store.discard_workflow_task_jobs, run_id)
             return True
         if not self.registry.has_workflow(run.workflow_name, run.workflow_version):
             log.warning(
@@ -250,12 +254,12 @@ class Worker:
             )
             return True
         bind_log_context(run_id=run_id, workflow=f"{run.workflow_name}@{run.workflow_version}")
-        resumed = self._resume(run)
+        resumed = await self._resume(run)
         if resumed is None:
             return True  # nothing new since the cached state
         execution, events = resumed
         step = execution.apply(events, task_time=datetime.now(UTC))
-        jobs = self.store.commit_workflow_task(run, step)
+        jobs = await self.threads.run(self.store.commit_workflow_task, run, step)
         if jobs is None:
             execution.close()
             return False
@@ -269,7 +273,7 @@ class Worker:
         await self._emit(jobs)
         return True
 
-    def _resume(self, run: RunRow) -> tuple[WorkflowExecution, list[Event]] | None:
+    async def _resume(self, run: RunRow) -> tuple[WorkflowExecution, list[Event]] | None:
         """The execution to continue and the events it has not seen yet: the
         cached one fed only new events when it is exactly behind, else a fresh
         one fed the whole history. None when there is nothing new."""
@@ -279,7 +283,9 @@ class Worker:
                 self.cache.put(run.run_id, cached)
                 return None
             if cached.history_length < run.history_length:
-                events = self.store.load_events(run.run_id, after=cached.history_length)
+                events = await self.threads.run(
+                    self.store.load_events, run.run_id, after=cached.history_length
+                )
                 # Commands written by another worker mean our cached state is behind.
                 if not any(event.is_command for event in events):
                     self.cache.hits += 1
@@ -293,7 +299,7 @@ class Worker:
             workflow_id=run.workflow_id,
             max_history_events=self.max_history_events,
         )
-        return execution, self.store.load_events(run.run_id)
+        return execution, await self.threads.run(self.store.load_events, run.run_id)
 
     # -- activities ------------------------------------------------------------
 
@@ -310,7 +316,7 @@ class Worker:
         except asyncio.CancelledError:
             # Draining (or shutting down): hand the attempt back now rather than
             # leave it to our silence or its lease.
-            self._hand_back(claim, "WorkerStopped", "the worker stopped during the attempt")
+            await self._hand_back(claim, "WorkerStopped", "the worker stopped during the attempt")
             raise
         finally:
             self._held.pop(task_id, None)
@@ -335,19 +341,22 @@ class Worker:
         if got is None and unsure:
             # A claim whose commit was lost is an attempt held in our name that
             # nobody runs: release it so the retry need not wait for its lease.
-            token = self.store.held_token(task_id, self.worker_id)
+            token = await self.threads.run(self.store.held_token, task_id, self.worker_id)
             if token is not None and task_id not in self._held:
                 lost = Failure("transient", "ClaimUnconfirmed", "claim outcome was lost", 0.0)
                 with contextlib.suppress(StaleLease):
-                    await self._emit(self.store.fail_activity(task_id, token, lost))
+                    released = await self.threads.run(
+                        self.store.fail_activity, task_id, token, lost
+                    )
+                    await self._emit(released)
         return got
 
-    def _hand_back(self, claim: Claim, error_type: str, message: str) -> None:
+    async def _hand_back(self, claim: Claim, error_type: str, message: str) -> None:
         defn = self.registry.activities.get(claim.activity)
         failure_class = "ambiguous" if defn is not None and defn.reconcile else "transient"
         failure = Failure(failure_class, error_type, message, 0.0)
         try:
-            self.store.fail_activity(claim.task_id, claim.token, failure)
+            await self.threads.run(self.store.fail_activity, claim.task_id, claim.token, failure)
         except StaleLease:
             pass
         except DBAPIError:
@@ -356,7 +365,12 @@ class Worker:
     async def _attempt(self, claim: Claim) -> None:
         defn = self.registry.activities[claim.activity]  # claimed only if we have it
         actx = ActivityContext(
-            claim, store=self.store, deps=self.deps, worker_id=self.worker_id, faults=self.faults
+            claim,
+            store=self.store,
+            threads=self.threads,
+            deps=self.deps,
+            worker_id=self.worker_id,
+            faults=self.faults,
         )
         actx.db_patience = self.db_patience
         remaining = claim.started_at + claim.options.timeouts.start_to_close - time.time()
@@ -456,7 +470,7 @@ class Worker:
         after each successful liveness beat: the database answers again)."""
         for task_id, (token, failure) in list(self.unrecorded.items()):
             try:
-                jobs = self.store.fail_activity(task_id, token, failure)
+                jobs = await self.threads.run(self.store.fail_activity, task_id, token, failure)
             except StaleLease:
                 jobs = []  # already released by the reconciler
             self.unrecorded.pop(task_id, None)

@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from app.config import Settings
+from app.engine.client import RuntimeClient
 from app.engine.runtime import Runtime
 from app.evidence import open_evidence_store
 from app.intake import Intake
@@ -49,7 +50,7 @@ STATIC = Path(__file__).parent / "static"
 
 def operator_routes(
     settings: Settings,
-    runtime: Runtime,
+    runtime: RuntimeClient,
     intake: Intake,
     *,
     github_transport: httpx.AsyncBaseTransport | None = None,
@@ -110,12 +111,17 @@ def operator_routes(
 
 def create_app(
     settings: Settings,
-    runtime: Runtime,
+    runtime: RuntimeClient,
     *,
     run_worker: bool = False,
     github_transport: httpx.AsyncBaseTransport | None = None,
 ) -> Starlette:
-    """``github_transport``: how the sign-in reaches GitHub (tests: the emulator in-process)."""
+    """``runtime``: a client is all the web process needs; ``run_worker``
+    (the embedded mode) needs the worker runtime. ``github_transport``: how
+    the sign-in reaches GitHub (tests: the emulator in-process)."""
+    worker = runtime if isinstance(runtime, Runtime) and run_worker else None
+    if run_worker and worker is None:
+        raise TypeError("run_worker needs the worker runtime (Runtime), not a client")
     intake = Intake(runtime.store, runtime.registry, build_router(), settings)
     gate = BodyGate(
         BodyLimits(
@@ -133,13 +139,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        if run_worker:
-            await runtime.start_in_process()
+        if worker is not None:
+            await worker.start_in_process()
         try:
             yield
         finally:
-            if run_worker:
-                await runtime.stop()
+            if worker is not None:
+                await worker.stop()
 
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)])
     #: The intake's byte budget, for operators' tests and probes in this process.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app import run_actions
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
 
@@ -46,7 +46,7 @@ def available(run: RunRow) -> list[str]:
 
 
 async def perform(
-    runtime: Runtime, run: RunRow, action: str, *, reason: str, by: str
+    runtime: RuntimeClient, run: RunRow, action: str, *, reason: str, by: str
 ) -> ActionResult:
     if action not in ACTIONS:
         raise ActionUnavailable(f"no action {action!r}")

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.web import actions
 from app.web.access import Principal
 from app.web.guard import Guard
@@ -39,7 +39,7 @@ def _json(body: Any, status: int = 200) -> Response:
 
 
 class Api:
-    def __init__(self, runtime: Runtime, guard: Guard) -> None:
+    def __init__(self, runtime: RuntimeClient, guard: Guard) -> None:
         self.runtime = runtime
         self.guard = guard
 

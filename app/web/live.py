@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES
 from app.web.access import Principal
@@ -28,7 +28,7 @@ MAX_STREAM_SECONDS = 600.0
 MAX_LISTED_RUNS = 100
 
 
-def run_event(runtime: Runtime, run: RunRow) -> dict[str, Any]:
+def run_event(runtime: RuntimeClient, run: RunRow) -> dict[str, Any]:
     s = summarize(runtime, run)
     return {
         "run_id": run.run_id,
@@ -45,7 +45,7 @@ def sse(event: str, data: dict[str, Any]) -> str:
 
 
 class Live:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeClient) -> None:
         self.runtime = runtime
 
     async def _watch(

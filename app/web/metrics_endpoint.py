@@ -10,13 +10,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.config import Settings
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.web.access import Principal
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
 
 
-def metrics_endpoint(settings: Settings, runtime: Runtime) -> Handler:
+def metrics_endpoint(settings: Settings, runtime: RuntimeClient) -> Handler:
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     from app.metrics import process_registry

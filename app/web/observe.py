@@ -11,7 +11,7 @@ from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceStore
 from app.web.access import Principal
 
@@ -22,7 +22,7 @@ log = logging.getLogger("repairbot.web")
 HEALTH_TIMEOUT = 5.0
 
 
-def health_endpoint(runtime: Runtime) -> Endpoint:
+def health_endpoint(runtime: RuntimeClient) -> Endpoint:
     def ping() -> None:
         with runtime.engine.connect() as conn:
             conn.execute(text("select 1"))

@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from app.config import Settings
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES
 from app.evidence import EvidenceError, open_evidence_store
@@ -79,7 +79,9 @@ def int_param(request: Request, name: str, default: int) -> int:
 
 
 class Pages:
-    def __init__(self, settings: Settings, runtime: Runtime, intake: Intake, guard: Guard) -> None:
+    def __init__(
+        self, settings: Settings, runtime: RuntimeClient, intake: Intake, guard: Guard
+    ) -> None:
         self.settings = settings
         self.runtime = runtime
         self.intake = intake

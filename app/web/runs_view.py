@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, false, func, select, true
 
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.store.rows import run_row
 from app.engine.store.schema import attempts, runs, tasks
@@ -121,7 +121,7 @@ def _where(filters: RunFilters, visible: set[str] | None) -> list[ColumnElement[
     return clauses
 
 
-def live_state(runtime: Runtime, run: RunRow) -> dict[str, Any]:
+def live_state(runtime: RuntimeClient, run: RunRow) -> dict[str, Any]:
     """The workflow's own account (open runs) or its result (closed runs)."""
     if run.status in OPEN_STATUSES or run.status in ("needs-human", "blocked-nondeterministic"):
         try:
@@ -133,7 +133,9 @@ def live_state(runtime: Runtime, run: RunRow) -> dict[str, Any]:
     return dict(run.result) if isinstance(run.result, dict) else {}
 
 
-def summarize(runtime: Runtime, run: RunRow, state: dict[str, Any] | None = None) -> RunSummary:
+def summarize(
+    runtime: RuntimeClient, run: RunRow, state: dict[str, Any] | None = None
+) -> RunSummary:
     state = live_state(runtime, run) if state is None else state
     if run.status == "cancelling":
         phase = run.cancel_phase or "cancel-requested"
@@ -152,7 +154,7 @@ def summarize(runtime: Runtime, run: RunRow, state: dict[str, Any] | None = None
 
 
 def list_runs(
-    runtime: Runtime, filters: RunFilters, visible: set[str] | None
+    runtime: RuntimeClient, filters: RunFilters, visible: set[str] | None
 ) -> tuple[list[RunSummary], int]:
     """One page of runs, newest first, and how many match in all."""
     where = and_(true(), *_where(filters, visible))
@@ -177,7 +179,7 @@ def list_runs(
     return [summarize(runtime, run_row(r)) for r in rows], int(total)
 
 
-def known_repositories(runtime: Runtime, visible: set[str] | None) -> list[str]:
+def known_repositories(runtime: RuntimeClient, visible: set[str] | None) -> list[str]:
     column = _repo_column()
     query = select(column).where(column.is_not(None)).distinct()
     if visible is not None:
@@ -224,7 +226,7 @@ def timeline(run: RunRow, task_rows: list[Any], current: str) -> list[PhaseSpan]
     return spans
 
 
-def run_detail(runtime: Runtime, run: RunRow) -> RunDetail:
+def run_detail(runtime: RuntimeClient, run: RunRow) -> RunDetail:
     state = live_state(runtime, run)
     summary = summarize(runtime, run, state)
     with runtime.engine.connect() as conn:

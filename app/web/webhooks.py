@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.engine.runtime import Runtime
+from app.engine.client import RuntimeClient
 from app.intake import Intake
 from app.logs import log_context
 from app.metrics import instruments
@@ -23,7 +23,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 log = logging.getLogger("repairbot.web")
 
 
-def webhook_endpoint(intake: Intake, runtime: Runtime, gate: BodyGate) -> Endpoint:
+def webhook_endpoint(intake: Intake, runtime: RuntimeClient, gate: BodyGate) -> Endpoint:
     async def receive(request: Request) -> Response:
         started = time.perf_counter()
         meter = instruments()

@@ -60,11 +60,17 @@ def setup_function() -> None:
     LOG.clear()
 
 
-async def _settled(rt: Runtime, key: str) -> None:
-    """Until the run's last workflow task has committed (it waits, or parked)."""
+async def _settled(rt: Runtime, key: str, *, activities_done: int = 0) -> None:
+    """Until the run's last workflow task has committed (it waits, or parked)
+    after ``activities_done`` activities completed (between an activity's
+    scheduling and its result no task is pending either)."""
     for _ in range(1000):
         run = rt.store.find_run(key)
-        if run is not None and not run.pending_task:
+        if (
+            run is not None
+            and not run.pending_task
+            and len(_events(rt, run.run_id, "activity_completed")) >= activities_done
+        ):
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{key} never settled")
@@ -108,7 +114,7 @@ async def test_resume_a_blocked_run_after_the_code_is_fixed(make_runtime: Any) -
     reg = registry()
     rt = await make_runtime(reg)
     started = await rt.start_workflow("drifts", "op-drift")
-    await _settled(rt, "op-drift")
+    await _settled(rt, "op-drift", activities_done=1)
     assert LOG == ["first"]
     # An incompatible deploy: the next task replays the history against new code.
     reg.add_workflow(drifted)
