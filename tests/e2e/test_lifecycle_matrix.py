@@ -57,6 +57,15 @@ def seed(tmp_path: Path) -> Path:
 # -- holding a run in a phase --------------------------------------------------------
 
 
+def all_faults_fired(stack: LocalStack) -> Callable[[], Awaitable[bool]]:
+    """Whether every request the emulator was told to hold has arrived."""
+
+    async def fired() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    return fired
+
+
 async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
     """Start a run and return once it is in ``phase`` (kept there a while)."""
     sleep = 60 if phase == "repairing" else 0
@@ -77,10 +86,7 @@ async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
     if phase == "preparing":
         status = await wait_phase(stack, number, "preparing")
 
-        async def base_read_held() -> bool:
-            return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
-
-        await wait_for("the base branch read reached GitHub", base_read_held)
+        await wait_for("the base branch read reached GitHub", all_faults_fired(stack))
     elif phase == "reproducing":
         status = await wait_phase(stack, number, "reproducing", timeout=120)
     elif phase == "repairing":
@@ -90,6 +96,9 @@ async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
         await wait_for(
             "the branch is pushed", lambda: branch_sha(stack, "repairbot/issue-1") is not None
         )
+        # The event meets the pull request's creation in flight (held by GitHub),
+        # not the push's result on its way to the history.
+        await wait_for("the pull request request reached GitHub", all_faults_fired(stack))
     else:
         status = await wait_phase(stack, number, "awaiting-review", timeout=120)
         # The phase is in the state before its comment is on GitHub: wait for both.
@@ -99,11 +108,7 @@ async def hold_in(stack: LocalStack, phase: str) -> tuple[int, dict[str, Any]]:
         await stack.gh.faults.add(MERGE_ENDPOINT, "delay", delay=4, times=1)
         await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
         status = await wait_phase(stack, number, "merging", timeout=60)
-
-        async def merge_request_arrived() -> bool:
-            return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
-
-        await wait_for("the merge request reached GitHub", merge_request_arrived)
+        await wait_for("the merge request reached GitHub", all_faults_fired(stack))
     return number, status
 
 
@@ -196,6 +201,8 @@ class End:
     says: str
 
 
+#: A pull request that may end either way; the status comment must say which.
+MERGED_OR_CLOSED = "merged-or-closed"
 CANCELLED = End("cancelled", "cancelled", "closed", False, "cancelled", "Cancelled")
 CANCELLED_EARLY = End("cancelled", "cancelled", None, False, None, "Cancelled")
 
@@ -210,12 +217,14 @@ CASES: list[tuple[str, str, Event, End]] = [
     ("awaiting-review", "unlabel", unlabel, CANCELLED),
     ("awaiting-review", "issue-closed", close_issue, CANCELLED),
     (
-        # The merge in flight completes; cancellation reads the pull request
-        # back, reports it merged and deletes the branch.
+        # The merge is in flight when the cancel arrives. Either it completes
+        # (cancellation reads the pull request back and reports it merged) or
+        # its answer is lost and, cancelled, it is not tried again (the pull
+        # request is closed): the status comment must say which, as GitHub shows.
         "merging",
         "cancel-command",
         cancel_command,
-        End("cancelled", "cancelled", "merged", False, "cancelled", "(merged)"),
+        End("cancelled", "cancelled", MERGED_OR_CLOSED, False, "cancelled", "Cancelled"),
     ),
     (
         "awaiting-review",
@@ -270,7 +279,12 @@ async def test_lifecycle(stack: LocalStack, phase: str, event: Event, end: End) 
     else:
         [pull] = state["pulls"]
         shown = "merged" if pull["merged_at"] else pull["state"]
-        assert shown == end.pull, pull
+        if end.pull == MERGED_OR_CLOSED:
+            assert shown in ("merged", "closed"), pull
+            words = "(merged)" if shown == "merged" else "(closed"
+            assert words in await status_comment(stack, number)
+        else:
+            assert shown == end.pull, pull
     branch = f"repairbot/issue-{number}"
     assert (branch in state["branches"]) == end.branch_kept, state["branches"]
     body = await status_comment(stack, number)
