@@ -270,7 +270,7 @@ def body_sha256(body: str) -> str:
 async def permission(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """A user's permission on the repository (admin, write, read or none), from the API."""
     request = parse_input(PermissionInput, raw)
-    gh = _access(actx).factory.for_installation(request.installation_id)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     try:
         response = await gh.rest.repos.async_get_collaborator_permission_level(
@@ -287,7 +287,7 @@ async def permission(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, An
 async def branch_head(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The commit a branch points at now."""
     request = parse_input(BranchInput, raw)
-    gh = _access(actx).factory.for_installation(request.installation_id)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     with classified(mutation=False):
         response = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
@@ -308,7 +308,7 @@ def _pull_view(state: Any) -> PullView:
 @activity("github.read_pull", retry=API, timeouts=API_TIMEOUTS)
 async def read_pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     request = parse_input(PullInput, raw)
-    gh = _access(actx).factory.for_installation(request.installation_id)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
     return _pull_view(state).model_dump(mode="json")
 
@@ -318,7 +318,7 @@ async def observe(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The drift check's read: what humans may have changed while the run waited."""
     request = parse_input(ObserveInput, raw)
     access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     with classified(mutation=False):
         issue = (
@@ -380,7 +380,7 @@ async def observe(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
 async def _comment_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
     request = parse_input(CommentInput, raw)
     access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     found = await find_comments(
         gh,
         RepoRef.parse(request.repo),
@@ -399,7 +399,7 @@ async def comment(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     request = parse_input(CommentInput, raw)
     access = _access(actx)
     result = await ensure_comment(
-        access.factory.for_installation(request.installation_id),
+        access.factory.for_installation(request.installation_id, repository=request.repo),
         RepoRef.parse(request.repo),
         request.issue_number,
         request.op,
@@ -537,7 +537,7 @@ async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileR
     request = parse_input(PullRequestInput, raw)
     access = _access(actx)
     found = await find_pull_requests(
-        access.factory.for_installation(request.installation_id),
+        access.factory.for_installation(request.installation_id, repository=request.repo),
         RepoRef.parse(request.repo),
         request.head,
         request.op,
@@ -571,7 +571,7 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
     request = parse_input(PullRequestInput, raw)
     access = _access(actx)
     result = await ensure_pull_request(
-        access.factory.for_installation(request.installation_id),
+        access.factory.for_installation(request.installation_id, repository=request.repo),
         RepoRef.parse(request.repo),
         head=request.head,
         base=request.base,
@@ -595,7 +595,7 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
 async def ready_for_review(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Take the approved draft out of draft so it can be merged (idempotent)."""
     request = parse_input(PullInput, raw)
-    gh = _access(actx).factory.for_installation(request.installation_id)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     changed = await mark_ready_for_review(gh, RepoRef.parse(request.repo), request.number)
     return ReadyResult(changed=changed).model_dump(mode="json")
 
@@ -605,7 +605,7 @@ async def close_pull(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, An
     """Say why on the pull request (once, by marker), then close it (idempotent)."""
     request = parse_input(ClosePullInput, raw)
     access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     if request.comment and request.op_run and request.op_step:
         await ensure_comment(
@@ -625,7 +625,7 @@ async def close_pull(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, An
 async def check_run(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The run's check on its proposed commit (found by operation id, updated in place)."""
     request = parse_input(CheckRunInput, raw)
-    gh = _access(actx).factory.for_installation(request.installation_id)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     view = CheckRunView(
         name=request.name,
         title=request.title,
@@ -640,7 +640,7 @@ async def check_run(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any
 
 async def _merged_already(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
     request = parse_input(MergeInput, raw)
-    gh = _access(actx).factory.for_installation(request.installation_id)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
     if state.merged:
         return Found(
@@ -653,7 +653,7 @@ async def _merged_already(actx: ActivityContext, raw: dict[str, Any]) -> Reconci
 async def merge(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Merge only if the head is still the approved commit (``sha``-pinned)."""
     request = parse_input(MergeInput, raw)
-    gh = _access(actx).factory.for_installation(request.installation_id)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     outcome = await merge_pinned(
         gh, RepoRef.parse(request.repo), request.number, request.sha, request.method
     )

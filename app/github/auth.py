@@ -183,9 +183,9 @@ class _InstallationAuth(httpx.Auth):
     # The body must be replayable for the one retry after a 401.
     requires_request_body = True
 
-    def __init__(self, cache: InstallationTokenCache, installation_id: int) -> None:
+    def __init__(self, cache: InstallationTokenCache, scope: int | TokenScope) -> None:
         self._cache = cache
-        self._installation_id = installation_id
+        self._installation_id = scope
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response]:
         raise RuntimeError("repairbot's installation clients are async only")
@@ -214,7 +214,8 @@ class InstallationAuthStrategy(BaseAuthStrategy):
     """Authenticate as one installation, with tokens from a shared cache."""
 
     cache: InstallationTokenCache = field(repr=False)
-    installation_id: int
+    #: An installation id (the whole installation), or a narrower scope.
+    installation_id: int | TokenScope
 
     def get_auth_flow(self, github: GitHubCore[InstallationAuthStrategy]) -> httpx.Auth:
         return _InstallationAuth(self.cache, self.installation_id)

@@ -85,7 +85,7 @@ class GitHubClientFactory:
             AppJWTAuthStrategy(credentials.app_id, credentials.private_key), config=self._config
         )
         self.tokens = InstallationTokenCache(self._mint, refresh_margin=refresh_margin, clock=clock)
-        self._installations: dict[int, InstallationGitHub] = {}
+        self._installations: dict[TokenScope, InstallationGitHub] = {}
         self._bot_login: str | None = None
 
     @classmethod
@@ -102,13 +102,20 @@ class GitHubClientFactory:
         """A client authenticated as the App itself (JWT): ``/app/...`` endpoints."""
         return self._app
 
-    def for_installation(self, installation_id: int) -> InstallationGitHub:
-        """A client acting as one installation; tokens come from the shared cache."""
-        client = self._installations.get(installation_id)
+    def for_installation(
+        self, installation_id: int, *, repository: str | None = None
+    ) -> InstallationGitHub:
+        """A client acting as one installation; tokens come from the shared cache.
+
+        ``repository`` (``owner/name``): its tokens are minted for that one
+        repository, so a run's calls cannot reach the installation's others.
+        """
+        scope = TokenScope.of(installation_id, repository=repository)
+        client = self._installations.get(scope)
         if client is None:
-            strategy = InstallationAuthStrategy(self.tokens, installation_id)
-            client = GitHub(strategy, config=self._config)
-            self._installations[installation_id] = client
+            key: int | TokenScope = scope if repository else installation_id
+            client = GitHub(InstallationAuthStrategy(self.tokens, key), config=self._config)
+            self._installations[scope] = client
         return client
 
     async def bot_login(self) -> str:

@@ -93,3 +93,21 @@ async def test_a_scoped_token_sees_one_repository_and_may_only_what_it_was_given
     ).token
     pushed = await publish_branch(work, url, "repairbot/x", commit, expected=None, token=write)
     assert pushed.status is PushStatus.PUSHED
+
+
+async def test_a_runs_rest_client_reaches_its_repository_only(
+    scene: Scene, seed_folder: Path
+) -> None:
+    """Activities build REST clients for the run's repository: its tokens are
+    minted for that one repository, so a call cannot reach another one."""
+    from githubkit.exception import RequestFailed
+
+    await scene.client.create_repo_from_folder("octo", "other", seed_folder)
+    gh = scene.factory.for_installation(scene.installation_id, repository="octo/demo")
+    assert gh is scene.factory.for_installation(scene.installation_id, repository="octo/demo")
+    assert (await gh.rest.repos.async_get("octo", "demo")).parsed_data.name == "demo"
+    with pytest.raises(RequestFailed) as refused:
+        await gh.rest.repos.async_get("octo", "other")
+    assert refused.value.response.status_code == 404
+    wide = scene.factory.for_installation(scene.installation_id)
+    assert (await wide.rest.repos.async_get("octo", "other")).parsed_data.name == "other"
