@@ -21,11 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
+from app.api_tokens import create_token
 from app.demo.fleet import Fleet, wait_healthy
 from app.demo.project import FIXED_LINE, ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from app.engine.db import make_engine
 from app.engine.runtime import SETTLED, Runtime
+from app.engine.store import Store
 from app.registry import build_registry
 from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import file_on_branch
@@ -135,7 +137,10 @@ async def test_runs_move_between_machines_and_survive_one_killed(
         assert machine_a.process.returncode == -signal.SIGKILL
         assert machine_b.alive(), machine_b.log()[-3000:]
         done: dict[str, dict[str, set[str]]] = {}
-        async with httpx.AsyncClient(base_url=app_url) as api:
+        # Evidence is an operator's read: the API answers an operator token.
+        token = create_token(Store(make_engine(db_url)), "fleet-check", {"read"})
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=app_url, headers=headers) as api:
             for name, wid in ids.items():
                 run = reader.store.find_run(wid)
                 assert run is not None
