@@ -6,12 +6,14 @@ import asyncio
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE
+from app.demo.run import WorkerProcess
 from app.demo.stack import LocalStack
 from app.engine.store import RunRow
 from app.workflows.ids import repair_workflow_id
@@ -268,3 +270,54 @@ def heartbeat_every(stack: LocalStack, seconds: float) -> None:
 
     assert stack.runtime is not None
     stack.runtime.worker.deps.add(Sandbox(heartbeat_interval=seconds))
+
+
+async def run_through_a_kill(
+    stack: LocalStack,
+    doomed: WorkerProcess,
+    fresh: WorkerProcess,
+    *,
+    timeout: float,
+    before_fresh: Callable[[], None] | None = None,
+) -> tuple[int, RunRow]:
+    """Open a labelled issue while ``doomed`` (a worker set to die at a fault
+    point) is running; once it died, start ``fresh`` (``before_fresh`` runs
+    first); approve the proposal when it waits for review; return the issue
+    number and the run once it ended. Both workers are stopped on the way out."""
+    assert stack.runtime is not None
+    runtime = stack.runtime
+    doomed.start()
+    try:
+        number = await open_labelled_issue(stack)
+        approved = False
+        deadline = time.monotonic() + timeout
+        while True:
+            assert time.monotonic() < deadline, (
+                f"run did not finish; doomed log:\n{doomed.log_path.read_text()[-3000:]}\n"
+                f"fresh log:\n{fresh.log_path.read_text()[-3000:] if fresh.process else ''}"
+            )
+            if doomed.process and doomed.process.poll() is not None and fresh.process is None:
+                if before_fresh is not None:
+                    before_fresh()
+                fresh.start()
+            run = runtime.store.find_run(workflow_id(stack, number))
+            if run is not None and run.status not in ("running", "cancelling"):
+                break
+            if run is not None and not approved:
+                status = runtime.query(run.run_id, "status")
+                if status.get("phase") == "awaiting-review" and status.get("pull_number"):
+                    approved = True
+                    await stack.gh.review(
+                        stack.people.owner,
+                        stack.repo_name,
+                        int(status["pull_number"]),
+                        as_user=stack.people.maintainer,
+                        event="APPROVE",
+                    )
+            await asyncio.sleep(0.05)
+    finally:
+        doomed.stop()
+        fresh.stop()
+    assert doomed.process is not None
+    assert doomed.process.returncode == -signal.SIGKILL, "the fault point was never reached"
+    return number, run

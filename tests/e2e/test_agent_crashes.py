@@ -13,9 +13,6 @@ and the merged main branch holds the changelog line exactly once.
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +23,7 @@ from app.demo.run import WorkerProcess, builtin_agent_env, demo_test_command
 from app.demo.scripted_model import CHANGELOG_ENTRY, demo_repair_script
 from app.demo.stack import LocalStack
 from tests.agent.fake_llm import FakeLLM
-from tests.e2e.scenario import file_on_branch, github_state, open_labelled_issue, workflow_id
+from tests.e2e.scenario import file_on_branch, github_state, run_through_a_kill
 
 TURNS = len(demo_repair_script())
 
@@ -61,51 +58,24 @@ async def test_the_agent_loop_resumes_after_a_sigkill(
         relay_grace=0.2, reconcile_interval=0.1, worker_silence=2.0
     )
     stack.settings = settings
-    runtime = stack.start_repairbot(run_worker=False)
+    stack.start_repairbot(run_worker=False)
     env = builtin_agent_env(model.openai_url)
     doomed = WorkerProcess(
         settings.with_overrides(fault_point=fault), tmp_path / "doomed.log", extra_env=env
     )
     fresh = WorkerProcess(settings, tmp_path / "fresh.log", extra_env=env)
-    doomed.start()
-    try:
-        number = await open_labelled_issue(stack)
-        approved = False
-        asked_before_kill: list[int] | None = None
-        deadline = time.monotonic() + 180
-        while True:
-            assert time.monotonic() < deadline, (
-                f"run did not finish; doomed log:\n{doomed.log_path.read_text()[-3000:]}\n"
-                f"fresh log:\n{fresh.log_path.read_text()[-3000:] if fresh.process else ''}"
-            )
-            if doomed.process and doomed.process.poll() is not None and fresh.process is None:
-                asked_before_kill = model.turns_asked()
-                fresh.start()
-            run = runtime.store.find_run(workflow_id(stack, number))
-            if run is not None and run.status not in ("running", "cancelling"):
-                break
-            if run is not None and not approved:
-                status = runtime.query(run.run_id, "status")
-                if status.get("phase") == "awaiting-review" and status.get("pull_number"):
-                    approved = True
-                    await stack.gh.review(
-                        stack.people.owner,
-                        stack.repo_name,
-                        int(status["pull_number"]),
-                        as_user=stack.people.maintainer,
-                        event="APPROVE",
-                    )
-            await asyncio.sleep(0.05)
-    finally:
-        doomed.stop()
-        fresh.stop()
-
-    assert doomed.process is not None
-    assert doomed.process.returncode == -signal.SIGKILL, "the fault point was never reached"
+    asked_before_kill: list[int] = []
+    number, run = await run_through_a_kill(
+        stack,
+        doomed,
+        fresh,
+        timeout=180,
+        before_fresh=lambda: asked_before_kill.extend(model.turns_asked()),
+    )
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "merged"
     # The worker died mid-loop, then no turn already answered was asked again.
-    assert asked_before_kill is not None and 0 < len(asked_before_kill) < TURNS
+    assert 0 < len(asked_before_kill) < TURNS
     assert model.turns_asked() == list(range(TURNS))
     # The edits landed exactly once, as GitHub holds them.
     state = await github_state(stack, number)

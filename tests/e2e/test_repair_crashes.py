@@ -5,9 +5,6 @@ read from the emulated GitHub."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +12,7 @@ import pytest
 from app.demo.project import FIXED_LINE, fix_agent_command, write_project
 from app.demo.run import WorkerProcess
 from app.demo.stack import LocalStack
-from tests.e2e.scenario import file_on_branch, github_state, open_labelled_issue, workflow_id
+from tests.e2e.scenario import file_on_branch, github_state, run_through_a_kill
 
 # Each point kills the worker right after that activity's effect, before its
 # result is recorded (or inside a workflow-task commit).
@@ -73,41 +70,10 @@ async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> Non
         worker_silence=2.0,
     )
     stack.settings = settings
-    runtime = stack.start_repairbot(run_worker=False)
+    stack.start_repairbot(run_worker=False)
     doomed = WorkerProcess(settings.with_overrides(fault_point=fault), tmp_path / "doomed.log")
     fresh = WorkerProcess(settings, tmp_path / "fresh.log")
-    doomed.start()
-    try:
-        number = await open_labelled_issue(stack)
-        approved = False
-        deadline = time.monotonic() + 90
-        while True:
-            assert time.monotonic() < deadline, (
-                f"run did not finish; doomed log:\n{doomed.log_path.read_text()[-3000:]}"
-            )
-            if doomed.process and doomed.process.poll() is not None and fresh.process is None:
-                fresh.start()
-            run = runtime.store.find_run(workflow_id(stack, number))
-            if run is not None and run.status not in ("running", "cancelling"):
-                break
-            if run is not None and not approved:
-                status = runtime.query(run.run_id, "status")
-                if status.get("phase") == "awaiting-review" and status.get("pull_number"):
-                    approved = True
-                    await stack.gh.review(
-                        stack.people.owner,
-                        stack.repo_name,
-                        int(status["pull_number"]),
-                        as_user=stack.people.maintainer,
-                        event="APPROVE",
-                    )
-            await asyncio.sleep(0.05)
-    finally:
-        doomed.stop()
-        fresh.stop()
-
-    assert doomed.process is not None
-    assert doomed.process.returncode == -signal.SIGKILL, "the fault point was never reached"
+    number, run = await run_through_a_kill(stack, doomed, fresh, timeout=90)
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "merged"
     state = await github_state(stack, number)
