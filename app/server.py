@@ -13,6 +13,7 @@ from app.config import Settings
 from app.engine.arq_dispatch import ArqDispatcher
 from app.engine.client import RuntimeClient
 from app.engine.db import make_engine
+from app.engine.heap import freeze_startup_heap
 from app.engine.redis_channel import connect
 from app.migrate import upgrade
 from app.registration import Registrar
@@ -54,6 +55,7 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
         runtime = build_client(settings)
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")
     app = create_app(settings, runtime, run_worker=with_worker)
+    freeze_startup_heap()  # see app/engine/heap.py: no 100 ms collector pauses mid-request
     config = uvicorn.Config(
         app,
         host=host,

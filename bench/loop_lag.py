@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -28,6 +29,7 @@ from sqlalchemy import Engine, bindparam, text
 from app.engine.activity_context import ActivityContext
 from app.engine.context import WorkflowContext
 from app.engine.db import make_engine
+from app.engine.heap import freeze_startup_heap
 from app.engine.registry import Registry, activity, workflow
 from app.engine.runtime import Runtime
 from app.engine.tables import CLOSED_STATUSES
@@ -69,6 +71,30 @@ class LagProbe:
             self.samples.append(max(0.0, time.perf_counter() - before - self.interval))
 
 
+class GcPauses:
+    """How long each cyclic-collector pass held the interpreter (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._began = 0.0
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._observe)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._began))
+
+    def longest_full_ms(self) -> float:
+        return max((s for g, s in self.pauses if g == 2), default=0.0) * 1000
+
+
 def closed_count(engine: Engine) -> int:
     with engine.connect() as conn:
         query = text("SELECT count(*) FROM workflow_runs WHERE status IN :closed")
@@ -97,7 +123,7 @@ async def idle_floor(seconds: float = 3.0) -> dict[str, float]:
 
 
 async def measure(
-    url: str, *, n_runs: int, n_steps: int, concurrency: int, pool_size: int
+    url: str, *, n_runs: int, n_steps: int, concurrency: int, pool_size: int, freeze: bool
 ) -> dict[str, float]:
     engine = make_engine(url, pool_size=pool_size)
     runtime = Runtime(engine, REGISTRY, concurrency=concurrency, reconcile_interval=1.0)
@@ -105,7 +131,10 @@ async def measure(
     # so it adds no stall of its own to either.
     watcher = make_engine(url, pool_size=1)
     await runtime.start_in_process()
+    if freeze:
+        freeze_startup_heap()  # as the worker process does once it has started
     probe = LagProbe()
+    gc_pauses = GcPauses().__enter__()
     probe_task = asyncio.create_task(probe.run())
     await asyncio.sleep(0.2)  # a quiet baseline before the load
     started = time.perf_counter()
@@ -121,6 +150,7 @@ async def measure(
         await asyncio.sleep(0.1)
     wall = time.perf_counter() - started
     probe_task.cancel()
+    gc_pauses.__exit__()
     await runtime.stop()
     engine.dispose()
     watcher.dispose()
@@ -130,6 +160,8 @@ async def measure(
         **summary(probe.samples),
         "running_max_ms": running["max_ms"],
         "running_p99_ms": running["p99_ms"],
+        "gc_full_passes": sum(1 for g, _ in gc_pauses.pauses if g == 2),
+        "gc_longest_full_ms": gc_pauses.longest_full_ms(),
     }
 
 
@@ -142,6 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pool-size", type=int, default=10, help="database pool (and store threads)"
     )
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--no-freeze",
+        action="store_true",
+        help="skip freeze_startup_heap() (the worker's default) to see what it saves",
+    )
     parser.add_argument(
         "--admin-url",
         default=os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"),
@@ -167,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     n_steps=args.steps,
                     concurrency=args.concurrency,
                     pool_size=args.pool_size,
+                    freeze=not args.no_freeze,
                 )
             )
         print(
@@ -174,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"p50 {figures['p50_ms']:.2f} ms over {figures['samples']:.0f} samples; "
             f"after the starts: longest {figures['running_max_ms']:.1f} ms, "
             f"p99 {figures['running_p99_ms']:.1f} ms; "
-            f"wall {figures['wall_s']:.1f} s; load after {load()}",
+            f"wall {figures['wall_s']:.1f} s; {figures['gc_full_passes']:.0f} full gc passes, "
+            f"longest {figures['gc_longest_full_ms']:.1f} ms; load after {load()}",
             flush=True,
         )
     return 0
