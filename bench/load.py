@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -132,6 +133,10 @@ class LoadResult:
     label_to_pr_p50: float | None = None
     label_to_pr_p95: float | None = None
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
+    #: CPU seconds per process from the labels to the end: (own, reaped children).
+    cpu_seconds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: CPU seconds of this process (the emulated GitHub, the pollers) meanwhile.
+    bench_cpu_seconds: float = 0.0
     restarts: dict[str, int] = field(default_factory=dict)
     peak_connections: int = 0
     peak_connections_by_process: dict[str, int] = field(default_factory=dict)
@@ -213,7 +218,7 @@ class Sampler:
         self.by_process: dict[str, int] = {}
 
     def sample(self) -> None:
-        self.fleet.sample_rss()
+        self.fleet.sample_usage()
         with self.engine.connect() as conn:
             rows = conn.execute(
                 text(
@@ -241,6 +246,12 @@ async def github_counts(stack: LocalStack, repo: str, number: int, fig: RunFigur
     fig.status_comments = sum(
         1 for c in comments if "repairbot:op=" in c["body"] and "status" in c["body"]
     )
+
+
+def cpu_now() -> float:
+    """CPU seconds (user + system) this process has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def with_app_name(url: str, name: str) -> str:
@@ -305,6 +316,9 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
                 people.owner, name, numbers[name], "repairbot", as_user=people.maintainer
             )
 
+        sampler.sample()
+        cpu_at_start = {m.name: (m.cpu_seconds, m.children_cpu_seconds) for m in fleet.machines}
+        bench_cpu_at_start = cpu_now()
         started = time.time()
         await asyncio.gather(*(label(name) for name in names))
         ids = {n: repair_workflow_id(f"{people.owner}/{n}", numbers[n]) for n in names}
@@ -357,6 +371,14 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
                     )
             await asyncio.sleep(0.25)
         sampler.sample()
+        result.bench_cpu_seconds = cpu_now() - bench_cpu_at_start
+        result.cpu_seconds = {
+            m.name: (
+                round(m.cpu_seconds - cpu_at_start[m.name][0], 1),
+                round(m.children_cpu_seconds - cpu_at_start[m.name][1], 1),
+            )
+            for m in fleet.machines
+        }
         await stack.gh.deliveries.wait()
         ended = []
         for name, wid in ids.items():
@@ -430,6 +452,16 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def cpu_per_run(result: LoadResult) -> str:
+    runs = max(1, result.runs)
+    own = sum(o for o, _ in result.cpu_seconds.values()) / runs
+    children = sum(c for _, c in result.cpu_seconds.values()) / runs
+    parts = ", ".join(
+        f"{name} {o / runs:.2f} + {c / runs:.2f}" for name, (o, c) in result.cpu_seconds.items()
+    )
+    return f"{own:.2f} + {children:.2f} ({parts})"
+
+
 def report(result: LoadResult) -> str:
     lines = [
         f"revision {result.revision}; {result.machine}; load {result.load_before} -> "
@@ -461,6 +493,10 @@ def report(result: LoadResult) -> str:
         " |",
         f"| processes that exited by themselves and were restarted | "
         f"{', '.join(f'{k} x{v}' for k, v in result.restarts.items()) or 'none'} |",
+        f"| CPU seconds per run: repairbot processes (own + their children: git, "
+        f"sandbox, agent) | {cpu_per_run(result)} |",
+        f"| CPU seconds per run: the emulated GitHub and the benchmark's pollers | "
+        f"{result.bench_cpu_seconds / max(1, result.runs):.2f} |",
         f"| peak RSS per process | "
         f"{', '.join(f'{k} {v} MiB' for k, v in result.peak_rss_mib.items())} |",
         "",

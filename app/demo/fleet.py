@@ -31,6 +31,12 @@ class MachineProcess:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.peak_rss_kib = 0
+        #: CPU seconds (user + system) of this machine's processes so far: its
+        #: own, and its reaped children's (git, the sandbox, the agent),
+        #: summed over every incarnation (a restart adds a new process).
+        self.cpu_seconds = 0.0
+        self.children_cpu_seconds = 0.0
+        self._cpu_before = (0.0, 0.0)  # what earlier incarnations used
         #: Times this machine's process exited by itself and was started again.
         self.restarts = 0
         self._killed = False
@@ -48,22 +54,31 @@ class MachineProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def sample_rss(self) -> int:
-        """The process's peak resident set so far (KiB, from the kernel's VmHWM)."""
-        if self.alive():
-            try:
-                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        self.peak_rss_kib = max(self.peak_rss_kib, int(line.split()[1]))
-            except (FileNotFoundError, ProcessLookupError):
-                pass
-        return self.peak_rss_kib
+    def sample_usage(self) -> None:
+        """Read the process's peak resident set (KiB, the kernel's VmHWM) and
+        its CPU time so far (``/proc/<pid>/stat``)."""
+        if not self.alive():
+            return
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.peak_rss_kib = max(self.peak_rss_kib, int(line.split()[1]))
+            # Fields after the command name (which may hold spaces): utime is
+            # the 14th field of the line, stime, cutime, cstime follow.
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        tick = os.sysconf("SC_CLK_TCK")
+        own = (int(fields[11]) + int(fields[12])) / tick
+        children = (int(fields[13]) + int(fields[14])) / tick
+        self.cpu_seconds = self._cpu_before[0] + own
+        self.children_cpu_seconds = self._cpu_before[1] + children
 
     def kill(self) -> None:
         """SIGKILL: the machine vanishes mid-whatever it was doing."""
         self._killed = True
         if self.alive():
-            self.sample_rss()
+            self.sample_usage()
             os.kill(self.pid, signal.SIGKILL)
             assert self.process is not None
             self.process.wait()
@@ -74,13 +89,14 @@ class MachineProcess:
         if self.process is None or self._killed or self.alive():
             return False
         self.restarts += 1
+        self._cpu_before = (self.cpu_seconds, self.children_cpu_seconds)
         self.start()
         return True
 
     def stop(self) -> None:
         self._killed = True
         if self.alive():
-            self.sample_rss()
+            self.sample_usage()
             assert self.process is not None
             self.process.terminate()
             try:
@@ -122,9 +138,9 @@ class Fleet:
         ``restart = always``); the names restarted."""
         return [m.name for m in self.machines if m.revive()]
 
-    def sample_rss(self) -> None:
+    def sample_usage(self) -> None:
         for machine in self.machines:
-            machine.sample_rss()
+            machine.sample_usage()
 
     def stop(self) -> None:
         for machine in self.machines:
