@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import httpx
 from starlette.datastructures import QueryParams
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from emulator.auth import AuthError, Principal, authenticate, can_see, may
@@ -198,7 +198,12 @@ class Endpoint:
             status, body, headers = fault_answer(fault, self.emu.store.now().timestamp())
             await _send_json(send, status, body, headers, version=version)
             return
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            # The client gave up before sending its whole body (its timeout, a
+            # killed worker): GitHub never saw the request, so neither do we.
+            return
         params = {k: str(v) for k, v in request.path_params.items()}
         params["__path__"] = request.url.path[len(self.emu.base_path) :]
         urls = self.emu.urls_for(request)

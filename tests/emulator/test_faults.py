@@ -86,3 +86,46 @@ async def test_faults_listed_and_cleared(world: World) -> None:
     await world.client.faults.clear()
     gh = world.github()
     assert (await gh.rest.repos.async_get("octo", "demo")).status_code == 200
+
+
+async def test_a_client_that_disconnects_mid_body_changes_nothing(world: World) -> None:
+    """A worker killed (or timed out) while sending its request: GitHub never
+    saw a whole request, so nothing is applied and nothing is answered."""
+    body = b'{"title": "never sent in full"}'
+    sent: list[dict[str, object]] = []
+    chunks = [
+        {"type": "http.request", "body": body[:10], "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, object]:
+        return chunks.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    token = world.client.tokens["alice"]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/v3/repos/octo/demo/issues",
+        "raw_path": b"/api/v3/repos/octo/demo/issues",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"emulator"),
+            (b"authorization", f"token {token}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("emulator", 80),
+    }
+    await world.emulator.asgi()(scope, receive, send)  # type: ignore[arg-type]
+    assert sent == []  # no answer to a request that never arrived whole
+    gh = world.user_github("alice")
+    issues = await gh.rest.issues.async_list_for_repo("octo", "demo")
+    assert issues.parsed_data == []
