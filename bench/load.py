@@ -86,11 +86,18 @@ class RunFigures:
     label_to_start: float | None = None
     #: Seconds per activity attempt before the PR, by activity name (summed).
     activity_seconds: dict[str, float] = field(default_factory=dict)
+    #: The run's outcome and its reason (from the workflow's result or error).
+    outcome: str = ""
+    detail: str = ""
     runs_for_issue: int = 0
     branches: int = 0
     pulls: int = 0
     merged_pulls: int = 0
     status_comments: int = 0
+
+    @property
+    def merged(self) -> bool:
+        return self.status == "completed" and self.outcome == "merged"
 
     @property
     def exact(self) -> bool:
@@ -133,6 +140,8 @@ class LoadResult:
     label_to_pr_p50: float | None = None
     label_to_pr_p95: float | None = None
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
+    #: How many runs ended with each outcome.
+    outcomes: dict[str, int] = field(default_factory=dict)
     #: CPU seconds per process from the labels to the end: (own, reaped children).
     cpu_seconds: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: CPU seconds of this process (the emulated GitHub, the pollers) meanwhile.
@@ -248,6 +257,15 @@ async def github_counts(stack: LocalStack, repo: str, number: int, fig: RunFigur
     )
 
 
+def outcome_of(result: Any, error: Any) -> tuple[str, str]:
+    """The repair's outcome and the reason it gives, or the run's error."""
+    if isinstance(result, dict):
+        return str(result.get("outcome") or ""), str(result.get("detail") or "")[:300]
+    if error:
+        return "error", str(error)[:300]
+    return "", ""
+
+
 def cpu_now() -> float:
     """CPU seconds (user + system) this process has used so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -272,7 +290,9 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     await redis.aclose()
     upgrade(database_url)
     project = write_project(root / "project")
-    stack = LocalStack(root=root / "stack")
+    # The emulated GitHub gets a process of its own, as GitHub has machines of
+    # its own: in this process it would compete for the GIL with the pollers.
+    stack = LocalStack(root=root / "stack", emulator_process=True)
     settings = await stack.start_github(project, database_url=database_url)
     names = [stack.repo_name] + [f"{stack.repo_name}-{i}" for i in range(2, args.runs + 1)]
     for name in names[1:]:
@@ -390,6 +410,8 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
                         runs_table.c.status,
                         runs_table.c.closed_at,
                         runs_table.c.created_at,
+                        runs_table.c.result,
+                        runs_table.c.error,
                     )
                     .where(runs_table.c.workflow_id == wid)
                     .order_by(runs_table.c.created_at)
@@ -398,6 +420,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             if found:
                 fig.status = found[-1].status
                 fig.closed_at = found[-1].closed_at
+                fig.outcome, fig.detail = outcome_of(found[-1].result, found[-1].error)
                 fig.label_to_start = found[0].created_at - fig.label_at
                 figures_for(engine, fig, found[-1].run_id)
             await github_counts(stack, name, numbers[name], fig)
@@ -405,16 +428,19 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
                 ended.append(fig.closed_at)
         last_end = max(ended) if ended else time.time()
         result.elapsed = last_end - started
-        result.completed = sum(1 for f in figs.values() if f.status == "completed")
+        result.completed = sum(1 for f in figs.values() if f.merged)
         result.exact = sum(1 for f in figs.values() if f.exact)
         result.runs_per_minute = result.completed / (result.elapsed / 60) if ended else 0.0
-        result.lost = [f.repo for f in figs.values() if f.status != "completed"]
+        result.lost = [f.repo for f in figs.values() if not f.merged]
         result.duplicated = [
             f.repo
             for f in figs.values()
             if max(f.runs_for_issue, f.branches, f.pulls, f.status_comments) > 1
         ]
         summarize(result, list(figs.values()))
+        for fig in figs.values():
+            key = fig.outcome or fig.status
+            result.outcomes[key] = result.outcomes.get(key, 0) + 1
     finally:
         fleet.stop()
         result.peak_rss_mib = {m.name: round(m.peak_rss_kib / 1024, 1) for m in fleet.machines}
@@ -473,7 +499,8 @@ def report(result: LoadResult) -> str:
         "|---|---|",
         f"| runs completed (merged) | {result.completed} / {result.runs} |",
         f"| runs with exactly one branch, PR, status comment | {result.exact} / {result.runs} |",
-        f"| lost | {len(result.lost)} {result.lost[:5] if result.lost else ''} |",
+        f"| outcomes | {', '.join(f'{k} {v}' for k, v in sorted(result.outcomes.items()))} |",
+        f"| not merged | {len(result.lost)} {result.lost[:5] if result.lost else ''} |",
         f"| duplicated | {len(result.duplicated)} "
         f"{result.duplicated[:5] if result.duplicated else ''} |",
         f"| wall time, first label to last end | {result.elapsed:.1f} s |",

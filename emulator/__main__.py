@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--token-ttl", type=int, default=3600, help="installation token lifetime, s"
     )
+    parser.add_argument(
+        "--log-level", default="info", help="uvicorn's (warning: no line per request)"
+    )
     args = parser.parse_args(argv)
 
     with Emulator(
@@ -33,7 +36,13 @@ def main(argv: list[str] | None = None) -> None:
         webhook_secret=args.webhook_secret,
         token_ttl=timedelta(seconds=args.token_ttl),
     ) as emu:
-        uvicorn.run(emu.asgi(), host=args.host, port=args.port, log_level="info")
+        uvicorn.run(
+            emu.asgi(),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            access_log=args.log_level in ("debug", "info"),
+        )
 
 
 if __name__ == "__main__":

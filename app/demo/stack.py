@@ -8,11 +8,16 @@ thread) or be left to the caller (separate worker processes for crash tests).
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from app.config import Settings
 from app.demo.serve import ServerThread, bind, url_of
@@ -44,7 +49,12 @@ class LocalStack:
     settings: Settings | None = None
     runtime: Runtime | None = None
     installation_id: int = 0
+    #: Serve the emulated GitHub from a process of its own (as the real one is
+    #: on other machines), so that load in this process (a benchmark's
+    #: pollers) cannot starve it. Default: a thread of this process.
+    emulator_process: bool = False
     _servers: list[ServerThread] = field(default_factory=list)
+    _emulator_proc: subprocess.Popen[bytes] | None = None
     _app_socket: socket.socket | None = None
 
     @property
@@ -66,10 +76,15 @@ class LocalStack:
         """Start the emulator, create the people, the repository and the App."""
         emu_socket, self._app_socket = bind(), bind()
         emu_url, app_url = url_of(emu_socket), url_of(self._app_socket)
-        self.emulator = Emulator(root=self.root / "github", base_path=BASE_PATH, public_url=emu_url)
-        self._servers.append(
-            ServerThread(self.emulator.asgi(), emu_socket, name="emulator").start()
-        )
+        if self.emulator_process:
+            self._emulator_proc = await self._spawn_emulator(emu_socket)
+        else:
+            self.emulator = Emulator(
+                root=self.root / "github", base_path=BASE_PATH, public_url=emu_url
+            )
+            self._servers.append(
+                ServerThread(self.emulator.asgi(), emu_socket, name="emulator").start()
+            )
         self.client = EmulatorClient(emu_url, base_path=BASE_PATH)
         people = self.people
         await self.client.create_user(people.owner)
@@ -105,6 +120,46 @@ class LocalStack:
             worker_id="demo-worker",
         )
         return self.settings
+
+    async def _spawn_emulator(self, sock: socket.socket) -> subprocess.Popen[bytes]:
+        """``python -m emulator`` on the port ``sock`` reserved; returns once it answers."""
+        port = int(sock.getsockname()[1])
+        proc = self._start_emulator_process(sock, port)
+        url = f"http://127.0.0.1:{port}/"  # any answer means it is serving
+        async with httpx.AsyncClient() as http:
+            for _ in range(600):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the emulator exited at start-up (see {self.root})")
+                try:
+                    await http.get(url)
+                    return proc
+                except httpx.TransportError:
+                    await asyncio.sleep(0.05)
+        proc.kill()
+        raise RuntimeError("the emulator did not answer within 30 s")
+
+    def _start_emulator_process(self, sock: socket.socket, port: int) -> subprocess.Popen[bytes]:
+        sock.close()  # the child binds the same port (SO_REUSEADDR)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / "emulator.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "emulator",
+                    "--port",
+                    str(port),
+                    "--base-path",
+                    BASE_PATH,
+                    "--root",
+                    str(self.root / "github"),
+                    "--log-level",
+                    "warning",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return proc
 
     def start_repairbot(self, *, run_worker: bool = True, **overrides: Any) -> Runtime:
         """Serve repairbot's web app on its socket; with ``run_worker`` also run
@@ -142,3 +197,10 @@ class LocalStack:
             await self.client.aclose()
         if self.emulator is not None:
             self.emulator.close()
+        if self._emulator_proc is not None:
+            self._emulator_proc.terminate()
+            try:
+                self._emulator_proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._emulator_proc.kill()
+                self._emulator_proc.wait()

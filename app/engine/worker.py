@@ -432,6 +432,17 @@ class Worker:
         await self._record(claim, complete, "result")
 
     async def _record_failure(self, claim: Claim, failure: Failure) -> None:
+        # An operator reading the log sees every failed attempt, not only the
+        # last one that ends a run (the run's error keeps only the last).
+        log.log(
+            logging.INFO if failure.failure_class == "cancelled" else logging.WARNING,
+            "activity %s attempt %s failed (%s): %s",
+            claim.operation_id,
+            claim.attempt,
+            failure.failure_class,
+            failure.message,
+        )
+
         def fail() -> list[Job]:
             return self.store.fail_activity(claim.task_id, claim.token, failure)
 
