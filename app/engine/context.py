@@ -10,7 +10,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.engine.commands import (
@@ -312,7 +312,3 @@ def _as_coroutine(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
         return await aw
 
     return run()
-
-
-def utc(dt: datetime) -> datetime:
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
