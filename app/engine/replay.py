@@ -264,20 +264,3 @@ class WorkflowExecution:
 
     def close(self) -> None:
         self.scheduler.close()
-
-
-def replay_history(
-    defn: WorkflowDefn,
-    events: list[Event],
-    *,
-    run_id: str,
-    workflow_id: str,
-    task_time: datetime,
-    max_history_events: int = 2000,
-) -> tuple[WorkflowExecution, StepResult]:
-    """Replay a whole history from scratch (used on cache miss and by tests)."""
-    execution = WorkflowExecution(
-        defn, run_id=run_id, workflow_id=workflow_id, max_history_events=max_history_events
-    )
-    step = execution.apply(events, task_time=task_time)
-    return execution, step

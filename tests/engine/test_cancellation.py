@@ -11,7 +11,7 @@ from app.engine.context import WorkflowContext
 from app.engine.errors import ActivityCancelled, ActivityError, CleanupIncomplete, WorkflowCancelled
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Registry, activity, workflow
-from app.engine.replay import replay_history
+from app.engine.replay import WorkflowExecution
 
 LOG: list[str] = []
 
@@ -157,13 +157,10 @@ async def test_cleanup_scheduled_in_the_cancelling_task_runs(make_runtime: Any) 
     # A worker that lost its cache replays the cancel at the same point, so the
     # cleanup (scheduled after the boundary) is never stopped by the replay either.
     cancel_at = next(e.seq for e in history if e.type == "cancel_requested")
-    _, step = replay_history(
-        REGISTRY.workflow("waits-then-cleans", 1),
-        history[:-1],
-        run_id=run.run_id,
-        workflow_id="c-wait",
-        task_time=datetime.now(UTC),
+    execution = WorkflowExecution(
+        REGISTRY.workflow("waits-then-cleans", 1), run_id=run.run_id, workflow_id="c-wait"
     )
+    step = execution.apply(history[:-1], task_time=datetime.now(UTC))
     assert step.cancel_delivered
     cleanup_cmds = [e.data["cmd"] for e in history if e.type == "activity_scheduled"]
     assert len(cleanup_cmds) == 2
