@@ -30,11 +30,11 @@ from app.engine.tables import (
 
 
 class WorkflowTasks(StoreBase):
-    def commit_workflow_task(
-        self, run: RunRow, step: StepResult, *, max_history_events: int = 2000
-    ) -> list[Job] | None:
-        """Commit a workflow task's commands; None if history moved meanwhile."""
-        del max_history_events  # the cap is enforced by the workflow (should_continue_as_new)
+    def commit_workflow_task(self, run: RunRow, step: StepResult) -> list[Job] | None:
+        """Commit a workflow task's commands; None if history moved meanwhile.
+
+        The history cap (``max_history_events``) is the workflow's to enforce
+        (``should_continue_as_new``), so the commit takes no such parameter."""
         with self.transaction() as tx:
             written = len(step.commands) + (1 if step.outcome is not None else 0)
             new_length = run.history_length + written
