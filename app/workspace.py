@@ -34,7 +34,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -345,22 +345,3 @@ def sweep_workspaces(root: Path, *, older_than: float, now: float | None = None)
             remove_workspace(path)
             removed.append(path)
     return removed
-
-
-@contextlib.asynccontextmanager
-async def fresh_workspace(
-    root: Path,
-    *,
-    clone_url: str,
-    base_sha: str,
-    patch: str | None,
-    token: str | None = None,
-) -> AsyncIterator[Workspace]:
-    """Build a workspace, yield it, and remove it however the block ends."""
-    ws = await build_workspace(
-        root, clone_url=clone_url, base_sha=base_sha, patch=patch, token=token
-    )
-    try:
-        yield ws
-    finally:
-        await asyncio.to_thread(remove_workspace, ws)

@@ -18,7 +18,6 @@ from app.workspace import (
     build_workspace,
     diff_against_base,
     diff_from,
-    fresh_workspace,
     remove_workspace,
     snapshot,
     sweep_workspaces,
@@ -227,21 +226,6 @@ async def test_commands_cannot_make_the_worker_run_programs_through_git(
     assert remove_workspace_git.exists()
     assert "+changed" in await diff_against_base(ws)
     assert not planted.exists()
-
-
-async def test_fresh_workspace_is_removed_however_the_block_ends(
-    tmp_path: Path, sample_repo: SampleRepo
-) -> None:
-    with pytest.raises(RuntimeError):
-        async with fresh_workspace(
-            tmp_path / "ws",
-            clone_url=sample_repo.url,
-            base_sha=sample_repo.base_sha,
-            patch=None,
-        ) as ws:
-            assert ws.repo.is_dir()
-            raise RuntimeError("the activity failed")
-    assert not ws.root.exists()
 
 
 async def test_sweeping_removes_only_stale_workspaces(
