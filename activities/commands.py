@@ -149,15 +149,6 @@ async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
     return result.model_dump(mode="json")
 
 
-@activity("commands.run_tests", retry=_COMMAND_RETRY, timeouts=_COMMAND_TIMEOUTS)
-async def run_tests(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """Run the repository's tests (on the base, or with the candidate patch)."""
-    request = parse_input(StepInput, raw)
-    async with open_workspace(actx, request.workspace) as ws:
-        step = await run_step(actx, ws, request, kind="test", name=_name(request.workspace, "test"))
-    return step.model_dump(mode="json")
-
-
 # -- verify_candidate ---------------------------------------------------------
 
 
@@ -269,4 +260,4 @@ def _reason(verdict: Verdict, step: StepResult) -> str:
     return f"{what}: `{failing.command.display()}` {ending}.\n\n```text\n{tail.strip()}\n```"
 
 
-ACTIVITIES = [run_reproduction, run_tests, verify_candidate]
+ACTIVITIES = [run_reproduction, verify_candidate]

@@ -1,4 +1,4 @@
-"""run_reproduction, run_tests and verify_candidate on the sample repository."""
+"""run_reproduction and verify_candidate on the sample repository."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from activities.commands import run_reproduction, run_tests, verify_candidate
+from activities.commands import run_reproduction, verify_candidate
 from activities.workspace import WorkspaceSpec
 from app.engine.errors import ActivityCancelled
 from app.evidence import EvidenceStore
@@ -78,16 +78,6 @@ async def test_setup_runs_first_and_its_failure_is_not_a_reproduction(
     )
 
 
-async def test_tests_fail_on_the_base_and_pass_with_the_fix(
-    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
-) -> None:
-    base = await call(run_tests, actx, step(spec, TESTS))
-    assert base["status"] == "failed" and "FAILED (failures=1)" in base["results"][0]["output_tail"]
-    patch = evidence.put(FIX_DIFF.encode(), kind="patch", name="fix.patch")
-    fixed = await call(run_tests, actx, step(spec, TESTS) | {"workspace": with_patch(spec, patch)})
-    assert fixed["status"] == "passed" and fixed["log"]["name"].startswith("test-on-candidate-")
-
-
 def verify_input(spec: WorkspaceSpec, evidence: EvidenceStore, patch: str) -> dict[str, object]:
     ref = evidence.put(patch.encode(), kind="patch", name="candidate.patch")
     return {
@@ -149,7 +139,7 @@ async def test_cancellation_stops_the_command_and_removes_the_workspace(
 
     actx = RecordingContext(deps, cancel_when=once_the_command_runs)  # type: ignore[arg-type]
     with pytest.raises(ActivityCancelled):
-        await call(run_tests, actx, step(spec, slow))
+        await call(run_reproduction, actx, step(spec, slow))
     assert actx.heartbeats[-1]["command"] == slow.display()
 
 
@@ -157,7 +147,7 @@ async def test_a_command_timeout_is_a_failed_step(
     actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
 ) -> None:
     slow = Command(shell="echo start; sleep 30")
-    result = await call(run_tests, actx, step(spec, slow) | {"time_limit_seconds": 0.3})
+    result = await call(run_reproduction, actx, step(spec, slow) | {"time_limit_seconds": 0.3})
     assert result["status"] == "failed" and result["results"][0]["timed_out"]
     assert b"[killed: time limit reached after 0." in evidence.get(result["log"]["sha256"])
 

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from activities.agent import ACTIVITIES as AGENT_ACTIVITIES
 from activities.agent import propose_fix
 from activities.commands import ACTIVITIES as COMMAND_ACTIVITIES
-from activities.commands import run_reproduction, run_tests, verify_candidate
+from activities.commands import run_reproduction, verify_candidate
 from activities.evidence import ACTIVITIES as EVIDENCE_ACTIVITIES
 from activities.workspace import ACTIVITIES as WORKSPACE_ACTIVITIES
 from activities.workspace import WorkspaceSpec, prepare_workspace
@@ -98,7 +98,8 @@ async def repair_flow(ctx: WorkflowContext, job: dict[str, Any]) -> dict[str, An
 @workflow("test.bad_input")
 async def bad_input(ctx: WorkflowContext, job: dict[str, Any]) -> dict[str, Any]:
     try:
-        await ctx.activity(run_tests, {"workspace": job["workspace"]}, step="tests")
+        # No commands: the input is invalid, a permanent failure.
+        await ctx.activity(run_reproduction, {"workspace": job["workspace"]}, step="reproduce")
     except ActivityError as exc:
         return {"class": exc.failure_class, "attempts": exc.attempts, "type": exc.error_type}
     return {}
