@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities import agent, commands, evidence, github, runs, workspace
+from activities import agent, commands, github, runs, workspace
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import command, example, repair
@@ -18,6 +18,5 @@ def build_registry() -> Registry:
             *workspace.ACTIVITIES,
             *commands.ACTIVITIES,
             *agent.ACTIVITIES,
-            *evidence.ACTIVITIES,
         ],
     )

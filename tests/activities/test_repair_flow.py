@@ -19,7 +19,6 @@ from activities.agent import ACTIVITIES as AGENT_ACTIVITIES
 from activities.agent import propose_fix
 from activities.commands import ACTIVITIES as COMMAND_ACTIVITIES
 from activities.commands import run_reproduction, verify_candidate
-from activities.evidence import ACTIVITIES as EVIDENCE_ACTIVITIES
 from activities.workspace import ACTIVITIES as WORKSPACE_ACTIVITIES
 from activities.workspace import WorkspaceSpec, prepare_workspace
 from app.commands import Sandbox
@@ -131,7 +130,7 @@ async def test_reproduce_propose_verify_under_the_runtime(
     evidence = FolderEvidenceStore(settings.evidence_dir)
     registry = Registry.of(
         [repair_flow, bad_input],
-        [*WORKSPACE_ACTIVITIES, *COMMAND_ACTIVITIES, *AGENT_ACTIVITIES, *EVIDENCE_ACTIVITIES],
+        [*WORKSPACE_ACTIVITIES, *COMMAND_ACTIVITIES, *AGENT_ACTIVITIES],
     )
     deps = Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.2))
     runtime = await runtime_for(registry, deps)
