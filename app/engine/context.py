@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.engine.commands import (
+from app.engine.errors import NondeterminismError
+from app.engine.history_commands import (
     ACTIVITY_SCHEDULED,
     MARKER_RECORDED,
     TIMER_CANCELLED,
     TIMER_STARTED,
     input_hash,
 )
-from app.engine.errors import NondeterminismError
 from app.engine.scheduler import WorkflowFuture
 
 if TYPE_CHECKING:

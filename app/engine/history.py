@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.engine.commands import Event
 from app.engine.errors import WorkflowNotFound
+from app.engine.history_commands import Event
 from app.engine.registry import Registry, WorkflowDefn
 from app.engine.replay import WorkflowExecution
 from app.engine.store import Store

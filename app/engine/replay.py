@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.engine.commands import (
+from app.engine.context import ContinueAsNew, ReplayAborted, Signal, WorkflowContext
+from app.engine.errors import (
+    ActivityError,
+    CleanupIncomplete,
+    DeadlineExceeded,
+    NeedsHuman,
+    NondeterminismError,
+    WorkflowCancelled,
+)
+from app.engine.history_commands import (
     ACTIVITY_COMPLETED,
     ACTIVITY_FAILED,
     CANCEL_REQUESTED,
@@ -23,15 +32,6 @@ from app.engine.commands import (
     WORKFLOW_STARTED,
     Command,
     Event,
-)
-from app.engine.context import ContinueAsNew, ReplayAborted, Signal, WorkflowContext
-from app.engine.errors import (
-    ActivityError,
-    CleanupIncomplete,
-    DeadlineExceeded,
-    NeedsHuman,
-    NondeterminismError,
-    WorkflowCancelled,
 )
 from app.engine.registry import WorkflowDefn
 from app.engine.scheduler import Scheduler, Task

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import DBAPIError
 
 from app.engine.activity_context import ActivityContext, Dependencies
-from app.engine.commands import Event
 from app.engine.db_retry import is_transient, retrying
 from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
+from app.engine.history_commands import Event
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job, workflow_queue
 from app.engine.registry import Absent, Found, Registry, Unknown
 from app.engine.replay import WorkflowExecution, json_problem

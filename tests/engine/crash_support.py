@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 
-from app.engine import commands as ev
+from app.engine import history_commands as ev
 from app.engine.db import make_engine
 from app.engine.runtime import SETTLED
 from app.engine.store import RunRow, Store

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import case, delete, func, insert, or_, select, update
 
-from app.engine import commands as ev
+from app.engine import history_commands as ev
 from app.engine.errors import StaleLease
 from app.engine.jobs import Job, activity_job
 from app.engine.policy import ActivityOptions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import exists, select, update
 
-from app.engine import commands as ev
+from app.engine import history_commands as ev
 from app.engine.jobs import Job, relayed_id, workflow_queue, workflow_task_job
 from app.engine.policy import ActivityOptions
 from app.engine.store.base import StoreBase

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.engine.commands import Event
+from app.engine.history_commands import Event
 from app.engine.store.base import StoreBase
 from app.engine.store.rows import RunRow, run_row
 from app.engine.store.schema import attempts, counters, events, runs, tasks

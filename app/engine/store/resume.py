@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from app.engine import commands as ev
+from app.engine import history_commands as ev
 from app.engine.context import OPERATOR_RESUME
 from app.engine.jobs import activity_job
 from app.engine.policy import ActivityOptions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from app.engine import commands as ev
+from app.engine import history_commands as ev
 from app.engine.policy import ActivityOptions
 from app.engine.tables import (
     ActivityAttempt,

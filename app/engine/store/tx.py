@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from app.engine import commands as ev
+from app.engine import history_commands as ev
 from app.engine.jobs import Job, retractions, workflow_queue, workflow_task_job
 from app.engine.store.rows import RunRow, StartResult, run_row
 from app.engine.store.schema import counters, events, outbox, runs, signals, tasks, timers

@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
-from app.engine import commands as ev
-from app.engine.commands import Command
+from app.engine import history_commands as ev
+from app.engine.history_commands import Command
 from app.engine.jobs import Job, activity_job, timer_job
 from app.engine.policy import ActivityOptions
 from app.engine.replay import Outcome, StepResult
