@@ -59,7 +59,10 @@ def input_hash(value: Any) -> str:
 
 
 @dataclass
-class Command:
+class HistoryCommand:
+    """A command a workflow task adds to history (not a slash command, not a
+    repository's shell command)."""
+
     cmd: int
     type: str
     attrs: dict[str, Any] = field(default_factory=dict)

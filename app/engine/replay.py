@@ -30,8 +30,8 @@ from app.engine.history_commands import (
     SIGNAL_RECEIVED,
     TIMER_FIRED,
     WORKFLOW_STARTED,
-    Command,
     Event,
+    HistoryCommand,
 )
 from app.engine.registry import WorkflowDefn
 from app.engine.scheduler import Scheduler, Task
@@ -50,7 +50,7 @@ class Outcome:
 
 @dataclass
 class StepResult:
-    commands: list[Command] = field(default_factory=list)
+    commands: list[HistoryCommand] = field(default_factory=list)
     outcome: Outcome | None = None
     cancel_phase: str | None = None
     cancel_delivered: bool = False
@@ -94,7 +94,7 @@ class WorkflowExecution:
         self.history_length = 0
         self._recorded: dict[int, Event] = {}
         self._issued = 0
-        self._new: list[Command] = []
+        self._new: list[HistoryCommand] = []
         self._root: Task | None = None
         self._nondeterminism: NondeterminismError | None = None
         self._cancel_phase: str | None = None
@@ -116,7 +116,7 @@ class WorkflowExecution:
         return self._recorded.get(cmd)
 
     def issue(self, cmd: int, type_: str, attrs: dict[str, Any]) -> None:
-        command = Command(cmd=cmd, type=type_, attrs=attrs)
+        command = HistoryCommand(cmd=cmd, type=type_, attrs=attrs)
         if type_ == "marker_recorded" and attrs.get("kind") == "cancel_phase":
             self._cancel_phase = str(attrs["id"])
         recorded = self._recorded.get(cmd)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 
 from app.engine import history_commands as ev
-from app.engine.history_commands import Command
+from app.engine.history_commands import HistoryCommand
 from app.engine.jobs import Job, activity_job, timer_job
 from app.engine.policy import ActivityOptions
 from app.engine.replay import Outcome, StepResult
@@ -83,7 +83,7 @@ class WorkflowTasks(StoreBase):
         tx: Tx,
         run: RunRow,
         seq: int,
-        command: Command,
+        command: HistoryCommand,
         follow_ups: list[tuple[str, dict[str, Any]]],
     ) -> None:
         data = command.to_event_data()
@@ -120,7 +120,7 @@ class WorkflowTasks(StoreBase):
             tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
 
     def _schedule_activity(
-        self, tx: Tx, run: RunRow, command: Command
+        self, tx: Tx, run: RunRow, command: HistoryCommand
     ) -> tuple[str, dict[str, Any]] | None:
         attrs = command.attrs
         op = attrs["operation_id"]
