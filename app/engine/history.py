@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.engine.errors import WorkflowNotFound
-from app.engine.history_commands import Event
+from app.engine.history_commands import RecordedEvent
 from app.engine.registry import Registry, WorkflowDefn
 from app.engine.replay import WorkflowExecution
 from app.engine.store import Store
@@ -49,7 +49,7 @@ def replay_recorded(
     if history.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} document")
     defn = defn or registry.workflow(history["workflow"], int(history["version"]))
-    events = [Event.from_json(e) for e in history["events"]]
+    events = [RecordedEvent.from_json(e) for e in history["events"]]
     execution = WorkflowExecution(
         defn, run_id=history["run_id"], workflow_id=history["workflow_id"]
     )

@@ -76,8 +76,9 @@ class HistoryCommand:
 
 
 @dataclass(frozen=True)
-class Event:
-    """One history event as stored: position, type, data."""
+class RecordedEvent:
+    """One history event as the replayer reads it: position, type, data (the
+    row itself is ``app.engine.tables.HistoryEvent``)."""
 
     seq: int
     type: str
@@ -95,5 +96,5 @@ class Event:
         return {"seq": self.seq, "type": self.type, "data": self.data}
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Event:
+    def from_json(cls, raw: dict[str, Any]) -> RecordedEvent:
         return cls(seq=int(raw["seq"]), type=str(raw["type"]), data=dict(raw["data"]))

@@ -30,8 +30,8 @@ from app.engine.history_commands import (
     SIGNAL_RECEIVED,
     TIMER_FIRED,
     WORKFLOW_STARTED,
-    Event,
     HistoryCommand,
+    RecordedEvent,
 )
 from app.engine.registry import WorkflowDefn
 from app.engine.scheduler import Scheduler, Task
@@ -92,7 +92,7 @@ class WorkflowExecution:
         self.ctx = WorkflowContext(self)
         self.task_time = datetime.fromtimestamp(0).astimezone()
         self.history_length = 0
-        self._recorded: dict[int, Event] = {}
+        self._recorded: dict[int, RecordedEvent] = {}
         self._issued = 0
         self._new: list[HistoryCommand] = []
         self._root: Task | None = None
@@ -112,7 +112,7 @@ class WorkflowExecution:
     def peek_command_number(self) -> int:
         return self._issued + 1
 
-    def recorded_command(self, cmd: int) -> Event | None:
+    def recorded_command(self, cmd: int) -> RecordedEvent | None:
         return self._recorded.get(cmd)
 
     def issue(self, cmd: int, type_: str, attrs: dict[str, Any]) -> None:
@@ -133,7 +133,7 @@ class WorkflowExecution:
 
     # -- driving ---------------------------------------------------------------
 
-    def apply(self, events: list[Event], *, task_time: datetime) -> StepResult:
+    def apply(self, events: list[RecordedEvent], *, task_time: datetime) -> StepResult:
         """Feed events (in history order) and run the code until it blocks."""
         self.task_time = task_time
         self._new = []
@@ -175,7 +175,7 @@ class WorkflowExecution:
             ),
         )
 
-    def _apply_one(self, event: Event) -> None:
+    def _apply_one(self, event: RecordedEvent) -> None:
         data = event.data
         if event.type == WORKFLOW_STARTED:
             self._root = self.scheduler.spawn(self.defn.fn(self.ctx, data.get("input")), "main")

@@ -21,7 +21,7 @@ from app.engine.activity_context import ActivityContext, Dependencies
 from app.engine.db_retry import is_transient, retrying
 from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
-from app.engine.history_commands import Event
+from app.engine.history_commands import RecordedEvent
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job, workflow_queue
 from app.engine.registry import Absent, Found, Registry, Unknown
 from app.engine.replay import WorkflowExecution, json_problem
@@ -273,7 +273,7 @@ class Worker:
         await self._emit(jobs)
         return True
 
-    async def _resume(self, run: RunRow) -> tuple[WorkflowExecution, list[Event]] | None:
+    async def _resume(self, run: RunRow) -> tuple[WorkflowExecution, list[RecordedEvent]] | None:
         """The execution to continue and the events it has not seen yet: the
         cached one fed only new events when it is exactly behind, else a fresh
         one fed the whole history. None when there is nothing new."""

@@ -245,7 +245,7 @@ class CrashLab:
 
     # -- reading the database ----------------------------------------------------
 
-    def events(self, run_id: str) -> list[ev.Event]:
+    def events(self, run_id: str) -> list[ev.RecordedEvent]:
         return self.store.load_events(run_id)
 
     def task_rows(self, run_id: str) -> list[Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.engine.history_commands import Event
+from app.engine.history_commands import RecordedEvent
 from app.engine.store.base import StoreBase
 from app.engine.store.rows import RunRow, run_row
 from app.engine.store.schema import attempts, counters, events, runs, tasks
@@ -38,14 +38,14 @@ class Reads(StoreBase):
         with self.engine.connect() as conn:
             return [run_row(r) for r in conn.execute(query).all()]
 
-    def load_events(self, run_id: str, *, after: int = 0) -> list[Event]:
+    def load_events(self, run_id: str, *, after: int = 0) -> list[RecordedEvent]:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(events.c.seq, events.c.type, events.c.data)
                 .where(events.c.run_id == run_id, events.c.seq > after)
                 .order_by(events.c.seq)
             ).all()
-        return [Event(seq=r.seq, type=r.type, data=r.data) for r in rows]
+        return [RecordedEvent(seq=r.seq, type=r.type, data=r.data) for r in rows]
 
     def activity_attempts(self, run_id: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
