@@ -48,7 +48,7 @@ class PayloadError(ValueError):
         super().__init__(f"malformed {event!r} payload: " + "; ".join(problems))
 
 
-class Event(Model):
+class WebhookEvent(Model):
     """Fields every event we handle shares. Subclasses name their event."""
 
     name: ClassVar[str]
@@ -64,7 +64,7 @@ class Event(Model):
         return (self.name, self.action)
 
 
-class _ActionEvent(Event):
+class _ActionEvent(WebhookEvent):
     action: str
 
 
@@ -124,7 +124,7 @@ class InstallationRepositoriesEvent(_ActionEvent):
     repositories_removed: tuple[RepositoryRef, ...] = ()
 
 
-class PushEvent(Event):
+class PushEvent(WebhookEvent):
     name = "push"
     repository: Repository
     ref: str
@@ -135,7 +135,7 @@ class PushEvent(Event):
     forced: bool = False
 
 
-class PingEvent(Event):
+class PingEvent(WebhookEvent):
     name = "ping"
     hook_id: int
     zen: str = ""
@@ -224,7 +224,6 @@ def parse_event(event: str, body: bytes | str | Mapping[str, Any]) -> ParsedEven
 __all__ = [
     "EVENT_TYPES",
     "CheckRunEvent",
-    "Event",
     "InstallationEvent",
     "InstallationRepositoriesEvent",
     "IssueCommentEvent",
@@ -237,6 +236,7 @@ __all__ = [
     "PushEvent",
     "RoutingKey",
     "UnknownEvent",
+    "WebhookEvent",
     "load_payload",
     "parse_event",
 ]
