@@ -20,7 +20,7 @@ from app.webhooks.models import (
     Account,
     CheckRun,
     Comment,
-    Installation,
+    InstallationRef,
     InstalledAccount,
     Issue,
     Label,
@@ -57,7 +57,7 @@ class WebhookEvent(Model):
     sender: Account
     repository: Repository | None = None
     #: Present in deliveries to a GitHub App; absent in repository webhooks.
-    installation: Installation | None = None
+    installation: InstallationRef | None = None
 
     @property
     def key(self) -> RoutingKey:

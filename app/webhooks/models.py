@@ -60,13 +60,15 @@ class RepositoryRef(Model):
     full_name: str
 
 
-class Installation(Model):
+class InstallationRef(Model):
+    """The installation an event names (the stored record is ``app.tables.Installation``)."""
+
     id: int
     #: Present in installation events; other events carry only the id.
     account: Account | None = None
 
 
-class InstalledAccount(Installation):
+class InstalledAccount(InstallationRef):
     account: Account
 
 
