@@ -19,7 +19,7 @@ from app.engine.arq_dispatch import ArqDispatcher, arq_workers
 from app.engine.context import WorkflowContext
 from app.engine.db import make_engine
 from app.engine.registry import Registry, activity, workflow
-from app.engine.replay import StepResult
+from app.engine.replay import WorkflowTaskResult
 from app.engine.runtime import Runtime
 from app.engine.store import RunRow, Store
 from app.migrate import upgrade
@@ -58,7 +58,7 @@ class CompletionWatch:
         self._ended: dict[str, asyncio.Event] = {}
         original = store.commit_workflow_task
 
-        def commit(run: RunRow, step: StepResult, **kwargs: Any) -> Any:
+        def commit(run: RunRow, step: WorkflowTaskResult, **kwargs: Any) -> Any:
             jobs = original(run, step, **kwargs)
             if jobs is not None and step.outcome is not None:
                 self._event(run.workflow_id).set()

@@ -49,7 +49,10 @@ class Outcome:
 
 
 @dataclass
-class StepResult:
+class WorkflowTaskResult:
+    """What one workflow task decided: new history commands and, if the run
+    ended, its outcome (an activity's ``step`` is a different thing)."""
+
     commands: list[HistoryCommand] = field(default_factory=list)
     outcome: Outcome | None = None
     cancel_phase: str | None = None
@@ -133,7 +136,7 @@ class WorkflowExecution:
 
     # -- driving ---------------------------------------------------------------
 
-    def apply(self, events: list[RecordedEvent], *, task_time: datetime) -> StepResult:
+    def apply(self, events: list[RecordedEvent], *, task_time: datetime) -> WorkflowTaskResult:
         """Feed events (in history order) and run the code until it blocks."""
         self.task_time = task_time
         self._new = []
@@ -159,7 +162,7 @@ class WorkflowExecution:
             self._run()
         if self.finished is None:
             self._run()
-        return StepResult(
+        return WorkflowTaskResult(
             commands=self._new,
             outcome=self.finished,
             cancel_phase=self._cancel_phase,

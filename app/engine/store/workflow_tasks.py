@@ -10,7 +10,7 @@ from app.engine import history_commands as ev
 from app.engine.history_commands import HistoryCommand
 from app.engine.jobs import Job, activity_job, timer_job
 from app.engine.policy import ActivityOptions
-from app.engine.replay import Outcome, StepResult
+from app.engine.replay import Outcome, WorkflowTaskResult
 from app.engine.store.base import StoreBase
 from app.engine.store.rows import RunRow
 from app.engine.store.schema import (
@@ -30,7 +30,7 @@ from app.engine.tables import (
 
 
 class WorkflowTasks(StoreBase):
-    def commit_workflow_task(self, run: RunRow, step: StepResult) -> list[Job] | None:
+    def commit_workflow_task(self, run: RunRow, step: WorkflowTaskResult) -> list[Job] | None:
         """Commit a workflow task's commands; None if history moved meanwhile.
 
         The history cap (``max_history_events``) is the workflow's to enforce
