@@ -13,9 +13,9 @@ from __future__ import annotations
 from app.webhooks.events import IssueCommentEvent
 from app.workflows.contracts import CommandRequest, CommandSpec
 from app.workflows.ids import COMMAND_WORKFLOW, command_workflow_id
-from handlers.commands import Command, parse_command
 from handlers.inputs import repair_request
 from handlers.router import HandlerContext, Router
+from handlers.slash import SlashCommand, parse_command
 
 router = Router()
 
@@ -32,7 +32,7 @@ def created(event: IssueCommentEvent, ctx: HandlerContext) -> None:
         return
     command = (
         CommandSpec(verb=parsed.verb.value, args=parsed.args)
-        if isinstance(parsed, Command)
+        if isinstance(parsed, SlashCommand)
         else CommandSpec(verb="unknown", args=parsed.word)
     )
     workflow_id = command_workflow_id(event.comment.id)

@@ -14,7 +14,7 @@ from app.engine.registry import workflow
 from app.workflows import command_v1
 from app.workflows.calls import call
 from app.workflows.contracts import CommandRequest, RunRequest
-from handlers.commands import HELP
+from handlers.slash import HELP
 
 
 async def _comment(

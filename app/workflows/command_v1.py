@@ -10,7 +10,7 @@ from typing import Any
 from activities import github, runs
 from app.engine.context import WorkflowContext
 from app.engine.registry import workflow
-from handlers.commands import HELP
+from handlers.slash import HELP
 
 WRITE_OR_HIGHER = frozenset({"admin", "maintain", "write"})
 

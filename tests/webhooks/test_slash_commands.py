@@ -4,27 +4,27 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from handlers.commands import Command, UnknownCommand, Verb, parse_command, parse_commands
+from handlers.slash import SlashCommand, UnknownSlashCommand, Verb, parse_command, parse_commands
 
 
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ("/repair", Command(Verb.REPAIR)),
-        ("/repair cancel", Command(Verb.CANCEL)),
-        ("/repair retry", Command(Verb.RETRY)),
-        ("/repair status", Command(Verb.STATUS)),
-        ("/repair help", Command(Verb.HELP)),
-        ("  /REPAIR   Cancel  ", Command(Verb.CANCEL)),
-        ("/Repair\tRETRY\t", Command(Verb.RETRY)),
-        ("/repair\r\n", Command(Verb.REPAIR)),
-        ("/repair retry with more context", Command(Verb.RETRY, "with more context")),
-        ("Thanks!\n\n/repair status\n", Command(Verb.STATUS, line=3)),
-        ("/repair cancle", UnknownCommand("cancle")),
-        ("/repair please", UnknownCommand("please")),
+        ("/repair", SlashCommand(Verb.REPAIR)),
+        ("/repair cancel", SlashCommand(Verb.CANCEL)),
+        ("/repair retry", SlashCommand(Verb.RETRY)),
+        ("/repair status", SlashCommand(Verb.STATUS)),
+        ("/repair help", SlashCommand(Verb.HELP)),
+        ("  /REPAIR   Cancel  ", SlashCommand(Verb.CANCEL)),
+        ("/Repair\tRETRY\t", SlashCommand(Verb.RETRY)),
+        ("/repair\r\n", SlashCommand(Verb.REPAIR)),
+        ("/repair retry with more context", SlashCommand(Verb.RETRY, "with more context")),
+        ("Thanks!\n\n/repair status\n", SlashCommand(Verb.STATUS, line=3)),
+        ("/repair cancle", UnknownSlashCommand("cancle")),
+        ("/repair please", UnknownSlashCommand("please")),
     ],
 )
-def test_commands(body: str, expected: Command | UnknownCommand) -> None:
+def test_commands(body: str, expected: SlashCommand | UnknownSlashCommand) -> None:
     assert parse_command(body) == expected
 
 
@@ -59,17 +59,17 @@ def test_not_commands(body: str) -> None:
 
 def test_command_after_code_and_quotes_counts() -> None:
     body = "> /repair cancel\n\n```\n/repair retry\n```\n`x`\n/repair status"
-    assert parse_commands(body) == [Command(Verb.STATUS, line=7)]
+    assert parse_commands(body) == [SlashCommand(Verb.STATUS, line=7)]
 
 
 def test_all_commands_in_order() -> None:
     body = "/repair\nsome text\n/repair nope\n/repair help"
     assert parse_commands(body) == [
-        Command(Verb.REPAIR, line=1),
-        UnknownCommand("nope", line=3),
-        Command(Verb.HELP, line=4),
+        SlashCommand(Verb.REPAIR, line=1),
+        UnknownSlashCommand("nope", line=3),
+        SlashCommand(Verb.HELP, line=4),
     ]
-    assert parse_command(body) == Command(Verb.REPAIR, line=1)
+    assert parse_command(body) == SlashCommand(Verb.REPAIR, line=1)
 
 
 # -- properties -------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_a_command_line_is_found_among_prose(
 ) -> None:
     line, verb = command
     body = "\n".join([*before, line, *after])
-    assert parse_commands(body) == [Command(verb, line=len(before) + 1)]
+    assert parse_commands(body) == [SlashCommand(verb, line=len(before) + 1)]
 
 
 @given(command=command_lines(), fence=st.sampled_from(["```", "~~~", "````"]), info=prose)
@@ -129,7 +129,7 @@ def test_never_raises_and_line_endings_do_not_matter(body: str) -> None:
     found = parse_commands(body)
     assert parse_commands(body.replace("\n", "\r\n")) == found
     for item in found:
-        assert isinstance(item, Command | UnknownCommand)
+        assert isinstance(item, SlashCommand | UnknownSlashCommand)
 
 
 @given(body=st.text(alphabet="/repaiRCNLSTUH `~>\n<!-\t", max_size=80))
@@ -140,7 +140,7 @@ def test_commands_only_come_from_lines_starting_with_the_trigger(body: str) -> N
 
 
 def test_the_help_text_issues_no_command_even_when_quoted_back() -> None:
-    from handlers.commands import HELP
+    from handlers.slash import HELP
 
     assert parse_commands(HELP) == []
     assert parse_commands("\n".join("> " + line for line in HELP.splitlines())) == []

@@ -7,7 +7,7 @@ inline code spans, HTML comments and quoted replies (``>`` lines). Lines
 indented four or more spaces render as code, so they do not count either.
 
 The verb is matched case-insensitively; extra spaces and tabs are ignored.
-``/repair`` followed by a word we do not know yields :class:`UnknownCommand`
+``/repair`` followed by a word we do not know yields :class:`UnknownSlashCommand`
 so the app can answer with help instead of guessing.
 """
 
@@ -34,7 +34,7 @@ _SUBCOMMANDS = {verb.value: verb for verb in Verb if verb is not Verb.REPAIR}
 
 
 @dataclass(frozen=True)
-class Command:
+class SlashCommand:
     verb: Verb
     #: Whatever followed the subcommand on its line, whitespace-normalized.
     args: str = ""
@@ -43,13 +43,13 @@ class Command:
 
 
 @dataclass(frozen=True)
-class UnknownCommand:
+class UnknownSlashCommand:
     #: The subcommand as typed (lowercased), e.g. ``"cancle"``.
     word: str
     line: int = 1
 
 
-ParsedCommand = Command | UnknownCommand
+ParsedCommand = SlashCommand | UnknownSlashCommand
 
 #: The answer to ``/repair help`` and to an unknown subcommand. Commands are in
 #: code spans, so quoting this text back can never issue one.
@@ -94,12 +94,12 @@ def _parse_line(line: str, number: int) -> ParsedCommand | None:
         return None
     words = (match.group("rest") or "").split()
     if not words:
-        return Command(Verb.REPAIR, "", number)
+        return SlashCommand(Verb.REPAIR, "", number)
     word = words[0].lower()
     verb = _SUBCOMMANDS.get(word)
     if verb is None:
-        return UnknownCommand(word, number)
-    return Command(verb, " ".join(words[1:]), number)
+        return UnknownSlashCommand(word, number)
+    return SlashCommand(verb, " ".join(words[1:]), number)
 
 
 def _visible_line_starts(body: str) -> list[tuple[int, str]]:
