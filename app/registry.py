@@ -5,12 +5,12 @@ from __future__ import annotations
 from activities import agent, commands, github, runs, workspace
 from activities import example as example_activities
 from app.engine.registry import Registry
-from app.workflows import command, example, repair
+from app.workflows import example, repair, slash_command
 
 
 def build_registry() -> Registry:
     return Registry.of(
-        [*example.WORKFLOWS, *command.WORKFLOWS, *repair.WORKFLOWS],
+        [*example.WORKFLOWS, *slash_command.WORKFLOWS, *repair.WORKFLOWS],
         [
             *example_activities.ACTIVITIES,
             *github.ACTIVITIES,

@@ -116,8 +116,6 @@ def test_product_workflows_pass_the_determinism_check() -> None:
     from app.registry import build_registry
     from app.workflows import (
         calls,
-        command,
-        command_v1,
         contracts,
         example,
         ids,
@@ -128,14 +126,14 @@ def test_product_workflows_pass_the_determinism_check() -> None:
         repair_work,
         report,
         report_v1,
+        slash_command,
+        slash_command_v1,
         state,
     )
 
     assert build_registry().workflow_keys()  # building it checked each workflow function
     for module in (
         calls,
-        command,
-        command_v1,
         contracts,
         example,
         ids,
@@ -146,6 +144,8 @@ def test_product_workflows_pass_the_determinism_check() -> None:
         repair_work,
         report,
         report_v1,
+        slash_command,
+        slash_command_v1,
         state,
     ):
         check_module_source(module)  # and their helpers and classes, whole

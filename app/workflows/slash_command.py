@@ -11,7 +11,7 @@ from typing import Any
 from activities import github, runs
 from app.engine.context import WorkflowContext
 from app.engine.registry import workflow
-from app.workflows import command_v1
+from app.workflows import slash_command_v1
 from app.workflows.calls import call
 from app.workflows.contracts import CommandRequest, RunRequest
 from handlers.slash import HELP
@@ -121,4 +121,4 @@ async def slash_command(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, 
     return {"verb": verb, "obeyed": True}
 
 
-WORKFLOWS = [command_v1.slash_command, slash_command]
+WORKFLOWS = [slash_command_v1.slash_command, slash_command]
