@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from app.commands import Sandbox
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import ActivityCancelled, PermanentError
 from app.evidence import EvidenceError, EvidenceRef, EvidenceStore
+from app.sandbox.runner import Sandbox
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -55,7 +55,7 @@ async def keep_alive(actx: ActivityContext, work: Awaitable[T], *, doing: str) -
     """Await ``work`` while heartbeating; stop it if cancellation is requested.
 
     For steps that are not repository commands (git fetches, API calls);
-    :func:`app.commands.run_command` heartbeats by itself.
+    :func:`app.sandbox.runner.run_command` heartbeats by itself.
     """
     task = asyncio.ensure_future(work)
     every = sandbox_of(actx).heartbeat_interval

@@ -1,7 +1,7 @@
 """Activities that run repository commands: reproduce, test, verify a candidate.
 
 Each builds a fresh workspace from its recorded spec, runs the setup
-commands, then its own, in the sandbox of :mod:`app.commands`, and stores
+commands, then its own, in the sandbox of :mod:`app.sandbox.runner`, and stores
 the combined log as evidence. A command that fails is a *result* (the
 workflow decides what it means); only trouble building the workspace or
 storing evidence is an error, and that is retried.
@@ -22,13 +22,13 @@ from activities.workspace import (
     WorkspaceSpec,
     open_workspace,
 )
-from app.commands import CommandResult, CommandRun, run_command
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import PermanentError
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import activity
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import Command
+from app.sandbox.runner import CommandResult, CommandRun, run_command
 from app.workspace import Workspace
 
 StepStatus = Literal["passed", "failed", "setup-failed"]

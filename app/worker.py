@@ -16,7 +16,6 @@ from activities.github import GitHubAccess
 from activities.workspace import InstallationGit
 from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
-from app.commands import Sandbox
 from app.config import Settings
 from app.delivery_reconciler import DeliveryReconciler
 from app.engine.activity_context import Dependencies
@@ -31,6 +30,7 @@ from app.metrics import metered_transport
 from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
 from app.sandbox import describe
+from app.sandbox.runner import Sandbox
 from app.workspace import sweep_workspaces
 
 log = logging.getLogger("repairbot.worker")

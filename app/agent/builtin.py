@@ -47,9 +47,9 @@ from app.agent.steps import (
     render,
 )
 from app.agent.tools import MalformedCall, Toolbox, ToolOutcome
-from app.commands import Sandbox
 from app.engine.errors import ActivityCancelled, TransientError
 from app.evidence import EvidenceError
+from app.sandbox.runner import Sandbox
 from app.workspace import changed_paths, diff_from
 
 T = TypeVar("T")

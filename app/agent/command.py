@@ -18,7 +18,7 @@ their paths in the environment:
 Issue text and logs are never interpolated into a command line or a shell
 string: they are data in files. The command runs in the same sandbox, with
 the same scrubbed environment, limits and heartbeats, as any repository
-command (:mod:`app.commands`): it sees the workspace and nothing of the
+command (:mod:`app.sandbox.runner`): it sees the workspace and nothing of the
 worker, and reaches the network only when the operator allows agents to
 (``REPAIRBOT_AGENT_NETWORK``). API keys a CLI agent needs are passed
 explicitly by the operator (``extra_env``), never inherited.
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
-from app.commands import Heartbeat, Sandbox, run_command
 from app.repo_config import Command
+from app.sandbox.runner import Heartbeat, Sandbox, run_command
 from app.workspace import changed_paths, diff_from
 
 log = logging.getLogger("repairbot.agent")

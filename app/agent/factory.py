@@ -24,10 +24,10 @@ from app.agent.command import CommandAgent
 from app.agent.context import ContextBudget
 from app.agent.http import DEFAULT_BASE_URLS
 from app.agent.journal import LoopHost
-from app.commands import Heartbeat, Sandbox
 from app.config import ConfigError
 from app.engine.errors import PermanentError
 from app.repo_config import AgentConfig
+from app.sandbox.runner import Heartbeat, Sandbox
 
 _PRICES = TypeAdapter(dict[str, Price])
 

@@ -2,7 +2,7 @@
 
 Reading, searching and editing go through :class:`app.agent.files.Checkout`
 (confined, no symlinks). Commands (the reproduction, the tests, anything
-else) go through the sandboxed command runner, :func:`app.commands.run_command`,
+else) go through the sandboxed command runner, :func:`app.sandbox.runner.run_command`,
 with the same limits, scrubbed environment and network policy as the
 repository's own commands; nothing of the worker's secrets is passed.
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.agent.files import Checkout, FileRefused
-from app.commands import Heartbeat, Sandbox, run_command
 from app.repo_config import Command
+from app.sandbox.runner import Heartbeat, Sandbox, run_command
 from app.workspace import Workspace
 
 #: Most text a tool hands back to the model (the end is kept for command output).

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from activities.workspace import WorkspaceSpec
-from app.commands import Sandbox
 from app.config import Settings
 from app.engine.activity_context import Dependencies
 from app.engine.db import make_engine
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
+from app.sandbox.runner import Sandbox
 from tests.activities.support import RecordingContext
 from tests.agent.sample_repo import (  # noqa: F401
     SampleRepo,

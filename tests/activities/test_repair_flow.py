@@ -21,7 +21,6 @@ from activities.commands import ACTIVITIES as COMMAND_ACTIVITIES
 from activities.commands import run_reproduction, verify_candidate
 from activities.workspace import ACTIVITIES as WORKSPACE_ACTIVITIES
 from activities.workspace import WorkspaceSpec, prepare_workspace
-from app.commands import Sandbox
 from app.config import Settings
 from app.engine.activity_context import Dependencies
 from app.engine.context import WorkflowContext
@@ -29,6 +28,7 @@ from app.engine.errors import ActivityError
 from app.engine.registry import Registry, workflow
 from app.engine.runtime import Runtime
 from app.evidence import FolderEvidenceStore
+from app.sandbox.runner import Sandbox
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV, SampleRepo
 
 CONFIG = f"""

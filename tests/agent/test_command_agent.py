@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.agent import AgentFailed, AgentRequest, CommandAgent, Feedback
-from app.commands import Sandbox
 from app.repo_config import Command
+from app.sandbox.runner import Sandbox
 from app.workspace import Workspace, build_workspace, snapshot
 from tests.agent.sample_repo import FIX_ARGV, PYTHON, SampleRepo
 

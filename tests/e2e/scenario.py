@@ -266,7 +266,7 @@ def heartbeat_every(stack: LocalStack, seconds: float) -> None:
     The worker's default is 10 s, right for production and slow for a test.
     Call after ``start_repairbot`` and before the first activity runs.
     """
-    from app.commands import Sandbox
+    from app.sandbox.runner import Sandbox
 
     assert stack.runtime is not None
     stack.runtime.worker.deps.add(Sandbox(heartbeat_interval=seconds))

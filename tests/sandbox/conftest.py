@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.commands import Sandbox
 from app.sandbox import Isolation
+from app.sandbox.runner import Sandbox
 from app.workspace import Workspace, build_workspace, remove_workspace
 from tests.agent.sample_repo import (  # noqa: F401
     SampleRepo,

@@ -1,6 +1,6 @@
 """Hostile repository code, run as repairbot runs it: every attempt on the worker fails.
 
-Each test runs real commands through :func:`app.commands.run_command` (or a
+Each test runs real commands through :func:`app.sandbox.runner.run_command` (or a
 real command agent) in the real sandbox, with a worker's secrets laid out
 around it (see conftest), and checks both that the attempt failed and that
 no secret reached the command's output.
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from app.agent import AgentRequest, CommandAgent
-from app.commands import CommandRun, ResourceLimits, run_command
 from app.repo_config import Command
 from app.sandbox import Isolation, SandboxUnavailable
+from app.sandbox.runner import CommandRun, ResourceLimits, run_command
 from app.workspace import Workspace
 from tests.sandbox.conftest import ALL_SECRETS, Worker
 

@@ -1,6 +1,6 @@
-"""Run one repository command (setup, reproduce, test, a CLI agent) in a sandbox.
+"""Run one repository command (setup, reproduce, test, a CLI agent) in the sandbox.
 
-What the sandbox promises (the isolation itself is :mod:`app.sandbox`):
+What the sandbox promises (the isolation itself is the rest of :mod:`app.sandbox`):
 
 - Isolation: own PID, mount, network, IPC and UTS namespaces; only the
   workspace is writable and nothing of the worker is visible; an

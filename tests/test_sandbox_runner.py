@@ -15,7 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.commands import (
+from app.engine.errors import ActivityCancelled, StaleLease
+from app.repo_config import Command
+from app.sandbox.runner import (
     CommandRun,
     OutputLimits,
     ResourceLimits,
@@ -24,8 +26,6 @@ from app.commands import (
     run_command,
     scrubbed_env,
 )
-from app.engine.errors import ActivityCancelled, StaleLease
-from app.repo_config import Command
 
 PY = sys.executable
 FAST = Sandbox(heartbeat_interval=0.05)
