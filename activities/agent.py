@@ -29,7 +29,7 @@ from activities._support import (
     read_evidence,
     sandbox_of,
 )
-from activities.commands import StepInput, run_step
+from activities.repo_commands import StepInput, run_step
 from activities.workspace import PatchRejectedError, WorkspaceSpec, open_workspace, read_patch
 from app.agent import (
     AgentFailed,

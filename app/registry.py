@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities import agent, commands, github, runs, workspace
+from activities import agent, github, repo_commands, runs, workspace
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
@@ -16,7 +16,7 @@ def build_registry() -> Registry:
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
             *workspace.ACTIVITIES,
-            *commands.ACTIVITIES,
+            *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,
         ],
     )

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from activities import github
 from activities.agent import FeedbackInput
-from activities.commands import VerifyInput
+from activities.repo_commands import VerifyInput
 from activities.workspace import WorkspaceSpec
 from app.engine.context import WorkflowContext
 from app.engine.registry import ActivityDefn

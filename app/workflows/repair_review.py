@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from activities import commands, github
+from activities import github, repo_commands
 from activities.agent import FeedbackInput
-from activities.commands import VerifyResult
+from activities.repo_commands import VerifyResult
 from app.engine.context import Signal
 from app.engine.errors import WorkflowCancelled
 from app.workflows.calls import call
@@ -355,7 +355,7 @@ class ReviewPhases(RunBase):
             )
         verdict = await call(
             self.ctx,
-            commands.verify_candidate,
+            repo_commands.verify_candidate,
             self.verify_input(base.sha, self.patch),
             VerifyResult,
             step=f"reverify-{n}",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from activities import agent, commands, github, workspace
+from activities import agent, github, repo_commands, workspace
 from app.engine.context import WorkflowContext
 from app.engine.errors import ActivityError, CleanupIncomplete, NeedsHuman, WorkflowCancelled
 from app.engine.registry import workflow
@@ -140,7 +140,7 @@ class Repair:
     async def reproduce(self) -> None:
         await self.report("reproducing")
         result = await self.ctx.activity(
-            commands.run_reproduction,
+            repo_commands.run_reproduction,
             {
                 "workspace": self._spec(self.state["base_sha"]),
                 "setup": self.config["setup"],
@@ -198,7 +198,7 @@ class Repair:
                 )
                 continue
             verdict = await self.ctx.activity(
-                commands.verify_candidate,
+                repo_commands.verify_candidate,
                 {
                     "workspace": self._spec(self.state["base_sha"], proposal["patch"]),
                     "setup": self.config["setup"],
@@ -450,7 +450,7 @@ class Repair:
                 self._reviewed_base = base["sha"]
             return "The base branch moved since the approval; policy asks for a new review."
         verdict = await self.ctx.activity(
-            commands.verify_candidate,
+            repo_commands.verify_candidate,
             {
                 "workspace": self._spec(base["sha"], self._patch),
                 "setup": self.config["setup"],

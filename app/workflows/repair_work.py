@@ -3,9 +3,9 @@ publish. Each returns the phase that comes next; none calls another."""
 
 from __future__ import annotations
 
-from activities import agent, commands, github, workspace
+from activities import agent, github, repo_commands, workspace
 from activities.agent import FeedbackInput, ProposeInput, ProposeResult
-from activities.commands import ReproductionResult, StepInput, VerifyResult
+from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
 from app.agent.budget import Usage as AgentUsage
 from app.repo_config import reproduction_from_issue
 from app.workflows.calls import call, schedule
@@ -133,7 +133,7 @@ class WorkPhases(RunBase):
         await self.report("reproducing")
         assert self.state.base_sha is not None
         result = await self.timed(
-            commands.run_reproduction,
+            repo_commands.run_reproduction,
             StepInput(
                 workspace=self.spec(self.state.base_sha),
                 setup=self.config.setup,
@@ -229,7 +229,7 @@ class WorkPhases(RunBase):
                 )
                 continue
             verdict = await self.timed(
-                commands.verify_candidate,
+                repo_commands.verify_candidate,
                 self.verify_input(self.state.base_sha, proposal.patch),
                 VerifyResult,
                 step=f"verify-{attempt}",

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from activities.agent import propose_fix
-from activities.commands import verify_candidate
+from activities.repo_commands import verify_candidate
 from activities.workspace import WorkspaceSpec
 from app.agent import AgentHttp
 from app.engine.activity_context import Dependencies

@@ -17,8 +17,8 @@ from sqlalchemy import Engine
 
 from activities.agent import ACTIVITIES as AGENT_ACTIVITIES
 from activities.agent import propose_fix
-from activities.commands import ACTIVITIES as COMMAND_ACTIVITIES
-from activities.commands import run_reproduction, verify_candidate
+from activities.repo_commands import ACTIVITIES as COMMAND_ACTIVITIES
+from activities.repo_commands import run_reproduction, verify_candidate
 from activities.workspace import ACTIVITIES as WORKSPACE_ACTIVITIES
 from activities.workspace import WorkspaceSpec, prepare_workspace
 from app.config import Settings

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from activities.commands import run_reproduction, verify_candidate
+from activities.repo_commands import run_reproduction, verify_candidate
 from activities.workspace import WorkspaceSpec
 from app.engine.errors import ActivityCancelled
 from app.evidence import EvidenceStore
