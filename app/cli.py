@@ -20,7 +20,8 @@ from app.engine.history import export_history
 from app.engine.store import Store
 from app.migrate import upgrade
 
-Command = Callable[[argparse.Namespace, Settings], int]
+#: What a CLI verb runs (``repairbot runs list`` -> ``cmd_runs_list``); exit status out.
+Subcommand = Callable[[argparse.Namespace, Settings], int]
 
 
 def _when(ts: float | None) -> str:
@@ -378,7 +379,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(run_worker(settings))
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     parser = argparse.ArgumentParser(
         prog="repairbot", description="Coding-agent bug repairs as durable workflows."
     )
@@ -390,9 +391,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         help="json: one object per line, with run and delivery ids (default); text: for reading",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    handlers: dict[str, Command] = {}
+    handlers: dict[str, Subcommand] = {}
 
-    def add(name: str, fn: Command, help_: str) -> argparse.ArgumentParser:
+    def add(name: str, fn: Subcommand, help_: str) -> argparse.ArgumentParser:
         handlers[name] = fn
         return sub.add_parser(name, help=help_)
 
