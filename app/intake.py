@@ -31,8 +31,8 @@ from app.engine.registry import Registry
 from app.engine.store import Store, Tx
 from app.tables import WebhookDelivery
 from app.webhooks.events import PayloadError, UnknownEvent, parse_event
+from app.webhooks.routing import HandlerContext, Router
 from app.webhooks.signature import verify
-from handlers.router import HandlerContext, Router
 
 log = logging.getLogger("repairbot.intake")
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]

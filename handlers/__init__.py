@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from app.webhooks.routing import HandlerContext, Router
 from handlers import installation, issue_comment, issues, pull_request, pull_request_review
-from handlers.router import HandlerContext, Router
 
 
 def build_router() -> Router:

@@ -8,7 +8,7 @@ from sqlalchemy import delete, insert, update
 from app.tables import Installation, InstallationRepository
 from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
-from handlers.router import HandlerContext, Router
+from app.webhooks.routing import HandlerContext, Router
 
 router = Router()
 installations = Installation.__table__  # type: ignore[attr-defined]

@@ -11,10 +11,10 @@ quietly, without a comment.
 from __future__ import annotations
 
 from app.webhooks.events import IssuesEvent
+from app.webhooks.routing import HandlerContext, Router
 from app.workflows.contracts import RunRequest
 from app.workflows.ids import REPAIR_WORKFLOW, repair_workflow_id
 from handlers.inputs import repair_request
-from handlers.router import HandlerContext, Router
 
 router = Router()
 

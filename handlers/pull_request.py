@@ -9,6 +9,7 @@ The run checks the pull request's number again (it knows its own).
 from __future__ import annotations
 
 from app.webhooks.events import PullRequestEvent
+from app.webhooks.routing import HandlerContext, Router
 from app.workflows.contracts import (
     PR_CLOSED,
     PR_SYNCHRONIZED,
@@ -16,7 +17,6 @@ from app.workflows.contracts import (
     PullSynchronizedSignal,
 )
 from app.workflows.ids import issue_of_branch, repair_workflow_id
-from handlers.router import HandlerContext, Router
 
 router = Router()
 

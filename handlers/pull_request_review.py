@@ -4,9 +4,9 @@ deduplicated by review id, carrying who reviewed which commit, how and when."""
 from __future__ import annotations
 
 from app.webhooks.events import PullRequestReviewEvent
+from app.webhooks.routing import HandlerContext, Router
 from app.workflows.contracts import REVIEW, ReviewSignal
 from app.workflows.ids import issue_of_branch, repair_workflow_id
-from handlers.router import HandlerContext, Router
 
 router = Router()
 

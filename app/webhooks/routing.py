@@ -3,6 +3,10 @@
 A handler runs inside the intake transaction: it records state and talks to
 the runtime (start, signal, cancel) through :class:`HandlerContext`, and makes
 no network calls. Anything that needs GitHub is an activity.
+
+The machinery lives here, below ``handlers/``, so that the intake can take a
+router without importing the handlers: they register on a :class:`Router`,
+and only the composition root (``app/main/``) puts them together.
 """
 
 from __future__ import annotations
