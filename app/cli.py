@@ -307,6 +307,7 @@ def cmd_tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
     from app.registration import Registrar
     from app.server import serve_registration
+    from handlers import build_router
 
     public_url = (args.public_url or settings.public_url).rstrip("/")
     if not public_url:
@@ -320,6 +321,7 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
         github_web_url=settings.github_web_url,
         github_api_url=settings.github_api_url,
         out=out,
+        routed=frozenset(build_router().keys),
         workflows=args.workflows or settings.workflows_permission,
         org=args.org or "",
         force=args.force,

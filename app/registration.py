@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from app.config import APP_FILE_KEYS
-from handlers import build_router
+from app.webhooks.events import RoutingKey
 
 #: Events every App receives without subscribing (and may not list).
 AUTOMATIC_EVENTS = frozenset({"installation", "installation_repositories"})
@@ -47,13 +48,20 @@ PERMISSIONS = {
 }
 
 
-def handled_events() -> list[str]:
-    routed = build_router().keys
+def handled_events(routed: Iterable[RoutingKey]) -> list[str]:
+    """The events to subscribe to: those the handlers are routed on (given by
+    the composition root, which alone knows the handlers)."""
     return sorted({event for event, _ in routed} - AUTOMATIC_EVENTS)
 
 
 def manifest(
-    *, name: str, public_url: str, redirect_url: str, workflows: bool, homepage: str = ""
+    *,
+    name: str,
+    public_url: str,
+    redirect_url: str,
+    workflows: bool,
+    routed: Iterable[RoutingKey],
+    homepage: str = "",
 ) -> dict[str, Any]:
     permissions = dict(PERMISSIONS)
     if workflows:
@@ -69,7 +77,7 @@ def manifest(
         # Installable only on the account that owns it.
         "public": False,
         "default_permissions": permissions,
-        "default_events": handled_events(),
+        "default_events": handled_events(routed),
         "request_oauth_on_install": False,
         "setup_on_update": False,
     }
@@ -103,6 +111,8 @@ class Registrar:
     github_web_url: str
     github_api_url: str
     out: Path
+    #: The (event, action) keys the handlers are routed on.
+    routed: frozenset[RoutingKey]
     workflows: bool = False
     org: str = ""
     force: bool = False
@@ -119,6 +129,7 @@ class Registrar:
             public_url=self.public_url,
             redirect_url=f"{self.own_url}/callback",
             workflows=self.workflows,
+            routed=self.routed,
             homepage=self.homepage,
         )
 

@@ -20,6 +20,7 @@ from app.registration import Registrar
 from app.registry import build_registry
 from app.web import create_app
 from app.worker import background, build_runtime, delivery_reconciler
+from handlers import build_router
 
 log = logging.getLogger("repairbot.server")
 
@@ -54,7 +55,7 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
     else:
         runtime = build_client(settings)
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")
-    app = create_app(settings, runtime, run_worker=with_worker)
+    app = create_app(settings, runtime, run_worker=with_worker, router=build_router())
     freeze_startup_heap()  # see app/engine/heap.py: no 100 ms collector pauses mid-request
     config = uvicorn.Config(
         app,

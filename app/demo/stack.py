@@ -27,6 +27,7 @@ from app.web import create_app
 from app.worker import build_runtime
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from handlers import build_router
 
 BASE_PATH = "/api/v3"
 WEBHOOK_SECRET = "demo-webhook-secret"  # noqa: S105 (the emulated GitHub's, not a real one)
@@ -168,7 +169,7 @@ class LocalStack:
         settings = self.settings.with_overrides(**overrides) if overrides else self.settings
         upgrade(settings.database_url)
         self.runtime = build_runtime(settings)
-        web = create_app(settings, self.runtime, run_worker=run_worker)
+        web = create_app(settings, self.runtime, run_worker=run_worker, router=build_router())
         self._servers.append(ServerThread(web, self._app_socket, name="repairbot").start())
         return self.runtime
 

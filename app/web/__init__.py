@@ -43,7 +43,7 @@ from app.web.observe import evidence_api, health_endpoint
 from app.web.pages import Pages
 from app.web.session import SessionCodec
 from app.web.webhooks import webhook_endpoint
-from handlers import build_router
+from app.webhooks.routing import Router
 
 STATIC = Path(__file__).parent / "static"
 
@@ -113,16 +113,19 @@ def create_app(
     settings: Settings,
     runtime: RuntimeClient,
     *,
+    router: Router,
     run_worker: bool = False,
     github_transport: httpx.AsyncBaseTransport | None = None,
 ) -> Starlette:
-    """``runtime``: a client is all the web process needs; ``run_worker``
+    """``router``: the webhook handlers (the composition root builds it, so the
+    web package never imports ``handlers/``). ``runtime``: a client is all the
+    web process needs; ``run_worker``
     (the embedded mode) needs the worker runtime. ``github_transport``: how
     the sign-in reaches GitHub (tests: the emulator in-process)."""
     worker = runtime if isinstance(runtime, Runtime) and run_worker else None
     if run_worker and worker is None:
         raise TypeError("run_worker needs the worker runtime (Runtime), not a client")
-    intake = Intake(runtime.store, runtime.registry, build_router(), settings)
+    intake = Intake(runtime.store, runtime.registry, router, settings)
     gate = BodyGate(
         BodyLimits(
             max_bytes=settings.webhook_max_bytes,

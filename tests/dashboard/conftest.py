@@ -15,6 +15,7 @@ from app.evidence import open_evidence_store
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from handlers import build_router
 from tests.dashboard.support import (
     ACTIVITIES,
     PATCH,
@@ -137,7 +138,7 @@ async def build_world(db_engine: Engine, tmp_path: Any) -> AsyncIterator[World]:
     await runtime.start_in_process()
     runs = await start_runs(runtime, settings, people)
     await settle(runtime, list(runs.values()))
-    app = create_app(settings, runtime, github_transport=transport)
+    app = create_app(settings, runtime, github_transport=transport, router=build_router())
     try:
         yield World(gh, runtime, settings, people, app, runs, emulator)
     finally:

@@ -14,6 +14,7 @@ from app.config import Settings
 from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.web import create_app
+from handlers import build_router
 from tests.dashboard.conftest import GITHUB, World
 from tests.dashboard.support import waiting_repair
 
@@ -22,7 +23,7 @@ async def test_without_sign_in_only_the_webhook_and_health_are_served(
     db_engine: Engine,
 ) -> None:
     runtime = Runtime(db_engine, Registry.of([waiting_repair]))
-    app = create_app(Settings(github_webhook_secret="x"), runtime)
+    app = create_app(Settings(github_webhook_secret="x"), runtime, router=build_router())
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://r"
     ) as client:

@@ -23,6 +23,7 @@ from app.engine.runtime import Runtime
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from handlers import build_router
 from tests.dashboard.conftest import populate, registry, sign_in_settings, start_runs
 from tests.dashboard.support import People, settle
 
@@ -66,7 +67,9 @@ async def live(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Live]:
     runs = await start_runs(client_runtime, settings, people)
     app_runtime = Runtime(make_engine(url), registry(), reconcile_interval=0.1, relay_grace=0.2)
     app_server = ServerThread(
-        create_app(settings, app_runtime, run_worker=True), app_sock, name="repairbot"
+        create_app(settings, app_runtime, run_worker=True, router=build_router()),
+        app_sock,
+        name="repairbot",
     ).start()
     try:
         await settle(client_runtime, list(runs.values()))

@@ -20,14 +20,20 @@ from app.github.client import GitHubClientFactory
 from app.registration import Registrar, manifest
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from handlers import build_router
 
 GITHUB = "http://github.test"
 REGISTRAR = "http://127.0.0.1:8765"
+ROUTED = build_router().keys
 
 
 def test_the_manifest_asks_only_for_what_the_app_uses() -> None:
     plain = manifest(
-        name="rb", public_url="https://rb.example", redirect_url="http://x/cb", workflows=False
+        name="rb",
+        public_url="https://rb.example",
+        redirect_url="http://x/cb",
+        workflows=False,
+        routed=ROUTED,
     )
     assert plain["default_events"] == [
         "issue_comment",
@@ -40,7 +46,11 @@ def test_the_manifest_asks_only_for_what_the_app_uses() -> None:
     assert plain["callback_urls"] == ["https://rb.example/auth/callback"]
     assert plain["url"] == "https://rb.example" and plain["public"] is False
     with_workflows = manifest(
-        name="rb", public_url="https://rb.example", redirect_url="http://x/cb", workflows=True
+        name="rb",
+        public_url="https://rb.example",
+        redirect_url="http://x/cb",
+        workflows=True,
+        routed=ROUTED,
     )
     assert with_workflows["default_permissions"]["workflows"] == "write"
 
@@ -58,6 +68,7 @@ async def test_register_end_to_end(tmp_path: Path) -> None:
                 github_web_url=GITHUB,
                 github_api_url=GITHUB,
                 out=out,
+                routed=frozenset(ROUTED),
                 workflows=True,
                 transport=transport,
             )

@@ -22,6 +22,7 @@ from app.demo.serve import ServerThread, bind
 from app.demo.stack import LocalStack
 from app.tables import WebhookDelivery
 from app.web import create_app
+from handlers import build_router
 from tests.e2e.scenario import github_state, open_labelled_issue, wait_end, wait_for, wait_phase
 
 table = WebhookDelivery.__table__  # type: ignore[attr-defined]
@@ -75,7 +76,7 @@ async def test_deliveries_missed_while_the_web_was_down_reach_the_run(
         assert {d.event for d in missed} >= {"issue_comment", "pull_request_review"}
 
         # The web comes back on the same address.
-        app = create_app(settings, runtime)
+        app = create_app(settings, runtime, router=build_router())
         restarted = ServerThread(app, bind(host, port), name="repairbot").start()
         stack._servers.append(restarted)
 

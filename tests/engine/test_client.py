@@ -20,6 +20,7 @@ from app.engine.registry import Registry, activity, workflow
 from app.engine.runtime import Runtime
 from app.engine.store.async_store import StoreThreads, threads_for
 from app.web import create_app
+from handlers import build_router
 
 
 @activity("double")
@@ -98,6 +99,6 @@ def test_the_thread_pool_is_as_large_as_the_connection_pool(postgres_url: str) -
 def test_only_the_worker_runtime_can_run_the_embedded_worker(db_engine: Engine) -> None:
     client = RuntimeClient(db_engine, registry())
     settings = Settings(github_webhook_secret="s")
-    create_app(settings, client)  # the web process: a client is enough
+    create_app(settings, client, router=build_router())  # the web process: a client is enough
     with pytest.raises(TypeError):
-        create_app(settings, client, run_worker=True)
+        create_app(settings, client, run_worker=True, router=build_router())

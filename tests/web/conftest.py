@@ -12,6 +12,7 @@ from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.tables import WebhookDelivery
 from app.web import create_app
+from handlers import build_router
 from tests.web.support import SECRET, Poster, parked_command, parked_repair
 
 
@@ -20,7 +21,7 @@ async def web(db_engine: Engine) -> AsyncIterator[tuple[Poster, Runtime]]:
     settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
     registry = Registry.of([parked_repair, parked_command])
     runtime = Runtime(db_engine, registry)  # no dispatcher: the tests look at the records
-    app = create_app(settings, runtime)
+    app = create_app(settings, runtime, router=build_router())
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:
         yield Poster(client, SECRET), runtime

@@ -22,6 +22,7 @@ from app.engine.db import make_engine
 from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.web import create_app
+from handlers import build_router
 from tests.web.support import SECRET, Poster, example, parked_command, parked_repair
 
 
@@ -97,7 +98,7 @@ async def web(postgres_url: str, proxy: TcpProxy) -> AsyncIterator[Poster]:
     proxied = make_url(postgres_url).set(port=proxy.port).render_as_string(hide_password=False)
     engine = make_engine(proxied)
     runtime = Runtime(engine, Registry.of([parked_repair, parked_command]))
-    app = create_app(Settings(github_webhook_secret=SECRET), runtime)
+    app = create_app(Settings(github_webhook_secret=SECRET), runtime, router=build_router())
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:
         yield Poster(client, SECRET)

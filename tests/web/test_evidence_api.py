@@ -18,6 +18,7 @@ from app.engine.store import Store
 from app.evidence import DatabaseEvidenceStore
 from app.evidence.database import blobs
 from app.web import create_app
+from handlers import build_router
 
 
 async def test_evidence_is_served_checked_and_as_text_or_bytes(db_engine: Engine) -> None:
@@ -31,7 +32,7 @@ async def test_evidence_is_served_checked_and_as_text_or_bytes(db_engine: Engine
         public_url="http://repairbot",
     )
     token = create_token(Store(db_engine), "ops", {"read"})
-    app = create_app(settings, Runtime(db_engine, Registry.of([], [])))
+    app = create_app(settings, Runtime(db_engine, Registry.of([], [])), router=build_router())
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as anonymous:
         assert (await anonymous.get(f"/api/evidence/{log.sha256}")).status_code == 401
@@ -60,7 +61,7 @@ async def test_evidence_is_served_checked_and_as_text_or_bytes(db_engine: Engine
 
 async def test_without_sign_in_the_public_listener_serves_no_evidence(db_engine: Engine) -> None:
     log = DatabaseEvidenceStore(db_engine).put(b"FAILED\n", kind="test-log", name="t")
-    app = create_app(Settings(), Runtime(db_engine, Registry.of([], [])))
+    app = create_app(Settings(), Runtime(db_engine, Registry.of([], [])), router=build_router())
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as api:
         assert (await api.get(f"/api/evidence/{log.sha256}")).status_code == 404
