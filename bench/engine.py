@@ -68,7 +68,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         nargs="+",
         choices=DISPATCHERS,
         default=[INPROCESS, ARQ],
-        help=f"{ARQ}: as app/worker.py wires it (eager follow-ups); "
+        help=f"{ARQ}: as app/main/worker_process.py wires it (eager follow-ups); "
         f"{ARQ_DISPATCHED}: every job through Redis",
     )
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per case (median)")

@@ -54,8 +54,8 @@ from app.demo.stack import LocalStack
 from app.engine.db import make_engine
 from app.engine.runtime import SETTLED, Runtime
 from app.engine.tables import ActivityAttempt, ActivityTask, WorkflowRun
+from app.main.catalog import build_registry
 from app.migrate import upgrade
-from app.registry import build_registry
 from app.workflows.ids import repair_workflow_id
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision

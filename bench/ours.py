@@ -134,14 +134,15 @@ async def started_runtime(case: Case, engine: Engine) -> AsyncIterator[Runtime]:
 
 @asynccontextmanager
 async def _arq_dispatch(case: Case, runtime: Runtime, *, eager: bool) -> AsyncIterator[None]:
-    """The production wiring of app/worker.py (ArqDispatcher + arq_workers),
+    """The production wiring of app/main/worker_process.py (ArqDispatcher + arq_workers),
     with the workers on this event loop so one process holds the whole
     measurement. ``eager=False`` sends every job through Redis."""
     await _empty_redis(case.redis_url)
     settings = RedisSettings.from_dsn(case.redis_url)
     pool = await create_pool(settings)
     runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
-    runtime.start_liveness()  # as app/worker.py does: the reconciler judges leases by it
+    # As app/main/worker_process.py does: the reconciler judges leases by it.
+    runtime.start_liveness()
     extra: dict[str, Any] = {}
     if case.arq_poll_delay is not None:
         extra["poll_delay"] = case.arq_poll_delay

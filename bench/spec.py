@@ -14,7 +14,7 @@ DBOS = "dbos"
 SQLITE = "sqlite"
 POSTGRES = "postgres"
 INPROCESS = "inprocess"
-#: arq as app/worker.py wires it: a worker runs the follow-up jobs it can
+#: arq as app/main/worker_process.py wires it: a worker runs the follow-up jobs it can
 #: itself ("eager"), and Redis carries the rest.
 ARQ = "arq"
 #: arq with every job through Redis and a poll: the channel's own cost.

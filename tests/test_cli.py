@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.main.cli import main
 from app.migrate import upgrade
 
 

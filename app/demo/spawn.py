@@ -16,7 +16,7 @@ from typing import IO
 from app import secrets
 from app.config import Settings
 
-#: The checkout (or installed package root) ``python -m app.cli`` runs from.
+#: The checkout (or installed package root) ``python -m app.main.cli`` runs from.
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,7 +42,7 @@ def spawn_repairbot(
     env.update(named)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "--log-level", log_level, *args],
+            [sys.executable, "-m", "app.main.cli", "--log-level", log_level, *args],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -22,9 +22,9 @@ import httpx
 from app.config import Settings
 from app.demo.serve import ServerThread, bind, url_of
 from app.engine.runtime import Runtime
+from app.main.worker_process import build_runtime
 from app.migrate import upgrade
 from app.web import create_app
-from app.worker import build_runtime
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
 from handlers import build_router

@@ -1,6 +1,6 @@
 """A worker process's engine side over arq, from start to a clean exit.
 
-Kept apart from ``app.worker`` (which wires GitHub clients and the agent) so
+Kept apart from ``app.main.worker_process`` (which wires GitHub clients and the agent) so
 that anything that only runs the engine starts without importing them.
 """
 

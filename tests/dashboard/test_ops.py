@@ -152,13 +152,13 @@ async def test_runs_watch_follows_a_run_to_its_end(world: World) -> None:
 def test_tokens_cli_prints_the_token_once(tmp_path: Path) -> None:
     env = {**os.environ, "REPAIRBOT_DATA_DIR": str(tmp_path)}
     subprocess.run(
-        [sys.executable, "-m", "app.cli", "migrate"], env=env, check=True, capture_output=True
+        [sys.executable, "-m", "app.main.cli", "migrate"], env=env, check=True, capture_output=True
     )
     made = subprocess.run(
         [
             sys.executable,
             "-m",
-            "app.cli",
+            "app.main.cli",
             "tokens",
             "create",
             "ci",
@@ -175,7 +175,7 @@ def test_tokens_cli_prints_the_token_once(tmp_path: Path) -> None:
     token = made.stdout.strip()
     assert token.startswith("rbt_") and "shown only now" in made.stderr
     listed = subprocess.run(
-        [sys.executable, "-m", "app.cli", "tokens", "list"],
+        [sys.executable, "-m", "app.main.cli", "tokens", "list"],
         env=env,
         check=True,
         capture_output=True,

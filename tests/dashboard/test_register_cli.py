@@ -40,7 +40,7 @@ async def test_register_command_end_to_end(tmp_path: Path) -> None:
                 [
                     sys.executable,
                     "-m",
-                    "app.cli",
+                    "app.main.cli",
                     "register",
                     "--public-url",
                     "https://rb.example",

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_demo(*args: str, tmp_path: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "demo", "--dir", str(tmp_path / "demo"), *args],
+        [sys.executable, "-m", "app.main.cli", "demo", "--dir", str(tmp_path / "demo"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -47,8 +47,8 @@ from app.demo.stack import LocalStack
 from app.engine.db import make_engine
 from app.engine.runtime import Runtime
 from app.engine.store.schema import STALE_WRITES, counters, outbox, tasks
+from app.main.catalog import build_registry
 from app.migrate import upgrade
-from app.registry import build_registry
 from app.workflows.ids import repair_workflow_id
 from tests.engine.private_services import PrivatePostgres, PrivateRedis, wait_port
 

@@ -124,7 +124,7 @@ async def test_the_cli_runs_one_reconciler_pass(
     ``repairbot deliveries reconcile`` finds them and asks GitHub again."""
     import asyncio
 
-    from app.cli import main
+    from app.main.cli import main
     from app.migrate import upgrade
 
     assert stack.settings is not None and stack.emulator is not None

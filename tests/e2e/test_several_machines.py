@@ -28,7 +28,7 @@ from app.demo.stack import LocalStack
 from app.engine.db import make_engine
 from app.engine.runtime import SETTLED, Runtime
 from app.engine.store import Store
-from app.registry import build_registry
+from app.main.catalog import build_registry
 from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import file_on_branch
 

@@ -228,7 +228,7 @@ async def run_in_process(runtime: Runtime) -> None:
 async def run_arq(runtime: Runtime, args: argparse.Namespace) -> None:
     from app.engine.serve import serve_arq
 
-    # Wired as app/worker.py wires it: SIGTERM drains, SIGKILL is a crash.
+    # Wired as app/main/worker_process.py wires it: SIGTERM drains, SIGKILL is a crash.
     await serve_arq(
         runtime,
         args.arq,

@@ -75,7 +75,7 @@ def test_repairbot_worker_exits_0_on_sigterm(db_url: str, redis_url: str, tmp_pa
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "--log-level", "INFO", "worker"],
+            [sys.executable, "-m", "app.main.cli", "--log-level", "INFO", "worker"],
             env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:

@@ -15,7 +15,7 @@ import pytest
 
 from app.engine.history import replay_recorded
 from app.engine.registry import Registry
-from app.registry import build_registry
+from app.main.catalog import build_registry
 from tests.engine import replay_workflows
 
 HISTORIES = sorted((Path(__file__).parent.parent / "histories").glob("*.json"))

@@ -113,7 +113,7 @@ def test_workflow_reading_the_clock_is_refused_at_registration() -> None:
 
 
 def test_product_workflows_pass_the_determinism_check() -> None:
-    from app.registry import build_registry
+    from app.main.catalog import build_registry
     from app.workflows import (
         calls,
         contracts,

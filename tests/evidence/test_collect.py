@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlmodel import Session
 
-from app.cli import main
 from app.engine.tables import ActivityTask, HistoryEvent, WorkflowRun
 from app.evidence import DatabaseEvidenceStore
 from app.evidence.collect import collect_unreferenced
 from app.evidence.database import blobs
+from app.main.cli import main
 
 DAY = 86400.0
 

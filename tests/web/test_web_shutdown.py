@@ -53,7 +53,7 @@ def test_sigterm_finishes_the_delivery_in_flight(tmp_path: Path) -> None:
     }
     log = (tmp_path / "web.log").open("wb")
     web = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "--log-level", "INFO", "web", "--port", str(port)],
+        [sys.executable, "-m", "app.main.cli", "--log-level", "INFO", "web", "--port", str(port)],
         env=env,
         cwd=ROOT,
         stdout=log,

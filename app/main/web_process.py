@@ -15,11 +15,11 @@ from app.engine.client import RuntimeClient
 from app.engine.db import make_engine
 from app.engine.heap import freeze_startup_heap
 from app.engine.redis_channel import connect
+from app.main.catalog import build_registry
+from app.main.worker_process import background, build_runtime, delivery_reconciler
 from app.migrate import upgrade
 from app.registration import Registrar
-from app.registry import build_registry
 from app.web import create_app
-from app.worker import background, build_runtime, delivery_reconciler
 from handlers import build_router
 
 log = logging.getLogger("repairbot.server")

@@ -26,8 +26,8 @@ from app.engine.serve import serve_arq, until_stopped
 from app.evidence import open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
+from app.main.catalog import build_registry
 from app.metrics import metered_transport
-from app.registry import build_registry
 from app.repo_config import AgentConfig, Command
 from app.sandbox import describe
 from app.sandbox.runner import Sandbox

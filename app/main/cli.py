@@ -106,7 +106,7 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
 def _phase_of(run: Any, settings: Settings) -> dict[str, Any] | None:
     """The run's own account of where it is, if its workflow answers ``status``."""
     from app.engine.client import RuntimeClient
-    from app.registry import build_registry
+    from app.main.catalog import build_registry
 
     if run.status not in ("running", "cancelling"):
         return None
@@ -132,7 +132,7 @@ def _operator() -> str:
 
 async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
     from app.engine.client import RuntimeClient
-    from app.registry import build_registry
+    from app.main.catalog import build_registry
     from app.run_actions import RunNotFound, RunStillActive, retry_run
 
     runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
@@ -180,26 +180,26 @@ def cmd_runs_action(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_example(args: argparse.Namespace, settings: Settings) -> int:
-    from app.example_run import run_example
+    from app.main.example_run import run_example
 
     return asyncio.run(run_example(settings, items=args.items))
 
 
 def cmd_web(args: argparse.Namespace, settings: Settings) -> int:
-    from app.server import run_web
+    from app.main.web_process import run_web
 
     return asyncio.run(run_web(settings, host=args.host, port=args.port, with_worker=False))
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from app.server import run_web
+    from app.main.web_process import run_web
 
     return asyncio.run(run_web(settings, host=args.host, port=args.port, with_worker=True))
 
 
 def _intake(settings: Settings) -> Any:
     from app.intake import Intake
-    from app.registry import build_registry
+    from app.main.catalog import build_registry
     from handlers import build_router
 
     return Intake(_store(settings), build_registry(), build_router(), settings)
@@ -255,7 +255,7 @@ def cmd_evidence_collect(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_runs_watch(args: argparse.Namespace, settings: Settings) -> int:
     from app.engine.client import RuntimeClient
-    from app.registry import build_registry
+    from app.main.catalog import build_registry
     from app.watch import watch
 
     runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
@@ -305,8 +305,8 @@ def cmd_tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
+    from app.main.web_process import serve_registration
     from app.registration import Registrar
-    from app.server import serve_registration
     from handlers import build_router
 
     public_url = (args.public_url or settings.public_url).rstrip("/")
@@ -341,7 +341,7 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_deliveries_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     from app.delivery_reconciler import pending_redeliveries
-    from app.worker import delivery_reconciler
+    from app.main.worker_process import delivery_reconciler
 
     if not settings.github_app_id:
         print("GITHUB_APP_ID is not set: nothing to reconcile against", file=sys.stderr)
@@ -376,7 +376,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from app.worker import run_worker
+    from app.main.worker_process import run_worker
 
     return asyncio.run(run_worker(settings))
 

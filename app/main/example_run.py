@@ -8,8 +8,8 @@ import time
 from app.config import Settings
 from app.engine.db import make_engine
 from app.engine.runtime import SETTLED, Runtime
+from app.main.catalog import build_registry
 from app.migrate import upgrade
-from app.registry import build_registry
 
 
 async def run_example(settings: Settings, *, items: list[str]) -> int:
