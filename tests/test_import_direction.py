@@ -1,0 +1,102 @@
+"""Imports run one way: composition root -> handlers/activities/workflows ->
+app's libraries -> app/engine (docs/architecture.md, "Layers").
+
+Read from the source (the AST of every module, imports inside functions and
+``TYPE_CHECKING`` blocks included), so a violation fails here before it can
+become an import cycle somewhere else.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The composition root, and the demo that assembles a whole deployment on top
+#: of it (``repairbot demo``, the test stacks): they may import anything.
+TOP = ("app/main/", "app/demo/")
+#: Workflow definitions sit beside handlers/ and activities/: a workflow names
+#: the activities it schedules.
+PRODUCT = ("app/workflows/",)
+
+
+def imported_modules(source: str) -> Iterator[str]:
+    """Every absolute module name ``source`` imports, wherever the import is."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+            # ``from app import main`` imports the package app.main.
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(f"{p}.") for p in packages)
+
+
+def modules_in(*folders: str, skip: tuple[str, ...] = ()) -> list[Path]:
+    found = []
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if not rel.startswith(skip):
+                found.append(path)
+    return found
+
+
+def violations(paths: list[Path], *forbidden: str) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in paths
+        for module in sorted(set(imported_modules(path.read_text())))
+        if under(module, *forbidden)
+    ]
+
+
+def test_the_checker_sees_every_form_of_import() -> None:
+    source = """
+import handlers.slash
+from activities import github
+from app import main
+def late():
+    from handlers.router import Router
+if TYPE_CHECKING:
+    import activities.agent as agent
+"""
+    seen = set(imported_modules(source))
+    assert {"handlers.slash", "activities", "app.main", "handlers.router"} <= seen
+    assert "activities.agent" in seen
+    assert under("activities.github", "activities") and not under("activitiesx", "activities")
+
+
+def test_app_libraries_do_not_import_handlers_or_activities() -> None:
+    libraries = modules_in("app", skip=TOP + PRODUCT)
+    assert any(p.name == "intake.py" for p in libraries)  # the walk found the libraries
+    assert violations(libraries, "handlers", "activities") == []
+
+
+def test_only_the_top_imports_the_composition_root() -> None:
+    below = modules_in("app", "handlers", "activities", skip=TOP)
+    assert violations(below, "app.main", "app.demo") == []
+
+
+def test_the_engine_imports_only_itself_and_the_log_setup() -> None:
+    engine = modules_in("app/engine")
+    imports = {
+        module
+        for path in engine
+        for module in imported_modules(path.read_text())
+        if under(module, "app", "handlers", "activities")
+    }
+    outside = {m for m in imports if not under(m, "app.engine", "app.logs")}
+    assert outside == set()
+
+
+@pytest.mark.parametrize("package", ["handlers", "activities"])
+def test_handlers_and_activities_do_not_import_the_web_edge(package: str) -> None:
+    assert violations(modules_in(package), "app.web", "app.intake") == []
