@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
 
 from app.engine.store.schema import STALE_WRITES, attempts, counters, outbox, runs, tasks
+from app.runs_view import phase_of_step, step_of
 from app.tables import Redelivery, WebhookDelivery
-from app.web.runs_view import phase_of_step, step_of
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
 redeliveries = Redelivery.__table__  # type: ignore[attr-defined]

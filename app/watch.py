@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from app.engine.client import RuntimeClient
 from app.engine.tables import CLOSED_STATUSES
-from app.web.runs_view import live_state
+from app.runs_view import live_state
 
 
 def _clock(ts: float | None = None) -> str:

@@ -80,6 +80,11 @@ def test_app_libraries_do_not_import_handlers_or_activities() -> None:
     assert violations(libraries, "handlers", "activities") == []
 
 
+def test_libraries_do_not_import_the_web_edge() -> None:
+    libraries = modules_in("app", skip=(*TOP, *PRODUCT, "app/web/", "app/intake.py"))
+    assert violations(libraries, "app.web", "app.intake") == []
+
+
 def test_only_the_top_imports_the_composition_root() -> None:
     below = modules_in("app", "handlers", "activities", skip=TOP)
     assert violations(below, "app.main", "app.demo") == []

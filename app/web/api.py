@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.engine.client import RuntimeClient
+from app.runs_view import RunFilters, RunSummary, list_runs, repo_of, run_detail
 from app.web import actions
 from app.web.access import Principal
 from app.web.guard import Guard
-from app.web.runs_view import RunFilters, RunSummary, list_runs, repo_of, run_detail
 
 
 def _summary_json(s: RunSummary) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from starlette.responses import Response, StreamingResponse
 from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES
+from app.runs_view import repo_of, summarize
 from app.web.access import Principal
-from app.web.runs_view import repo_of, summarize
 
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0

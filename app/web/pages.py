@@ -23,11 +23,7 @@ from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES
 from app.evidence import EvidenceError, open_evidence_store
 from app.intake import Intake
-from app.web import actions, deliveries_view
-from app.web.access import Principal
-from app.web.evidence_view import listed, shown
-from app.web.guard import Guard
-from app.web.runs_view import (
+from app.runs_view import (
     PER_PAGE,
     RunFilters,
     known_repositories,
@@ -35,6 +31,10 @@ from app.web.runs_view import (
     repo_of,
     run_detail,
 )
+from app.web import actions, deliveries_view
+from app.web.access import Principal
+from app.web.evidence_view import listed, shown
+from app.web.guard import Guard
 from app.workflows.report import OUTCOMES, PHASES
 
 TEMPLATES = Path(__file__).parent / "templates"
