@@ -3,6 +3,5 @@
 
 from app import tables as app_tables
 from app.engine import tables as engine_tables
-from app.evidence import table as evidence_tables
 
-__all__ = ["app_tables", "engine_tables", "evidence_tables"]
+__all__ = ["app_tables", "engine_tables"]

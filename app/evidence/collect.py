@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, Text, cast, delete, func, select
 
 from app.engine.tables import ActivityTask, HistoryEvent, SignalRecord, WorkflowRun
-from app.evidence.table import EvidenceBlob
+from app.tables import EvidenceBlob
 
 blobs = EvidenceBlob.__table__  # type: ignore[attr-defined]
 

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.evidence.base import DEFAULT_MAX_BYTES, EvidenceCorrupt, EvidenceMissing, EvidenceStore
-from app.evidence.table import EvidenceBlob
+from app.tables import EvidenceBlob
 
 blobs = EvidenceBlob.__table__  # type: ignore[attr-defined]
 
