@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.app_tables import ApiToken
 from app.engine.store import Store
-from app.tables import ApiToken
 
 api_tokens = ApiToken.__table__  # type: ignore[attr-defined]
 PREFIX = "rbt_"

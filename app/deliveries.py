@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from app.app_tables import WebhookDelivery
 from app.engine.store import Store
-from app.tables import WebhookDelivery
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
 

@@ -39,10 +39,10 @@ from githubkit.utils import UNSET
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.app_tables import DeliveryScan, Redelivery, WebhookDelivery
 from app.engine.errors import TransientError
 from app.github.client import GitHubClientFactory
 from app.github.errors import classify, status_of
-from app.tables import DeliveryScan, Redelivery, WebhookDelivery
 
 log = logging.getLogger("repairbot.deliveries")
 scans = DeliveryScan.__table__  # type: ignore[attr-defined]

@@ -25,11 +25,11 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from app.app_tables import WebhookDelivery
 from app.config import Settings
 from app.engine.jobs import Job
 from app.engine.registry import Registry
 from app.engine.store import Store, Tx
-from app.tables import WebhookDelivery
 from app.webhooks.events import PayloadError, UnknownEvent, parse_event
 from app.webhooks.routing import HandlerContext, Router
 from app.webhooks.signature import verify

@@ -21,9 +21,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
 
+from app.app_tables import Redelivery, WebhookDelivery
 from app.engine.store.schema import STALE_WRITES, attempts, counters, outbox, runs, tasks
 from app.runs_view import phase_of_step, step_of
-from app.tables import Redelivery, WebhookDelivery
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
 redeliveries = Redelivery.__table__  # type: ignore[attr-defined]

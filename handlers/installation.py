@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import delete, insert, update
 
-from app.tables import Installation, InstallationRepository
+from app.app_tables import Installation, InstallationRepository
 from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
 from app.webhooks.routing import HandlerContext, Router

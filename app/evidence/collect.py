@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, Text, cast, delete, func, select
 
+from app.app_tables import EvidenceBlob
 from app.engine.tables import ActivityTask, HistoryEvent, SignalRecord, WorkflowRun
-from app.tables import EvidenceBlob
 
 blobs = EvidenceBlob.__table__  # type: ignore[attr-defined]
 

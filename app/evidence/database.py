@@ -16,8 +16,8 @@ from collections.abc import Callable
 from sqlalchemy import Engine, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.app_tables import EvidenceBlob
 from app.evidence.base import DEFAULT_MAX_BYTES, EvidenceCorrupt, EvidenceMissing, EvidenceStore
-from app.tables import EvidenceBlob
 
 blobs = EvidenceBlob.__table__  # type: ignore[attr-defined]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from app.app_tables import WebhookDelivery
 from app.engine.store import Store
-from app.tables import WebhookDelivery
 from app.web.access import Principal
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]

@@ -61,7 +61,7 @@ class RepositoryRef(Model):
 
 
 class InstallationRef(Model):
-    """The installation an event names (the stored record is ``app.tables.Installation``)."""
+    """The installation an event names (the stored record is ``app.app_tables.Installation``)."""
 
     id: int
     #: Present in installation events; other events carry only the id.

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from sqlalchemy import insert, select
 
-from app.tables import WebhookDelivery
+from app.app_tables import WebhookDelivery
 from app.web.session import SESSION_COOKIE
 from tests.dashboard.conftest import World
 from tests.dashboard.support import PATCH, settle

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
+from app.app_tables import DeliveryScan, WebhookDelivery
 from app.config import Settings
 from app.delivery_reconciler import MAX_REQUESTS, DeliveryReconciler, pending_redeliveries
 from app.engine.registry import Registry
@@ -23,7 +24,6 @@ from app.engine.store import Store
 from app.github.auth import AppCredentials
 from app.github.client import GitHubClientFactory
 from app.intake import Intake
-from app.tables import DeliveryScan, WebhookDelivery
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
 from emulator.faults import Fault

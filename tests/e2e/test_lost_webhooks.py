@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from app.app_tables import WebhookDelivery
 from app.delivery_reconciler import pending_redeliveries
 from app.demo.project import fix_agent_command, write_project
 from app.demo.run import WorkerProcess
 from app.demo.serve import ServerThread, bind
 from app.demo.stack import LocalStack
-from app.tables import WebhookDelivery
 from app.web import create_app
 from handlers import build_router
 from tests.e2e.scenario import github_state, open_labelled_issue, wait_end, wait_for, wait_phase

@@ -7,10 +7,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine, select
 
+from app.app_tables import WebhookDelivery
 from app.config import Settings
 from app.engine.registry import Registry
 from app.engine.runtime import Runtime
-from app.tables import WebhookDelivery
 from app.web import create_app
 from handlers import build_router
 from tests.web.support import SECRET, Poster, parked_command, parked_repair

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from app.app_tables import Installation
 from app.engine.store.schema import runs, signals
-from app.tables import Installation
 from tests.web.support import EXAMPLES, example
 
 ALL_EXAMPLES = sorted(p for p in EXAMPLES.glob("*/*.json"))

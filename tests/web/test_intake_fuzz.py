@@ -31,12 +31,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select
 
+from app.app_tables import WebhookDelivery
 from app.config import Settings
 from app.engine.db import make_engine
 from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.intake import delivery_key
-from app.tables import WebhookDelivery
 from app.web import create_app
 from app.webhooks.signature import sign
 from handlers import build_router

@@ -213,7 +213,7 @@ async def test_a_failed_handling_is_retried_by_a_redelivery(
     # A record left "failed" (a handler bug since fixed, a database blip).
     from sqlalchemy import update
 
-    from app.tables import WebhookDelivery
+    from app.app_tables import WebhookDelivery
 
     table = WebhookDelivery.__table__  # type: ignore[attr-defined]
     first = await poster.post("issues", payload, delivery="retry-me")

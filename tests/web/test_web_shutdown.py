@@ -16,9 +16,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from app.app_tables import WebhookDelivery
 from app.engine.db import make_engine
 from app.migrate import upgrade
-from app.tables import WebhookDelivery
 from app.webhooks.signature import sign
 from tests.web.support import SECRET
 

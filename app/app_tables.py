@@ -1,4 +1,5 @@
-"""The app's own tables (the runtime's are in app/engine/tables.py)."""
+"""The application's own tables, all in this one module (the engine's are in
+app/engine/tables.py)."""
 
 from __future__ import annotations
 
