@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, LargeBinary
+from sqlalchemy import JSON, BigInteger, Column, LargeBinary, MetaData
 from sqlmodel import Field, SQLModel
+
+# The engine's tables live on the same SQLModel.metadata; importing them here
+# means whoever asks for the whole schema (below) gets every table.
+from app.engine import tables as engine_tables  # noqa: F401
 
 
 def _github_id() -> Column[int]:
@@ -134,3 +138,9 @@ class EvidenceBlob(SQLModel, table=True):
     data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     created_at: float
     last_put_at: float = Field(index=True)
+
+
+def whole_schema() -> MetaData:
+    """Every table, the app's and the engine's: what migrations compare against
+    and tests build."""
+    return SQLModel.metadata

@@ -4,9 +4,8 @@ for the alembic CLI, from DATABASE_URL / the default SQLite file."""
 from __future__ import annotations
 
 from alembic import context
-from sqlmodel import SQLModel
 
-import app.models  # noqa: F401  (registers every table on SQLModel.metadata)
+from app.app_tables import whole_schema
 from app.config import Settings
 from app.engine.db import make_engine
 
@@ -17,7 +16,7 @@ engine = make_engine(url)
 with engine.connect() as connection:
     context.configure(
         connection=connection,
-        target_metadata=SQLModel.metadata,
+        target_metadata=whole_schema(),
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
-from sqlmodel import SQLModel
 
-import app.models  # noqa: F401
+from app.app_tables import whole_schema
 from app.engine.db import make_engine
 from app.migrate import upgrade
 
@@ -59,7 +58,7 @@ def postgres_url() -> Iterator[str]:
 
 
 def _truncate_all(engine: Engine) -> None:
-    names = ", ".join(f'"{t.name}"' for t in SQLModel.metadata.sorted_tables)
+    names = ", ".join(f'"{t.name}"' for t in whole_schema().sorted_tables)
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY"))
 
