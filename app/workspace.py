@@ -308,12 +308,6 @@ async def tracked_regular_files(ws: Workspace) -> list[str]:
     return paths
 
 
-async def tracked_files(ws: Workspace) -> list[str]:
-    """The paths git tracks in the checkout."""
-    out = await _git_ok(["ls-files", "-z"], ws=ws)
-    return [p for p in out.decode(errors="surrogateescape").split("\0") if p]
-
-
 def remove_workspace(ws: Workspace | Path) -> None:
     """Remove a workspace whatever state a command left it in (read-only
     directories included); a workspace that is already gone is fine."""
