@@ -47,10 +47,6 @@ def bind_log_context(**fields: Any) -> None:
     _context.set({k: v for k, v in fields.items() if v is not None})
 
 
-def current_context() -> dict[str, Any]:
-    return dict(_context.get() or {})
-
-
 class JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
