@@ -80,13 +80,6 @@ class CommandCgroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
-    def memory_exhausted(self) -> bool:
-        """Whether the memory limit was hit (the kernel refused or OOM-killed)."""
-        try:
-            return int((self.memory / "memory.failcnt").read_text()) > 0
-        except (OSError, ValueError):
-            return False
-
     def remove(self) -> None:
         """Kill what is left and remove both directories (best effort, never raises)."""
         for _ in range(200):  # killed tasks take a moment to leave the group
