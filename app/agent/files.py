@@ -141,7 +141,3 @@ class Checkout:
                 path = os.path.join(directory, name)
                 if stat.S_ISREG(os.lstat(path).st_mode):
                     yield os.path.normpath(os.path.relpath(path, self.root)).replace(os.sep, "/")
-
-
-def _why(exc: OSError) -> str:
-    return f"{exc.strerror}; symlinks are not followed"
