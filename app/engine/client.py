@@ -98,25 +98,6 @@ class RuntimeClient:
             )
         )
 
-    def start_in(
-        self,
-        tx: Tx,
-        name: str,
-        workflow_id: str,
-        input: Any = None,
-        *,
-        version: int | None = None,
-        deadline_seconds: float | None = None,
-    ) -> StartResult:
-        """Start inside the caller's transaction (webhook intake); dispatch tx.jobs after."""
-        return tx.start_run(
-            workflow_name=name,
-            workflow_version=version or self.registry.latest_version(name),
-            workflow_id=workflow_id,
-            input=input,
-            deadline_seconds=deadline_seconds,
-        )
-
     async def signal(self, workflow_id: str, name: str, payload: Any, *, dedupe_key: str) -> bool:
         return await self._write(lambda tx: tx.signal(workflow_id, name, payload, dedupe_key))
 
