@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 #: Signal names, shared by the handlers that send and the workflows that wait.
 REVIEW = "review"
@@ -98,11 +98,4 @@ class PullSynchronizedSignal(BaseModel):
 
     number: int
     head_sha: str
-    by: str = ""
-
-
-class ResumeSignal(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    reason: str = Field(default="")
     by: str = ""
