@@ -373,9 +373,6 @@ class BareRepo:
         result = self._git("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
         return result.stdout.decode().strip() or None
 
-    def set_default_branch(self, branch: str) -> None:
-        self._git("symbolic-ref", "HEAD", qualify_ref(branch))
-
     def resolve(self, ref: str) -> str | None:
         """The commit ``ref`` names: a branch or tag name, ``heads/x``, ``refs/heads/x``,
         ``HEAD``, or a (possibly abbreviated) sha. None if there is no such commit."""

@@ -324,9 +324,6 @@ class Store:
     def repo(self, owner: str, name: str) -> Repo | None:
         return self.repos.get(f"{owner}/{name}".lower())
 
-    def repo_by_id(self, repo_id: int) -> Repo | None:
-        return next((r for r in self.repos.values() if r.id == repo_id), None)
-
     def installations_for(self, repo: Repo) -> list[Installation]:
         """Installations whose repository set includes ``repo``."""
         found = []
