@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import re
 
-HEADER = "X-Hub-Signature-256"
 _PREFIX = "sha256="
 # GitHub sends lowercase hex; accept either case rather than reject a proxy's rewrite.
 _SIGNATURE = re.compile(r"sha256=([0-9a-fA-F]{64})")
