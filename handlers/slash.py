@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 from app.markdown import Line, visible_blocks
 
-TRIGGER = "/repair"
-
 
 class Verb(enum.StrEnum):
     REPAIR = "repair"
