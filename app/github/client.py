@@ -35,6 +35,7 @@ from app.github.auth import (
     utcnow,
 )
 from app.github.errors import classified
+from app.github.transport import ResendOnLostConnection
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
@@ -72,7 +73,9 @@ class GitHubClientFactory:
             base_url=base_url,
             timeout=timeout,
             user_agent=user_agent,
-            async_transport=transport,
+            # A read (or a token mint) whose keep-alive connection the server
+            # closed under it is sent again; other mutations reconcile instead.
+            async_transport=ResendOnLostConnection(transport or httpx.AsyncHTTPTransport()),
             auto_retry=False,
             # Reconciliation must read what GitHub holds now, not a cached copy.
             http_cache=False,
