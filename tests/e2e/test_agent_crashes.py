@@ -40,6 +40,25 @@ def model() -> Iterator[FakeLLM]:
         yield server
 
 
+def two_workers(
+    stack: LocalStack, model: FakeLLM, tmp_path: Path, *, fault: str = ""
+) -> tuple[WorkerProcess, WorkerProcess]:
+    """repairbot's web in-process, and two worker processes (not started) with
+    the built-in agent against ``model``: one to die (at ``fault`` if given),
+    one to take over."""
+    assert stack.settings is not None
+    settings = stack.settings.with_overrides(
+        relay_grace=0.2, reconcile_interval=0.1, worker_silence=2.0
+    )
+    stack.settings = settings
+    stack.start_repairbot(run_worker=False)
+    env = builtin_agent_env(model.openai_url)
+    doomed = WorkerProcess(
+        settings.with_overrides(fault_point=fault), tmp_path / "doomed.log", extra_env=env
+    )
+    return doomed, WorkerProcess(settings, tmp_path / "fresh.log", extra_env=env)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
@@ -54,17 +73,7 @@ def model() -> Iterator[FakeLLM]:
 async def test_the_agent_loop_resumes_after_a_sigkill(
     stack: LocalStack, model: FakeLLM, fault: str, tmp_path: Path
 ) -> None:
-    assert stack.settings is not None
-    settings = stack.settings.with_overrides(
-        relay_grace=0.2, reconcile_interval=0.1, worker_silence=2.0
-    )
-    stack.settings = settings
-    stack.start_repairbot(run_worker=False)
-    env = builtin_agent_env(model.openai_url)
-    doomed = WorkerProcess(
-        settings.with_overrides(fault_point=fault), tmp_path / "doomed.log", extra_env=env
-    )
-    fresh = WorkerProcess(settings, tmp_path / "fresh.log", extra_env=env)
+    doomed, fresh = two_workers(stack, model, tmp_path, fault=fault)
     asked_before_kill: list[int] = []
     number, run = await run_through_a_kill(
         stack,
@@ -99,15 +108,7 @@ async def test_a_worker_killed_during_a_model_call_asks_that_turn_again(
     resumes the agent from its last checkpoint: the interrupted turn is asked
     again (its answer was never recorded), every other turn once, and the
     changelog append made before the kill is not made again."""
-    assert stack.settings is not None
-    settings = stack.settings.with_overrides(
-        relay_grace=0.2, reconcile_interval=0.1, worker_silence=2.0
-    )
-    stack.settings = settings
-    stack.start_repairbot(run_worker=False)
-    env = builtin_agent_env(model.openai_url)
-    doomed = WorkerProcess(settings, tmp_path / "doomed.log", extra_env=env)
-    fresh = WorkerProcess(settings, tmp_path / "fresh.log", extra_env=env)
+    doomed, fresh = two_workers(stack, model, tmp_path)
     release = model.hold(AFTER_THE_APPEND)
 
     async def kill_during_the_call() -> None:
