@@ -220,6 +220,7 @@ def agent_processes() -> list[int]:
 
 @SQLITE_ONLY
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a minute of budget by construction, then cleanup
 @budgets("{repair_attempts: 2, time_limit_seconds: 60, total_seconds: 60}")
 async def test_the_run_deadline_stops_the_agent_in_flight(stack: LocalStack) -> None:
     """``total_seconds: 60`` (the least allowed) and an agent that would think
