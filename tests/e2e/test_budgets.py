@@ -1,7 +1,8 @@
 """Every budget of a run driven to exhaustion through the workflow, over real
 webhooks against the emulator: repair attempts (after a "changes requested"
-review, with the pull request open), agent tool retries, model tokens, model
-cost (priced by the operator's ``REPAIRBOT_AGENT_PRICES``) and working time
+review, with the pull request open), agent tool retries, model tokens and
+model cost (priced by the operator's ``REPAIRBOT_AGENT_PRICES``; the built-in
+agent stops mid-attempt at the model call that reaches them) and working time
 (the run deadline fires in the middle of the agent, which is stopped).
 
 Each case asserts the run's end, the final status comment (the budget usage
@@ -12,6 +13,7 @@ state read from the emulator: pull requests and branches.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from collections.abc import Iterator
@@ -152,14 +154,22 @@ async def test_an_agent_that_keeps_failing_spends_its_tool_retries(stack: LocalS
 # -- tokens and cost (the built-in agent against a scripted model) ---------------------
 
 
-async def spent_in_one_attempt(stack: LocalStack, number: int, model: FakeLLM) -> str:
-    """The run ended ``cost-budget-exhausted`` after the first attempt: the
-    model answered each of its turns once; no second attempt, no verification
-    of a proposal the run could not afford, nothing published. The status comment."""
+def turns_to_reach(cap: float, per_turn: float) -> int:
+    """Model calls the built-in loop makes before a run cap stops it: it checks
+    before each call, so the call that reaches the cap is the last."""
+    turns = math.ceil(cap / per_turn)
+    assert turns < TURNS, "the cap must bind before the scripted repair ends"
+    return turns
+
+
+async def spent_in_one_attempt(stack: LocalStack, number: int, model: FakeLLM, turns: int) -> str:
+    """The run ended ``cost-budget-exhausted`` in its first attempt: the loop
+    stopped after ``turns`` model calls, each asked once; no second attempt,
+    nothing to verify, nothing published. The status comment."""
     run = await scenario.wait_end(stack, number, timeout=180)
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "cost-budget-exhausted", run.result
-    assert model.turns_asked() == list(range(TURNS))
+    assert model.turns_asked() == list(range(turns))
     assert len(scenario.scheduled(stack, number, "agent.propose_fix")) == 1
     assert scenario.scheduled(stack, number, "commands.verify_candidate") == []
     body = await assert_no_pull_request(stack, number)
@@ -173,8 +183,9 @@ async def test_the_token_budget_ends_the_run(stack: LocalStack, model: FakeLLM) 
     start_builtin_agent(stack, model)
     number = await scenario.open_labelled_issue(stack)
 
-    body = await spent_in_one_attempt(stack, number, model)
-    tokens = TURNS * TOKENS_PER_TURN
+    turns = turns_to_reach(3000, TOKENS_PER_TURN)
+    body = await spent_in_one_attempt(stack, number, model, turns)
+    tokens = turns * TOKENS_PER_TURN
     assert f"Model tokens: {tokens} of 3000" in body
     assert f"{tokens} tokens used of 3000." in body
     assert await base_check(stack, number) == "neutral"
@@ -190,8 +201,10 @@ async def test_the_cost_budget_ends_the_run_at_the_operators_prices(
     start_builtin_agent(stack, model, REPAIRBOT_AGENT_PRICES=json.dumps(prices))
     number = await scenario.open_labelled_issue(stack)
 
-    body = await spent_in_one_attempt(stack, number, model)
-    cost = TURNS * (900 * 10.0 + 60 * 30.0) / 1e6
+    per_turn = (900 * 10.0 + 60 * 30.0) / 1e6
+    turns = turns_to_reach(0.05, per_turn)
+    body = await spent_in_one_attempt(stack, number, model, turns)
+    cost = turns * per_turn
     assert f"cost ${cost:.4f} of $0.05" in body
     assert f"${cost:.4f} spent of $0.05." in body
     assert await base_check(stack, number) == "neutral"
@@ -257,3 +270,4 @@ async def test_the_run_deadline_stops_the_agent_in_flight(stack: LocalStack) -> 
     spent = re.search(r"Working time: (\d+)s of 60s", body)
     assert spent is not None and 60 <= int(spent.group(1)) < 90, body
     assert await base_check(stack, number) == "neutral"
+    scenario.record_history(stack, number, "repair_v2_time_budget_stops_the_agent")

@@ -356,6 +356,7 @@ async def test_a_merge_whose_answer_is_lost_to_a_cancel_is_reported_merged(
         as_user=stack.people.owner,
     )
     assert not any("closed this pull request" in c["body"] for c in comments)
+    record_history(stack, number, "repair_v2_merge_answer_lost_to_a_cancel")
 
 
 @SQLITE_ONLY
