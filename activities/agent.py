@@ -18,7 +18,8 @@ would stop the same way), with what it spent.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Literal
+from dataclasses import replace
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,7 +44,7 @@ from app.agent import (
     LoopStopped,
     build_agent,
 )
-from app.agent.budget import Usage, price_of
+from app.agent.budget import Caps, Usage, price_of
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import TransientError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -52,6 +53,7 @@ from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import AgentConfig, Command
 from app.workspace import PatchRejected, Workspace, apply_patch, snapshot
 
+T = TypeVar("T", int, float)
 log = logging.getLogger("repairbot.activities")
 
 #: Feedback evidence (a failing test log) is quoted up to this many bytes, from its end.
@@ -70,7 +72,7 @@ class FeedbackInput(BaseModel):
 class ProposeInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Added after runs were recorded: omitted from the recorded input at their defaults.
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "test", "run_usage")
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "test", "run_usage", "run_caps")
 
     #: Base commit, plus the previous candidate when refining it after a review.
     workspace: WorkspaceSpec
@@ -92,6 +94,10 @@ class ProposeInput(BaseModel):
     test: Command | None = None
     #: What the built-in agent spent in this run's earlier repair attempts.
     run_usage: Usage | None = None
+    #: The repository's run-wide token and cost budgets: the built-in loop
+    #: stops before a model call once the run reached one (the operator's
+    #: caps bind too, whichever is lower).
+    run_caps: Caps | None = None
 
 
 class ProposeResult(BaseModel):
@@ -143,7 +149,7 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
         agent_http = optional_dep(actx, AgentHttp)
         agent = build_agent(
             request.agent,
-            policy=optional_dep(actx, AgentPolicy) or AgentPolicy(),
+            policy=_within(optional_dep(actx, AgentPolicy) or AgentPolicy(), request.run_caps),
             http_client=agent_http.client if agent_http else None,
             time_limit=request.time_limit_seconds,
             sandbox=sandbox_of(actx),
@@ -170,6 +176,24 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
         except AgentFailed as failure:
             return _failed(actx, request, store, failure).model_dump(mode="json")
     return _proposed(actx, request, store, proposal).model_dump(mode="json")
+
+
+def _within(policy: AgentPolicy, caps: Caps | None) -> AgentPolicy:
+    """The operator's policy with its run caps lowered to the repository's."""
+    if caps is None:
+        return policy
+    run = policy.budget.run
+
+    def lower(ours: T | None, theirs: T | None) -> T | None:
+        return theirs if ours is None else ours if theirs is None else min(ours, theirs)
+
+    tighter = run.model_copy(
+        update={
+            "tokens": lower(run.tokens, caps.tokens),
+            "cost_usd": lower(run.cost_usd, caps.cost_usd),
+        }
+    )
+    return replace(policy, budget=policy.budget.model_copy(update={"run": tighter}))
 
 
 def _loop_host(actx: ActivityContext, store: EvidenceStore) -> LoopHost:

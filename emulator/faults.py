@@ -13,7 +13,9 @@ Kinds:
 - ``delay``: sleep ``delay`` seconds, then serve normally.
 - ``rate_limit``: answer 403 or 429 with ``retry-after`` or ``x-ratelimit-*`` headers.
 - ``drop``: perform the request, then close the connection before the answer
-  (the client sees a transport error although the mutation happened).
+  (the client sees a transport error although the mutation happened); with
+  ``delay``, the answer is held that long first (REST), so the call stays in
+  flight after its effect.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import NondeterminismError
 from app.engine.history_commands import (
+    ACTIVITY_CANCEL_REQUESTED,
     ACTIVITY_SCHEDULED,
     MARKER_RECORDED,
     TIMER_CANCELLED,
@@ -72,6 +73,7 @@ class WorkflowContext:
         self._signal_waiters: list[_SignalWaiter] = []
         self._timers: dict[int, WorkflowFuture] = {}
         self._activities: dict[int, WorkflowFuture] = {}
+        self._activity_names: dict[int, str] = {}
         self._uuid_count = 0
         self.cancel_requested = False
         self.cancel_reason = ""
@@ -105,7 +107,27 @@ class WorkflowContext:
         self._x.issue(cmd, ACTIVITY_SCHEDULED, attrs)
         future = WorkflowFuture(label=f"activity {defn.name} ({op})")
         self._activities[cmd] = future
+        self._activity_names[cmd] = defn.name
         return future
+
+    def cancel_activity(self, future: WorkflowFuture) -> WorkflowFuture:
+        """Ask the activity behind ``future`` to stop; resolves once it has ended.
+
+        Recorded in history (so replay issues it at the same point) and
+        committed with this workflow task: the task's ``cancel_requested`` is
+        set in that same transaction, so the running attempt learns it at its
+        next heartbeat even if this worker dies right after the commit; a
+        queued one never starts. The returned future never fails: however the
+        activity ended (stopped, finished first, failed) is on ``future``.
+        """
+        cmd = next((n for n, f in self._activities.items() if f is future), None)
+        if cmd is None:
+            raise ValueError(f"{future.label or 'this future'} is not an activity of this run")
+        if not future.done:
+            request = self._x.next_command_number()
+            attrs = {"target": cmd, "activity": self._activity_names[cmd]}
+            self._x.issue(request, ACTIVITY_CANCEL_REQUESTED, attrs)
+        return _settle_all([future])
 
     def sleep(self, seconds: float) -> WorkflowFuture:
         """A durable timer: survives crashes and holds no worker while waiting."""

@@ -1,8 +1,12 @@
 """Named fault points: a crash test tells a worker process to kill itself with
 SIGKILL when it reaches one, to prove the runtime survives a crash exactly
 there. Configured by ``Settings.fault_point`` (``REPAIRBOT_FAULT_POINT``) as
-``name[:detail][@N]``: the point, optionally only for one activity (the
-detail), on the N-th time it is reached (default the first). Inert otherwise.
+``name[:detail][@N][+SECONDS]``: the point, optionally only for one activity
+(the detail), on the N-th time it is reached (default the first). Inert
+otherwise. With ``+SECONDS`` the process stalls there that long instead of
+dying (the whole process, as a worker blocked in a slow write would), then
+goes on: a crash test opens the window after an external effect and before
+its record, and kills the worker inside it itself.
 
 Points in the runtime:
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 
 
@@ -25,12 +30,16 @@ class FaultPoints:
     spec: str = ""
     _hits: int = 0
     _target: tuple[str, str | None, int] | None = field(default=None, init=False)
+    #: Seconds to stall at the point instead of dying (``+SECONDS``).
+    _stall: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.spec:
-            point, _, nth = self.spec.partition("@")
+            spec, _, stall = self.spec.partition("+")
+            point, _, nth = spec.partition("@")
             name, _, detail = point.partition(":")
             self._target = (name, detail or None, int(nth or 1))
+            self._stall = float(stall) if stall else None
 
     def hit(self, name: str, detail: str | None = None) -> None:
         if self._target is None:
@@ -39,5 +48,8 @@ class FaultPoints:
         if target != name or (wanted is not None and wanted != detail):
             return
         self._hits += 1
-        if self._hits >= nth:
+        if self._stall is not None:
+            if self._hits == nth:
+                time.sleep(self._stall)  # blocks the event loop too, on purpose
+        elif self._hits >= nth:
             os.kill(os.getpid(), signal.SIGKILL)

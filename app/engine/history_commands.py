@@ -18,7 +18,17 @@ ACTIVITY_SCHEDULED = "activity_scheduled"
 TIMER_STARTED = "timer_started"
 TIMER_CANCELLED = "timer_cancelled"
 MARKER_RECORDED = "marker_recorded"
-COMMAND_TYPES = frozenset({ACTIVITY_SCHEDULED, TIMER_STARTED, TIMER_CANCELLED, MARKER_RECORDED})
+#: The code asked one activity in flight to stop (``ctx.cancel_activity``).
+ACTIVITY_CANCEL_REQUESTED = "activity_cancel_requested"
+COMMAND_TYPES = frozenset(
+    {
+        ACTIVITY_SCHEDULED,
+        TIMER_STARTED,
+        TIMER_CANCELLED,
+        MARKER_RECORDED,
+        ACTIVITY_CANCEL_REQUESTED,
+    }
+)
 
 # Event types that resolve or disturb a waiting workflow (written by others).
 WORKFLOW_STARTED = "workflow_started"
@@ -46,6 +56,7 @@ COMPARED_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     TIMER_STARTED: ("duration",),
     TIMER_CANCELLED: ("timer",),
     MARKER_RECORDED: ("kind", "id"),
+    ACTIVITY_CANCEL_REQUESTED: ("activity", "target"),
 }
 
 

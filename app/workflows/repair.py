@@ -22,6 +22,7 @@ from activities import github
 from app.engine.context import WorkflowContext
 from app.engine.errors import ActivityError, CleanupIncomplete, NeedsHuman, WorkflowCancelled
 from app.engine.registry import workflow
+from app.engine.scheduler import WorkflowFuture
 from app.workflows import repair_v1
 from app.workflows.calls import call
 from app.workflows.contracts import RunRequest
@@ -137,12 +138,12 @@ class Repair(WorkPhases, ReviewPhases):
         except ActivityError as error:
             self.state.leftovers.append(f"the check run on {sha[:12]}: {error.message}")
 
-    async def refresh_pull(self) -> None:
+    async def refresh_pull(self) -> github.PullView | None:
         """The pull request's true state before cleaning (a human, or a merge in
-        flight, may have closed or merged it)."""
+        flight, may have closed or merged it); what GitHub showed, if it answered."""
         pull = self.state.pull
         if pull is None:
-            return
+            return None
         try:
             seen = await call(
                 self.ctx,
@@ -152,8 +153,9 @@ class Repair(WorkPhases, ReviewPhases):
                 step="cancel-read-pull",
             )
         except ActivityError:
-            return  # closing will find out
+            return None  # closing will find out
         pull.state = "merged" if seen.merged else "closed" if seen.state == "closed" else "open"
+        return seen
 
     async def close_pull(self, why: str, step: str) -> None:
         pull = self.state.pull
@@ -204,8 +206,16 @@ class Repair(WorkPhases, ReviewPhases):
     async def cancel(self, reason: str) -> None:
         """Stop active work, keep the evidence, clean what the run owns, say so."""
         await self.ctx.stop_active_work()
+        merging = self.inflight.get("merge")
         self.settle_inflight()
-        await self.refresh_pull()
+        seen = await self.refresh_pull()
+        if merging is not None and self.ctx.patched("cancel-reconciles-merge"):
+            # Runs recorded before this change closed the pull request here
+            # unless the read above happened to see it merged.
+            landed = self.merge_landed(merging, seen)
+            if landed is not None:
+                await self.merged_despite_cancel(reason, landed)
+                return
         self.end_work_round()
         self.ctx.enter_cancel_phase("preserving-evidence")
         self.state.outcome = "cancelled"
@@ -220,6 +230,44 @@ class Repair(WorkPhases, ReviewPhases):
         await self.final_report()
         if self.state.leftovers:
             raise CleanupIncomplete("cleanup could not finish", leftovers=self.state.leftovers)
+
+    def merge_landed(self, merging: WorkflowFuture, seen: github.PullView | None) -> str | None:
+        """The merge commit if the merge in flight at the cancel happened: its
+        own answer, or (answer lost) GitHub's pull request merged at the
+        approved commit. None when it did not, or nobody can tell."""
+        approval = self.state.approval
+        if merging.done and merging.error is None:
+            answer = github.MergeResult.model_validate(merging.result)
+            if answer.outcome == "merged":
+                return answer.merge_commit_sha or ""
+        at_approved = approval is not None and seen is not None and seen.head_sha == approval.commit
+        if seen is not None and seen.merged and at_approved:
+            return seen.merge_commit_sha or ""
+        return None
+
+    async def merged_despite_cancel(self, reason: str, merge_commit: str) -> None:
+        """The cancel came too late to stop the merge: say so, and clean up as
+        after any merge (never close a merged pull request)."""
+        assert self.state.pull is not None and self.state.approval is not None
+        self.end_work_round()
+        self.ctx.enter_cancel_phase("preserving-evidence")
+        self.ctx.enter_cancel_phase("cleaning-owned-resources")
+        self.state.pull.state = "merged"
+        self.state.merge_commit_sha = merge_commit or None
+        self.state.outcome = "merged"
+        self.state.next_steps = (
+            "Nothing, unless the fix should not have landed: then revert the merge commit."
+        )
+        made = f" as `{merge_commit[:12]}`" if merge_commit else ""
+        self.state.detail = (
+            f"Cancelled ({reason}) too late: GitHub had already merged the approved "
+            f"commit `{self.state.approval.commit[:12]}`{made}."
+        )
+        # As conclude() after a merge, with this path's own steps (the cancel
+        # may have stopped conclude's own before they started).
+        if not self.config.keep_branch_after_merge:
+            await self.delete_branch("cancel-delete-branch")
+        await self.final_report()
 
     def result(self) -> dict[str, Any]:
         return self.state.summary()

@@ -185,6 +185,11 @@ class RunBase:
             return await future
         if await first(future, self.deadline) == 1 and not future.done:
             self.end_work_round()
+            if self.ctx.patched("deadline-stops-activity"):
+                # Stop the agent or command in flight and wait until it has
+                # (sandbox killed, workspace removed): runs recorded before
+                # this change left it running and ignored its result.
+                await self.ctx.cancel_activity(future)
             raise Finished(
                 "time-budget-exhausted",
                 f"The working time budget ({self.state.limits.total_seconds:.0f}s) ran out "

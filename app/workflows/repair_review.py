@@ -15,7 +15,7 @@ from activities.agent import FeedbackInput
 from activities.repo_commands import VerifyResult
 from app.engine.context import Signal
 from app.engine.errors import WorkflowCancelled
-from app.workflows.calls import call
+from app.workflows.calls import call, schedule
 from app.workflows.contracts import (
     PR_CLOSED,
     PR_SYNCHRONIZED,
@@ -301,7 +301,7 @@ class ReviewPhases(RunBase):
                 github.ReadyResult,
                 step=f"ready-{n}",
             )
-        merged = await call(
+        merging = schedule(
             self.ctx,
             github.merge,
             github.MergeInput(
@@ -310,9 +310,12 @@ class ReviewPhases(RunBase):
                 sha=approval.commit,
                 method=self.config.merge_method,
             ),
-            github.MergeResult,
             step=f"merge-{n}",
         )
+        # A cancel meeting the merge in flight, or arriving after it while the
+        # run concludes, asks before any cleanup whether it landed (Repair.cancel).
+        self.inflight["merge"] = merging
+        merged = github.MergeResult.model_validate(await merging)
         if merged.outcome == "merged":
             self.state.merge_commit_sha = merged.merge_commit_sha
             self.state.pull.state = "merged"

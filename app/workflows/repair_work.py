@@ -6,6 +6,7 @@ from __future__ import annotations
 from activities import agent, github, repo_commands, workspace
 from activities.agent import FeedbackInput, ProposeInput, ProposeResult
 from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
+from app.agent.budget import Caps as AgentCaps
 from app.agent.budget import Usage as AgentUsage
 from app.repo_config import reproduction_from_issue
 from app.workflows.calls import call, schedule
@@ -214,6 +215,13 @@ class WorkPhases(RunBase):
                         ),
                     }
                 )
+            capped = limits.max_tokens is not None or limits.max_cost_usd is not None
+            if capped and self.ctx.patched("agent-stops-at-run-budget"):
+                # The built-in loop stops at the repository's token and cost
+                # budgets mid-attempt; runs recorded before this change found
+                # out only after the attempt.
+                caps = AgentCaps(tokens=limits.max_tokens, cost_usd=limits.max_cost_usd)
+                request = request.model_copy(update={"run_caps": caps})
             proposal = await self.timed(
                 agent.propose_fix, request, ProposeResult, step=f"propose-{attempt}"
             )

@@ -212,6 +212,8 @@ class Endpoint:
             self._run, auth_header, params, request.query_params, raw, urls
         )
         if fault is not None and fault.kind == "drop":
+            # Applied, then the answer is held (if ``delay``) and never comes.
+            await anyio.sleep(fault.delay)
             await send({"type": "http.response.start", "status": status, "headers": []})
             raise DroppedResponse("emulator dropped the connection after applying the request")
         if status < 300:

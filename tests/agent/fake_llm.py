@@ -10,9 +10,15 @@ another process.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from app.demo.scripted_model import API_KEY, ScriptedModel, Turn
 from app.demo.serve import ServerThread, bind
@@ -24,6 +30,9 @@ class FakeLLM(ScriptedModel):
     def __init__(self, script: Sequence[Turn] = ()) -> None:
         super().__init__(script or [Turn("I have no idea.")])
         self._server: ServerThread | None = None
+        self._holds: dict[int, threading.Event] = {}
+        #: Turns whose (first) request arrived and is being held unanswered.
+        self.holding: list[int] = []
 
     def __enter__(self) -> FakeLLM:
         self._server = ServerThread(self.app, bind(), name="fake-llm").start()
@@ -50,6 +59,23 @@ class FakeLLM(ScriptedModel):
     def fail_before(self, turn: int, *failures: Turn) -> None:
         """Answer turn ``turn`` with these failures first, in order."""
         self.failures.setdefault(turn, []).extend(failures)
+
+    def hold(self, turn: int) -> threading.Event:
+        """Leave the first OpenAI request for ``turn`` unanswered (listed in
+        ``holding``) until the returned event is set; it is then answered
+        (and recorded) as usual, to whoever is still listening."""
+        release = threading.Event()
+        self._holds[turn] = release
+        return release
+
+    async def _openai(self, request: Request) -> JSONResponse:
+        body = json.loads(await request.body())  # Starlette keeps it for the answer
+        turn = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+        release = self._holds.pop(turn, None)
+        if release is not None:
+            self.holding.append(turn)
+            await anyio.to_thread.run_sync(release.wait)
+        return await super()._openai(request)
 
     def bodies(self, api: str | None = None) -> list[dict[str, Any]]:
         return [r.body for r in self.requests if api is None or r.api == api]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from tests.e2e.scenario import (
     push_files,
     record_history,
     review,
+    scheduled,
     status_comment,
     wait_end,
     wait_for,
@@ -43,6 +44,7 @@ from tests.e2e.scenario import (
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 MERGE_ENDPOINT = "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"
+PULL_ENDPOINT = "GET /repos/{owner}/{repo}/pulls/{pull_number}"
 
 
 @pytest.fixture
@@ -218,9 +220,9 @@ CASES: list[tuple[str, str, Event, End]] = [
     ("awaiting-review", "issue-closed", close_issue, CANCELLED),
     (
         # The merge is in flight when the cancel arrives. Either it completes
-        # (cancellation reads the pull request back and reports it merged) or
-        # its answer is lost and, cancelled, it is not tried again (the pull
-        # request is closed): the status comment must say which, as GitHub shows.
+        # (the run reports the merge, which the cancel came too late to stop)
+        # or it does not (the pull request is closed): the status comment and
+        # the check run must say which, as GitHub shows.
         "merging",
         "cancel-command",
         cancel_command,
@@ -283,6 +285,8 @@ async def test_lifecycle(stack: LocalStack, phase: str, event: Event, end: End) 
             assert shown in ("merged", "closed"), pull
             words = "(merged)" if shown == "merged" else "(closed"
             assert words in await status_comment(stack, number)
+            if shown == "merged":
+                end = replace(end, check="success", says="too late")
         else:
             assert shown == end.pull, pull
     branch = f"repairbot/issue-{number}"
@@ -297,6 +301,62 @@ async def test_lifecycle(stack: LocalStack, phase: str, event: Event, end: End) 
         assert proposed is not None
         check = await final_check(stack, proposed)
         assert check["conclusion"] == end.check
+
+
+@SQLITE_ONLY
+async def test_a_merge_whose_answer_is_lost_to_a_cancel_is_reported_merged(
+    stack: LocalStack,
+) -> None:
+    """GitHub merges, then holds the answer and drops it, and the merge
+    activity's own read-back fails too: the activity fails without knowing,
+    and as a cancel arrived meanwhile it is not retried. Before any cleanup
+    the run reads the pull request back: merged at the approved commit, so it
+    reports the merge and never closes the pull request over it."""
+    number, status = await hold_in(stack, "awaiting-review")
+    await stack.gh.faults.add(MERGE_ENDPOINT, "drop", delay=8, times=1)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    await wait_phase(stack, number, "merging", timeout=60)
+    await wait_for("the merge request reached GitHub", all_faults_fired(stack))
+    await stack.gh.faults.add(PULL_ENDPOINT, "fail", status=502, times=1)
+    await cancel_command(stack, number, status)
+
+    run = await wait_end(stack, number, timeout=120)
+    assert run.status == "cancelled", (run.status, run.error)
+    assert run.result["outcome"] == "merged", run.result
+    assert run.result["merge_commit_sha"], run.result
+    # The merge was asked once, its answer lost after the cancel came: the
+    # cancel stopped the retry, and nothing closed the pull request.
+    assert stack.runtime is not None
+    history = stack.runtime.store.load_events(run.run_id)
+    [merge_cmd] = [
+        e.data["cmd"] for e in history
+        if e.type == "activity_scheduled" and e.data["activity"] == "github.merge"
+    ]  # fmt: skip
+    [end] = [
+        e for e in history
+        if e.type in ("activity_completed", "activity_failed") and e.data["cmd"] == merge_cmd
+    ]  # fmt: skip
+    assert end.type == "activity_failed", end
+    assert end.seq > next(e.seq for e in history if e.type == "cancel_requested")
+    assert scheduled(stack, number, "github.close_pull") == []
+    state = await github_state(stack, number)
+    [pull] = state["pulls"]
+    assert pull["merged_at"] is not None
+    assert pull["merge_commit_sha"] == run.result["merge_commit_sha"]
+    assert state["branches"] == ["main"]  # deleted after the merge
+    body = await status_comment(stack, number)
+    assert f"Pull request: #{pull['number']} (merged)" in body
+    assert "too late: GitHub had already merged the approved commit" in body
+    assert "Merged the fix." in body
+    check = await final_check(stack, status["proposed_sha"])
+    assert check["conclusion"] == "success"
+    comments = await stack.gh.rest(
+        "GET",
+        f"/repos/{stack.people.owner}/{stack.repo_name}/issues/{pull['number']}/comments",
+        as_user=stack.people.owner,
+    )
+    assert not any("closed this pull request" in c["body"] for c in comments)
+    record_history(stack, number, "repair_v2_merge_answer_lost_to_a_cancel")
 
 
 @SQLITE_ONLY

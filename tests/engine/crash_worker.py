@@ -31,9 +31,11 @@ from typing import Any
 from app.engine.activity_context import ActivityContext, Dependencies
 from app.engine.context import WorkflowContext
 from app.engine.db import make_engine
+from app.engine.errors import ActivityCancelled, ActivityError
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Absent, Found, Registry, activity, workflow
 from app.engine.runtime import Runtime
+from app.workflows.calls import first
 from tests.engine.ticket_service import TicketService
 
 #: Quick retries: a crash test waits for lease expiry, not for backoff.
@@ -123,6 +125,32 @@ async def long_hold(actx: ActivityContext, _: Any) -> dict[str, Any]:
     return {"attempt": actx.attempt, "worker": deps.worker_id}
 
 
+@activity("until_stopped", retry=RETRY, timeouts=HEARTBEATING)
+async def until_stopped(actx: ActivityContext, args: dict[str, int]) -> str:
+    """Heartbeats for ``chunks`` x 50 ms, or until told to stop."""
+    deps = actx.dep(CrashDeps)
+    deps.note(actx)
+    for _ in range(args["chunks"]):
+        if await actx.heartbeat():
+            deps.note(actx, stopped=True)
+            raise ActivityCancelled("asked to stop")
+        await asyncio.sleep(0.05)
+    deps.note(actx, finished=True)
+    return "finished"
+
+
+@workflow("crash_stop_one")
+async def crash_stop_one(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Stops its activity when a timer fires first (as a run deadline does)."""
+    work = ctx.activity(until_stopped, {"chunks": args["chunks"]}, step="work")
+    if await first(work, ctx.sleep(args["seconds"])) == 1:
+        await ctx.cancel_activity(work)
+    if work.error is not None:
+        assert isinstance(work.error, ActivityError)
+        return {"work": work.error.failure_class, "error_type": work.error.error_type}
+    return {"work": work.result}
+
+
 @workflow("crash_long_hold")
 async def crash_long_hold(ctx: WorkflowContext, _: Any) -> dict[str, Any]:
     held: dict[str, Any] = await ctx.activity(long_hold, None, step="hold")
@@ -191,8 +219,8 @@ async def ticket_flow(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, A
 
 
 REGISTRY = Registry.of(
-    [crash_pipeline, crash_heartbeat, crash_stale, ticket_flow, crash_long_hold],
-    [square, chunked, gated, open_ticket, open_ticket_reconciled, long_hold],
+    [crash_pipeline, crash_heartbeat, crash_stale, ticket_flow, crash_long_hold, crash_stop_one],
+    [square, chunked, gated, open_ticket, open_ticket_reconciled, long_hold, until_stopped],
 )
 
 

@@ -38,3 +38,16 @@ def test_fires_on_the_named_point_detail_and_count(
     )
     done = subprocess.run([sys.executable, "-c", code], check=False, cwd=os.getcwd())
     assert (done.returncode == -signal.SIGKILL) is dies
+
+
+def test_a_stall_blocks_there_once_then_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    stalls: list[float] = []
+    monkeypatch.setattr("app.engine.faults.time.sleep", stalls.append)
+    points = FaultPoints("activity.before_complete:a@2+7.5")
+    points.hit("activity.before_complete", "b")
+    points.hit("activity.before_complete", "a")
+    assert stalls == []
+    points.hit("activity.before_complete", "a")
+    assert stalls == [7.5]
+    points.hit("activity.before_complete", "a")  # and goes on: once only, no kill
+    assert stalls == [7.5]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import ColumnElement, delete, insert, select, update
 
 from app.engine import history_commands as ev
 from app.engine.history_commands import HistoryCommand
@@ -118,6 +118,10 @@ class WorkflowTasks(StoreBase):
             )
             ref = f"{run.run_id}|{attrs['timer']}"
             tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
+        elif command.type == ev.ACTIVITY_CANCEL_REQUESTED:
+            # One activity, in this same transaction: a crash after the commit
+            # cannot lose the request (the attempt's next heartbeat reads it).
+            follow_ups.extend(self._stop_tasks(tx, run.run_id, tasks.c.cmd == attrs["target"]))
 
     def _schedule_activity(
         self, tx: Tx, run: RunRow, command: HistoryCommand
@@ -205,15 +209,22 @@ class WorkflowTasks(StoreBase):
         nothing was in flight, and must run. A full replay delivers the same
         cancel at the same boundary again, so repeating this is harmless.
         """
+        return self._stop_tasks(tx, run_id, tasks.c.cmd <= boundary)
+
+    def _stop_tasks(
+        self, tx: Tx, run_id: str, which: ColumnElement[bool]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Cancel the run's queued tasks among ``which`` (their failure events are
+        returned) and ask its running ones to stop."""
         queued = tx.conn.execute(
             update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled", tasks.c.cmd <= boundary)
+            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled", which)
             .values(status="cancelled", cancel_requested=True, closed_at=tx.now)
             .returning(tasks.c.cmd, tasks.c.activity, tasks.c.attempt)
         ).all()
         tx.conn.execute(
             update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "running", tasks.c.cmd <= boundary)
+            .where(tasks.c.run_id == run_id, tasks.c.status == "running", which)
             .values(cancel_requested=True)
         )
         return [
