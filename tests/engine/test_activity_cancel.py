@@ -9,13 +9,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.engine import commands as ev
+from app.engine import history_commands as ev
 from app.engine.activity_context import ActivityContext
 from app.engine.context import WorkflowContext
 from app.engine.errors import ActivityCancelled, ActivityError
 from app.engine.policy import Timeouts
 from app.engine.registry import Registry, activity, workflow
-from app.engine.replay import StepResult, replay_history
+from app.engine.replay import WorkflowExecution, WorkflowTaskResult
 from app.engine.runtime import Runtime
 from app.engine.store.schema import tasks
 from app.workflows.calls import first
@@ -157,13 +157,10 @@ async def test_the_stop_is_recorded_and_replays(make_runtime: Any) -> None:
         assert ev.ACTIVITY_CANCEL_REQUESTED in str(step.outcome.error), step.outcome.error
 
 
-def _replay(name: str, history: list[ev.Event], run_id: str) -> StepResult:
+def _replay(name: str, history: list[ev.RecordedEvent], run_id: str) -> WorkflowTaskResult:
     """Replay ``history`` (of run ``run_id``, workflow id ``two``) on workflow ``name``."""
-    _, step = replay_history(
-        REGISTRY.workflow(name, 1), history, run_id=run_id, workflow_id="two",
-        task_time=datetime.now(UTC),
-    )  # fmt: skip
-    return step
+    execution = WorkflowExecution(REGISTRY.workflow(name, 1), run_id=run_id, workflow_id="two")
+    return execution.apply(history, task_time=datetime.now(UTC))
 
 
 async def test_a_queued_activity_never_starts(make_runtime: Any) -> None:
