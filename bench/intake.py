@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import secrets
 import shlex
@@ -106,22 +107,27 @@ class Connection:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         return cls(reader, writer)
 
-    async def post(self, request: bytes) -> int:
+    async def post(self, request: bytes) -> tuple[int, bool]:
+        """The answer's status, and whether the server keeps the connection open."""
         self.writer.write(request)
         head = await self.reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split(" ", 2)[1])
-        length = 0
+        length, keep = 0, True
         for line in lines[1:]:
             name, _, value = line.partition(":")
-            if name.strip().lower() == "content-length":
+            name = name.strip().lower()
+            if name == "content-length":
                 length = int(value)
+            elif name == "connection" and value.strip().lower() == "close":
+                keep = False
         await self.reader.readexactly(length)
-        return status
+        return status, keep
 
     async def close(self) -> None:
         self.writer.close()
-        await self.writer.wait_closed()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
 
 
 class Sender:
@@ -149,13 +155,23 @@ class Sender:
         return head.encode() + payload.body
 
     async def send(self) -> None:
-        if self._idle:
+        request = self.request()
+        while self._idle:
             conn = self._idle.pop()
+            try:
+                status, keep = await conn.post(request)
+                break
+            except (asyncio.IncompleteReadError, ConnectionError):
+                # The server closed this idle connection (its keep-alive
+                # timeout) before reading the request: send it on another.
+                await conn.close()
         else:
             conn = await Connection.open(self.port)
             self._all.append(conn)
-        self.statuses[await conn.post(self.request())] += 1
-        self._idle.append(conn)
+            status, keep = await conn.post(request)
+        self.statuses[status] += 1
+        if keep:
+            self._idle.append(conn)
 
     async def close(self) -> None:
         for conn in self._all:

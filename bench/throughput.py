@@ -75,6 +75,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dbos-poll", type=float, default=0.01, help="DBOS queue polling interval, s"
     )
+    parser.add_argument(
+        "--relay-grace",
+        type=float,
+        default=WorkerFleet.relay_grace,
+        help="REPAIRBOT_RELAY_GRACE for our workers (default: the setting's default)",
+    )
     add_service_args(parser)
     args = parser.parse_args(argv)
     if args.full:
@@ -90,7 +96,13 @@ async def run_ours(args: argparse.Namespace, w: int, log_dir: Path) -> Figures:
         upgrade(url)
         await empty_redis(args.redis_url)
         engine = make_engine(url)
-        fleet = WorkerFleet(url, args.redis_url, log_dir, concurrency=args.concurrency)
+        fleet = WorkerFleet(
+            url,
+            args.redis_url,
+            log_dir,
+            concurrency=args.concurrency,
+            relay_grace=args.relay_grace,
+        )
         pool = await connect(args.redis_url)
         try:
             for i in range(w):

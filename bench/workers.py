@@ -89,6 +89,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=_DEFAULTS.concurrency)
     parser.add_argument("--worker-silence", type=float, default=_DEFAULTS.worker_silence)
     parser.add_argument("--reconcile-interval", type=float, default=_DEFAULTS.reconcile_interval)
+    parser.add_argument("--relay-grace", type=float, default=_DEFAULTS.relay_grace)
     return parser.parse_args(argv)
 
 
@@ -100,7 +101,7 @@ async def serve(args: argparse.Namespace) -> int:
         worker_id=args.worker_id,
         concurrency=args.concurrency,
         reconcile_interval=args.reconcile_interval,
-        relay_grace=_DEFAULTS.relay_grace,
+        relay_grace=args.relay_grace,
         worker_silence=args.worker_silence,
     )
     try:
@@ -169,6 +170,7 @@ class WorkerFleet:
     log_dir: Path
     concurrency: int = _DEFAULTS.concurrency
     worker_silence: float = _DEFAULTS.worker_silence
+    relay_grace: float = _DEFAULTS.relay_grace
     processes: list[WorkerProcess] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
@@ -179,6 +181,7 @@ class WorkerFleet:
         argv += ["--redis", self.redis_url, "--worker-id", name]
         argv += ["--concurrency", str(self.concurrency)]
         argv += ["--worker-silence", str(self.worker_silence)]
+        argv += ["--relay-grace", str(self.relay_grace)]
         popen = subprocess.Popen(
             argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
