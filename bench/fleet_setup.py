@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from sqlalchemy import Engine, text
@@ -19,6 +22,8 @@ DEFAULT_POSTGRES = os.environ.get(
 )
 #: Its own Redis database: every case flushes it before it starts.
 DEFAULT_REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+T = TypeVar("T")
+
 #: Anything the benchmarks wait for that takes longer than this is broken.
 PATIENCE = 600.0
 
@@ -75,3 +80,14 @@ async def warm_then_time(batch: Callable[[str, int], Awaitable[float]], warm: in
     await batch("warmup", warm)
     started = time.time()
     return await batch("m", m) - started
+
+
+def run_with_logs(
+    name: str,
+    run: Callable[[argparse.Namespace, Path], Coroutine[Any, Any, T]],
+    args: argparse.Namespace,
+) -> T:
+    """``run(args, log_dir)`` on a fresh event loop; the processes' logs go to
+    a temporary folder that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+        return asyncio.run(run(args, Path(tmp)))

@@ -31,12 +31,10 @@ import asyncio
 import contextlib
 import os
 import secrets
-import shlex
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -55,8 +53,8 @@ from app.migrate import upgrade
 from app.webhooks.signature import sign
 from bench.bare_webhook import SECRET_ENV
 from bench.databases import fresh_database
-from bench.environment import ROOT, load, machine, revision
-from bench.fleet_setup import add_service_args, empty_redis
+from bench.environment import ROOT, at_start, heading, load
+from bench.fleet_setup import add_service_args, empty_redis, run_with_logs
 from bench.spec import POSTGRES, SQLITE
 
 PAYLOADS = Path("/work/shared/data/github/webhooks")
@@ -386,13 +384,9 @@ def verdicts(pairs: list[tuple[ServerFigures, ServerFigures]]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    head = {"revision": revision(), "load": load()}
-    with tempfile.TemporaryDirectory(prefix="bench-intake-") as tmp:
-        pairs = asyncio.run(run(args, Path(tmp)))
-    print(f"command: {shlex.join(['python', '-m', 'bench.intake', *argv])}")
-    print(f"revision: {head['revision']}")
-    print(f"machine: {machine()}")
-    print(f"load average at start / end: {head['load']} / {load()}\n")
+    start = at_start()
+    pairs = run_with_logs("intake", run, args)
+    print(heading("bench.intake", argv, start) + "\n")
     print(table(pairs, args))
     print()
     print("\n".join(verdicts(pairs)))

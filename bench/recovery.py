@@ -20,11 +20,8 @@ Goal (issue 12): p50 and max at most the worker-silence setting + 1 s.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import shlex
 import statistics
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +35,14 @@ from app.engine.db import make_engine
 from app.engine.redis_channel import connect
 from app.migrate import upgrade
 from bench.databases import fresh_database
-from bench.environment import load, machine, revision
-from bench.fleet_setup import add_service_args, empty_redis, wait_for_workers, wait_until
+from bench.environment import at_start, heading, load
+from bench.fleet_setup import (
+    add_service_args,
+    empty_redis,
+    run_with_logs,
+    wait_for_workers,
+    wait_until,
+)
 from bench.spec import POSTGRES
 from bench.workers import HELD, REGISTRY, WorkerFleet
 
@@ -159,16 +162,12 @@ async def run(args: argparse.Namespace, log_dir: Path) -> list[Round]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    head = {"revision": revision(), "load": load()}
-    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp:
-        rounds = asyncio.run(run(args, Path(tmp)))
+    start = at_start()
+    rounds = run_with_logs("recovery", run, args)
     seconds = [r.seconds for r in rounds]
     p50, worst = statistics.median(seconds), max(seconds)
     goal = args.worker_silence + SLACK
-    print(f"command: {shlex.join(['python', '-m', 'bench.recovery', *argv])}")
-    print(f"revision: {head['revision']}")
-    print(f"machine: {machine()}")
-    print(f"load average at start / end: {head['load']} / {load()}\n")
+    print(heading("bench.recovery", argv, start) + "\n")
     print("| kills | worker silence s | p50 s | max s | min s | goal s |")
     print("|---:|---:|---:|---:|---:|---:|")
     print(

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +32,11 @@ from app.engine.redis_channel import connect
 from app.migrate import upgrade
 from bench import dbos_workers
 from bench.databases import fresh_database
-from bench.environment import load, machine, revision
+from bench.environment import at_start, heading, load
 from bench.fleet_setup import (
     add_service_args,
     empty_redis,
+    run_with_logs,
     wait_for_workers,
     wait_until,
     warm_then_time,
@@ -256,14 +255,10 @@ async def run(args: argparse.Namespace, log_dir: Path) -> list[tuple[Figures, Fi
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    head = {"revision": revision(), "load": load()}
-    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
-        pairs = asyncio.run(run(args, Path(tmp)))
+    start = at_start()
+    pairs = run_with_logs("throughput", run, args)
     worst = min(o.workflows_per_s / d.workflows_per_s for o, d in pairs)
-    print(f"command: {shlex.join(['python', '-m', 'bench.throughput', *argv])}")
-    print(f"revision: {head['revision']}")
-    print(f"machine: {machine()}")
-    print(f"load average at start / end: {head['load']} / {load()}")
+    print(heading("bench.throughput", argv, start))
     print(f"concurrency per process: {args.concurrency}; DBOS queue poll {args.dbos_poll}s\n")
     print(table(pairs))
     verdict = "MET" if worst >= 1.0 else "NOT MET"

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,11 +45,12 @@ from app.engine.reconciler import Reconciler
 from app.engine.redis_channel import connect
 from app.migrate import upgrade
 from bench.databases import fresh_database
-from bench.environment import load, machine, revision
+from bench.environment import at_start, heading, load
 from bench.fleet_setup import (
     PATIENCE,
     add_service_args,
     empty_redis,
+    run_with_logs,
     wait_for_workers,
     wait_until,
 )
@@ -401,13 +400,9 @@ def verdicts(result: WaitingResult) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    head = {"revision": revision(), "load": load()}
-    with tempfile.TemporaryDirectory(prefix="bench-waiting-") as tmp:
-        result = asyncio.run(run(args, Path(tmp)))
-    print(f"command: {shlex.join(['python', '-m', 'bench.waiting', *argv])}")
-    print(f"revision: {head['revision']}")
-    print(f"machine: {machine()}")
-    print(f"load average at start / end: {head['load']} / {load()}\n")
+    start = at_start()
+    result = run_with_logs("waiting", run, args)
+    print(heading("bench.waiting", argv, start) + "\n")
     print(table(result))
     print()
     print("\n".join(verdicts(result)))
