@@ -128,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 class WorkerProcess:
     name: str
     popen: subprocess.Popen[bytes]
+    #: Killed or stopped by the orchestrator (not a crash to report).
+    ended_here: bool = False
 
     @property
     def pid(self) -> int:
@@ -145,12 +147,14 @@ class WorkerProcess:
 
     def kill(self) -> float:
         """SIGKILL; returns the wall-clock time (epoch seconds) of the kill."""
+        self.ended_here = True
         at = time.time()
         os.kill(self.pid, signal.SIGKILL)
         self.popen.wait()
         return at
 
     def stop(self, timeout: float = 10.0) -> None:
+        self.ended_here = True
         if not self.alive():
             return
         self.popen.terminate()
@@ -195,7 +199,7 @@ class WorkerFleet:
         return next(p for p in self.processes if p.name == name)
 
     def check_alive(self) -> None:
-        dead = [p.name for p in self.processes if not p.alive() and p.popen.returncode != -9]
+        dead = [p.name for p in self.processes if not p.alive() and not p.ended_here]
         if dead:
             tail = (self.log_dir / f"{dead[0]}.log").read_text()[-2000:]
             raise RuntimeError(f"worker process {dead} exited by itself:\n{tail}")
