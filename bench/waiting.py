@@ -138,7 +138,13 @@ async def park(client: RuntimeClient, first: int, last: int) -> None:
         def start(ids: list[str] = ids) -> list[Job]:
             with client.store.transaction() as tx:
                 for workflow_id in ids:
-                    client.start_in(tx, PARKED, workflow_id)
+                    tx.start_run(
+                        workflow_name=PARKED,
+                        workflow_version=1,
+                        workflow_id=workflow_id,
+                        input=None,
+                        deadline_seconds=None,
+                    )
             return tx.jobs
 
         await client.dispatch(await client.threads.run(start))
