@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,3 +51,21 @@ def revision() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return f"{head}" + (" with local changes in app/engine" if dirty else " (app/engine clean)")
+
+
+def at_start() -> dict[str, str]:
+    """Read before a benchmark runs: other people may commit meanwhile."""
+    return {"revision": revision(), "load": load()}
+
+
+def heading(module: str, argv: Sequence[str], start: dict[str, str]) -> str:
+    """The lines every benchmark report opens with (the command, revision,
+    machine and load), as docs/benchmarks.md records them."""
+    return "\n".join(
+        [
+            f"command: {shlex.join(['python', '-m', module, *argv])}",
+            f"revision: {start['revision']}",
+            f"machine: {machine()}",
+            f"load average at start / end: {start['load']} / {load()}",
+        ]
+    )

@@ -33,6 +33,9 @@ class WorkflowRun(SQLModel, table=True):
     is open or parked, so a unique constraint allows one active run per id."""
 
     __tablename__ = "workflow_runs"
+    # The reconciler's "runnable but no job" query reads only runs that wait
+    # for a workflow task, never every open run (waiting runs are most of them).
+    __table_args__ = (Index("ix_workflow_runs_pending", "pending_task", "updated_at"),)
 
     run_id: str = Field(primary_key=True)
     workflow_id: str = Field(index=True)

@@ -1,0 +1,397 @@
+"""Intake benchmark: signed GitHub webhook deliveries into ``repairbot web``
+(a real process started with ``app.demo.spawn.spawn_repairbot``, real HTTP)
+against a bare Starlette endpoint that only verifies the signature
+(``bench.bare_webhook``), in the same run, on SQLite and on PostgreSQL.
+
+    python -m bench.intake [--db sqlite postgres] [--seconds 10] [--in-flight 16]
+                           [--rate 100] [--steady-seconds 10]
+
+The payloads are the real ones in /work/shared/data/github/webhooks (every
+event and action there, in turn), each delivery with a fresh
+``X-GitHub-Delivery``. Two figures per server:
+
+- deliveries per second with ``--in-flight`` requests always outstanding
+  (closed loop, ``--seconds`` after a warm-up);
+- latency at a steady ``--rate`` deliveries per second (open loop: each
+  delivery is due at a fixed time and its latency counts from then, so a slow
+  answer delays nothing else and hides nothing), p50 and p99.
+
+``repairbot web`` records each delivery and routes it to its handler before
+it answers; the benchmark counts afterwards that every delivery answered 2xx
+is in ``webhook_deliveries``. Its jobs go to Redis (a flushed database of
+their own) with no worker consuming them. Goal (issue 12): 0.9x the bare
+endpoint's deliveries per second or better on both databases, p99 under
+50 ms at 100 deliveries/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from sqlalchemy import text
+
+from app.config import Settings
+from app.demo.spawn import spawn_repairbot
+from app.engine.db import make_engine
+from app.migrate import upgrade
+from app.webhooks.signature import sign
+from bench.bare_webhook import SECRET_ENV
+from bench.databases import fresh_database
+from bench.environment import ROOT, at_start, heading, load
+from bench.fleet_setup import add_service_args, empty_redis, run_with_logs
+from bench.spec import POSTGRES, SQLITE
+
+PAYLOADS = Path("/work/shared/data/github/webhooks")
+RATIO_GOAL = 0.9
+P99_GOAL_MS = 50.0
+WARMUP = 200
+
+
+@dataclass(frozen=True)
+class Payload:
+    event: str
+    body: bytes
+    signature: str
+
+
+@dataclass
+class ServerFigures:
+    server: str
+    db: str
+    per_second: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    statuses: Counter[int] = field(default_factory=Counter)
+    recorded: int | None = None
+
+
+def load_payloads(folder: Path, secret: str) -> list[Payload]:
+    out = []
+    for path in sorted(folder.glob("*/*.json")):
+        body = path.read_bytes()
+        out.append(Payload(path.parent.name, body, sign(body, secret)))
+    if not out:
+        raise RuntimeError(f"no payloads under {folder}")
+    return out
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection with requests written as prepared
+    bytes: a lean client, so that on a small machine the load generator's own
+    CPU takes as little as possible from the servers it measures (httpx
+    costs several times more per request)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def post(self, request: bytes) -> tuple[int, bool]:
+        """The answer's status, and whether the server keeps the connection open."""
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        length, keep = 0, True
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "connection" and value.strip().lower() == "close":
+                keep = False
+        await self.reader.readexactly(length)
+        return status, keep
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+
+class Sender:
+    """Deliveries in turn, each on a free connection; every answer's status counted."""
+
+    def __init__(self, port: int, payloads: list[Payload]) -> None:
+        self.port, self.payloads = port, payloads
+        self.sent = 0
+        self.statuses: Counter[int] = Counter()
+        self._idle: list[Connection] = []
+        self._all: list[Connection] = []
+
+    def request(self) -> bytes:
+        payload = self.payloads[self.sent % len(self.payloads)]
+        self.sent += 1
+        head = (
+            "POST /webhooks/github HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{self.port}\r\n"
+            f"X-GitHub-Event: {payload.event}\r\n"
+            f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
+            f"X-Hub-Signature-256: {payload.signature}\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(payload.body)}\r\n\r\n"
+        )
+        return head.encode() + payload.body
+
+    async def send(self) -> None:
+        request = self.request()
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                status, keep = await conn.post(request)
+                break
+            except (asyncio.IncompleteReadError, ConnectionError):
+                # The server closed this idle connection (its keep-alive
+                # timeout) before reading the request: send it on another.
+                await conn.close()
+        else:
+            conn = await Connection.open(self.port)
+            self._all.append(conn)
+            status, keep = await conn.post(request)
+        self.statuses[status] += 1
+        if keep:
+            self._idle.append(conn)
+
+    async def close(self) -> None:
+        for conn in self._all:
+            await conn.close()
+
+
+async def closed_loop(sender: Sender, in_flight: int, seconds: float) -> float:
+    """Deliveries per second with ``in_flight`` always outstanding."""
+    stop = time.perf_counter() + seconds
+    done = 0
+
+    async def lane() -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            await sender.send()
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(in_flight)))
+    return done / (time.perf_counter() - started)
+
+
+async def open_loop(sender: Sender, rate: float, seconds: float) -> list[float]:
+    """Latency (ms) of each delivery from the moment it was due."""
+    count = int(rate * seconds)
+    start = time.perf_counter() + 0.05
+    latencies: list[float] = []
+
+    async def one(k: int) -> None:
+        due = start + k / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        await sender.send()
+        latencies.append((time.perf_counter() - due) * 1000)
+
+    await asyncio.gather(*(one(k) for k in range(count)))
+    return latencies
+
+
+async def measure(
+    port: int, payloads: list[Payload], args: argparse.Namespace, f: ServerFigures
+) -> None:
+    sender = Sender(port, payloads)
+    try:
+        for _ in range(WARMUP // args.in_flight):
+            await asyncio.gather(*(sender.send() for _ in range(args.in_flight)))
+        f.per_second = await closed_loop(sender, args.in_flight, args.seconds)
+        latencies = await open_loop(sender, args.rate, args.steady_seconds)
+    finally:
+        await sender.close()
+    f.p50_ms = statistics.median(latencies)
+    f.p99_ms = statistics.quantiles(latencies, n=100)[98]
+    f.statuses = sender.statuses
+
+
+# -- the servers ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60.0
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited:\n{tail(log)}")
+            try:
+                if (await client.get(url)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer in 60s:\n{tail(log)}")
+
+
+def tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+def start_bare(argv: list[str], secret: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, SECRET_ENV: secret}
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+@asynccontextmanager
+async def serving(process: subprocess.Popen[bytes], log: Path, port: int) -> AsyncIterator[int]:
+    """The port of a started server, once healthy; stopped afterwards."""
+    try:
+        await healthy(f"http://127.0.0.1:{port}/healthz", process, log)
+        yield port
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def run_bare(
+    args: argparse.Namespace, secret: str, payloads: list[Payload], db: str, tmp: Path
+) -> ServerFigures:
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.bare_webhook", "--port", str(port)]
+    figures = ServerFigures("bare", db)
+    log = tmp / "bare.log"
+    process = start_bare(argv, secret, log)
+    async with serving(process, log, port):
+        await measure(port, payloads, args, figures)
+    return figures
+
+
+async def run_ours(
+    args: argparse.Namespace, secret: str, payloads: list[Payload], db: str, tmp: Path
+) -> ServerFigures:
+    figures = ServerFigures("repairbot web", db)
+    with fresh_database(db, admin_url=args.postgres_url) as url:
+        upgrade(url)
+        await empty_redis(args.redis_url)
+        data = tmp / f"data-{db}"
+        data.mkdir()
+        settings = Settings(
+            data_dir=data, database_url=url, redis_url=args.redis_url, github_webhook_secret=secret
+        )
+        port = free_port()
+        log = tmp / f"web-{db}.log"
+        with log.open("ab") as out:
+            process = spawn_repairbot(
+                ["web", "--host", "127.0.0.1", "--port", str(port)],
+                settings,
+                log=out,
+                log_level="WARNING",
+            )
+        async with serving(process, log, port):
+            await measure(port, payloads, args, figures)
+        engine = make_engine(url)
+        try:
+            with engine.connect() as conn:
+                figures.recorded = int(
+                    conn.execute(text("SELECT count(*) FROM webhook_deliveries")).scalar_one()
+                )
+        finally:
+            engine.dispose()
+        await empty_redis(args.redis_url)
+    answered = sum(n for status, n in figures.statuses.items() if 200 <= status < 300)
+    if figures.recorded != answered:
+        raise RuntimeError(f"{answered} deliveries acknowledged, {figures.recorded} recorded")
+    return figures
+
+
+# -- the report -------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.intake", description=__doc__)
+    parser.add_argument("--db", nargs="+", choices=[SQLITE, POSTGRES], default=[SQLITE, POSTGRES])
+    parser.add_argument("--seconds", type=float, default=10.0, help="closed-loop duration")
+    parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--rate", type=float, default=100.0, help="steady deliveries/s")
+    parser.add_argument("--steady-seconds", type=float, default=10.0)
+    parser.add_argument("--payloads", type=Path, default=PAYLOADS)
+    add_service_args(parser)
+    return parser.parse_args(argv)
+
+
+async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[ServerFigures, ServerFigures]]:
+    secret = secrets.token_hex(20)
+    payloads = load_payloads(args.payloads, secret)
+    pairs = []
+    for db in args.db:
+        bare = await run_bare(args, secret, payloads, db, tmp)
+        print(f"  bare ({db} pair): {bare.per_second:.0f}/s  load {load()}", file=sys.stderr)
+        ours = await run_ours(args, secret, payloads, db, tmp)
+        print(f"  repairbot web on {db}: {ours.per_second:.0f}/s  load {load()}", file=sys.stderr)
+        pairs.append((ours, bare))
+    return pairs
+
+
+def table(pairs: list[tuple[ServerFigures, ServerFigures]], args: argparse.Namespace) -> str:
+    lines = [
+        f"| database | ours/s | bare/s | ours/bare | ours p50 / p99 ms at {args.rate:g}/s "
+        "| bare p50 / p99 ms | answers (ours) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for ours, bare in pairs:
+        answers = ", ".join(f"{n}x{status}" for status, n in sorted(ours.statuses.items()))
+        lines.append(
+            f"| {ours.db} | {ours.per_second:.0f} | {bare.per_second:.0f} "
+            f"| {ours.per_second / bare.per_second:.2f}x | {ours.p50_ms:.1f} / {ours.p99_ms:.1f} "
+            f"| {bare.p50_ms:.1f} / {bare.p99_ms:.1f} | {answers} |"
+        )
+    return "\n".join(lines)
+
+
+def verdicts(pairs: list[tuple[ServerFigures, ServerFigures]]) -> list[str]:
+    out = []
+    for ours, bare in pairs:
+        ratio = ours.per_second / bare.per_second
+        ok_ratio = "MET" if ratio >= RATIO_GOAL else "NOT MET"
+        ok_p99 = "MET" if ours.p99_ms < P99_GOAL_MS else "NOT MET"
+        out.append(
+            f"{ours.db}: {ratio:.2f}x -> >= {RATIO_GOAL}x {ok_ratio}; "
+            f"p99 {ours.p99_ms:.1f} ms -> < {P99_GOAL_MS:g} ms {ok_p99}"
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    start = at_start()
+    pairs = run_with_logs("intake", run, args)
+    print(heading("bench.intake", argv, start) + "\n")
+    print(table(pairs, args))
+    print()
+    print("\n".join(verdicts(pairs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
