@@ -240,9 +240,14 @@ class Worker:
             delay = min(delay * 2, 2.0)
 
     async def _workflow_task_once(self, run_id: str) -> bool:
-        run = await self.threads.run(self.store.load_run, run_id)
+        # The cached execution says which events are new: the run and those
+        # events come back in one read transaction.
+        cached = self.cache.take(run_id)
+        after = cached.history_length if cached is not None else 0
+        run, events = await self.threads.run(self.store.load_task, run_id, after=after)
         if run is None or run.status not in OPEN_STATUSES:
-            self.cache.take(run_id)
+            if cached is not None:
+                cached.close()
             await self.threads.run(self.store.discard_workflow_task_jobs, run_id)
             return True
         if not self.registry.has_workflow(run.workflow_name, run.workflow_version):
@@ -254,7 +259,7 @@ class Worker:
             )
             return True
         bind_log_context(run_id=run_id, workflow=f"{run.workflow_name}@{run.workflow_version}")
-        resumed = await self._resume(run)
+        resumed = await self._resume(run, cached, events)
         if resumed is None:
             return True  # nothing new since the cached state
         execution, events = resumed
@@ -273,23 +278,23 @@ class Worker:
         await self._emit(jobs)
         return True
 
-    async def _resume(self, run: RunRow) -> tuple[WorkflowExecution, list[Event]] | None:
+    async def _resume(
+        self, run: RunRow, cached: WorkflowExecution | None, new_events: list[Event]
+    ) -> tuple[WorkflowExecution, list[Event]] | None:
         """The execution to continue and the events it has not seen yet: the
-        cached one fed only new events when it is exactly behind, else a fresh
-        one fed the whole history. None when there is nothing new."""
-        cached = self.cache.take(run.run_id)
+        cached one fed only ``new_events`` (read after its history length) when
+        it is exactly behind, else a fresh one fed the whole history. None when
+        there is nothing new."""
         if cached is not None:
             if cached.history_length == run.history_length:
                 self.cache.put(run.run_id, cached)
                 return None
-            if cached.history_length < run.history_length:
-                events = await self.threads.run(
-                    self.store.load_events, run.run_id, after=cached.history_length
-                )
-                # Commands written by another worker mean our cached state is behind.
-                if not any(event.is_command for event in events):
-                    self.cache.hits += 1
-                    return cached, events
+            # Commands written by another worker mean our cached state is behind.
+            if cached.history_length < run.history_length and not any(
+                event.is_command for event in new_events
+            ):
+                self.cache.hits += 1
+                return cached, new_events
             cached.close()
         self.cache.misses += 1
         defn = self.registry.workflow(run.workflow_name, run.workflow_version)
@@ -299,7 +304,10 @@ class Worker:
             workflow_id=run.workflow_id,
             max_history_events=self.max_history_events,
         )
-        return execution, await self.threads.run(self.store.load_events, run.run_id)
+        if cached is None:
+            return execution, new_events  # read from the start
+        events = await self.threads.run(self.store.load_events, run.run_id)
+        return execution, [event for event in events if event.seq <= run.history_length]
 
     # -- activities ------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, update
 
 from app.engine import commands as ev
 from app.engine.commands import Command
@@ -15,12 +15,17 @@ from app.engine.store.base import StoreBase
 from app.engine.store.rows import RunRow
 from app.engine.store.schema import (
     TERMINAL_EVENT,
-    events,
     outbox,
     parse_timestamp,
     runs,
     tasks,
     timers,
+)
+from app.engine.store.statements import (
+    DROP_WORKFLOW_TASK_JOBS,
+    GUARDED_COMMIT,
+    SCHEDULE_ACTIVITY,
+    TASK_BY_OPERATION,
 )
 from app.engine.store.tx import Tx
 from app.engine.tables import (
@@ -38,31 +43,9 @@ class WorkflowTasks(StoreBase):
         with self.transaction() as tx:
             written = len(step.commands) + (1 if step.outcome is not None else 0)
             new_length = run.history_length + written
-            values: dict[str, Any] = {
-                "history_length": new_length,
-                "pending_task": False,
-                "updated_at": tx.now,
-            }
-            if step.cancel_phase:
-                values["cancel_phase"] = step.cancel_phase
-            if step.park_reason is not None and step.outcome is None:
-                # The code waits for an operator: parked, holding no worker.
-                values["status"] = "needs-human"
-                values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
-            guarded = tx.conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == run.run_id,
-                    runs.c.history_length == run.history_length,
-                    runs.c.status.in_(OPEN_STATUSES),
-                )
-                .values(**values)
-            ).rowcount
-            if not guarded:
+            if not self._guard(tx, run, step, new_length):
                 return None  # nothing written yet: the empty transaction commits harmlessly
-            tx.conn.execute(
-                delete(outbox).where(outbox.c.kind == "workflow_task", outbox.c.ref == run.run_id)
-            )
+            tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run.run_id})
             follow_ups: list[tuple[str, dict[str, Any]]] = []
             seq = run.history_length
             for command in step.commands:
@@ -78,6 +61,41 @@ class WorkflowTasks(StoreBase):
             self.faults.hit("workflow_task.mid_commit")
             return tx.jobs
 
+    def _guard(self, tx: Tx, run: RunRow, step: StepResult, new_length: int) -> bool:
+        """Move the run's history length from the one replayed to ``new_length``;
+        False when history moved meanwhile (or the run closed)."""
+        park = step.park_reason is not None and step.outcome is None
+        if not step.cancel_phase and not park:
+            params = {
+                "p_run": run.run_id,
+                "p_expected": run.history_length,
+                "p_length": new_length,
+                "p_now": tx.now,
+            }
+            return bool(tx.conn.execute(GUARDED_COMMIT, params).rowcount)
+        values: dict[str, Any] = {
+            "history_length": new_length,
+            "pending_task": False,
+            "updated_at": tx.now,
+        }
+        if step.cancel_phase:
+            values["cancel_phase"] = step.cancel_phase
+        if park:
+            # The code waits for an operator: parked, holding no worker.
+            values["status"] = "needs-human"
+            values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
+        return bool(
+            tx.conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == run.run_id,
+                    runs.c.history_length == run.history_length,
+                    runs.c.status.in_(OPEN_STATUSES),
+                )
+                .values(**values)
+            ).rowcount
+        )
+
     def _write_command(
         self,
         tx: Tx,
@@ -90,11 +108,7 @@ class WorkflowTasks(StoreBase):
         if command.type == ev.ACTIVITY_SCHEDULED:
             # The input lives in the task row; history keeps its hash only.
             data = {k: v for k, v in data.items() if k not in ("input", "options")}
-        tx.conn.execute(
-            insert(events).values(
-                run_id=run.run_id, seq=seq, type=command.type, data=data, created_at=tx.now
-            )
-        )
+        tx.insert_event(run.run_id, seq, command.type, data)
         attrs = command.attrs
         if command.type == ev.ACTIVITY_SCHEDULED:
             conflict = self._schedule_activity(tx, run, command)
@@ -124,50 +138,50 @@ class WorkflowTasks(StoreBase):
     ) -> tuple[str, dict[str, Any]] | None:
         attrs = command.attrs
         op = attrs["operation_id"]
-        existing = tx.conn.execute(select(tasks).where(tasks.c.operation_id == op)).first()
-        if existing is not None:
-            base = {"cmd": command.cmd, "activity": attrs["activity"], "attempts": 0}
-            if existing.input_hash == attrs["input_hash"] and existing.status == "completed":
-                # The same operation, already done: its result is the answer.
-                return ev.ACTIVITY_COMPLETED, base | {"result": existing.result, "reused": op}
-            reason = (
-                "with different parameters"
-                if existing.input_hash != attrs["input_hash"]
-                else f"while the first use is {existing.status}"
-            )
-            return ev.ACTIVITY_FAILED, base | {
-                "failure_class": "permanent",
-                "error_type": "OperationIdConflict",
-                "message": f"operation id {op!r} reused {reason}; an operation id names one effect",
-            }
         options = ActivityOptions.from_json(attrs["options"])
         timeouts = options.timeouts
         now = tx.now
         task_id = tx.conn.execute(
-            insert(tasks)
-            .values(
-                run_id=run.run_id,
-                cmd=command.cmd,
-                activity=attrs["activity"],
-                operation_id=op,
-                input=attrs["input"],
-                input_hash=attrs["input_hash"],
-                options=attrs["options"],
-                has_reconcile=bool(attrs.get("has_reconcile")),
-                status="scheduled",
-                scheduled_at=now,
-                next_attempt_at=now,
-                schedule_to_start_deadline=(
+            SCHEDULE_ACTIVITY[tx.conn.dialect.name],
+            {
+                "run_id": run.run_id,
+                "cmd": command.cmd,
+                "activity": attrs["activity"],
+                "operation_id": op,
+                "input": attrs["input"],
+                "input_hash": attrs["input_hash"],
+                "options": attrs["options"],
+                "has_reconcile": bool(attrs.get("has_reconcile")),
+                "status": "scheduled",
+                "scheduled_at": now,
+                "next_attempt_at": now,
+                "schedule_to_start_deadline": (
                     now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
                 ),
-                schedule_to_close_deadline=(
+                "schedule_to_close_deadline": (
                     now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
                 ),
-            )
-            .returning(tasks.c.id)
-        ).scalar_one()
-        tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
-        return None
+            },
+        ).scalar()
+        if task_id is not None:
+            tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
+            return None
+        # The operation id is taken: by this same operation, done (its result
+        # is the answer), or by another use, which is refused.
+        existing = tx.conn.execute(TASK_BY_OPERATION, {"p_operation": op}).one()
+        base = {"cmd": command.cmd, "activity": attrs["activity"], "attempts": 0}
+        if existing.input_hash == attrs["input_hash"] and existing.status == "completed":
+            return ev.ACTIVITY_COMPLETED, base | {"result": existing.result, "reused": op}
+        reason = (
+            "with different parameters"
+            if existing.input_hash != attrs["input_hash"]
+            else f"while the first use is {existing.status}"
+        )
+        return ev.ACTIVITY_FAILED, base | {
+            "failure_class": "permanent",
+            "error_type": "OperationIdConflict",
+            "message": f"operation id {op!r} reused {reason}; an operation id names one effect",
+        }
 
     def _write_outcome(self, tx: Tx, run: RunRow, seq: int, outcome: Outcome) -> None:
         data: dict[str, Any] = {"status": outcome.status}
@@ -175,15 +189,7 @@ class WorkflowTasks(StoreBase):
             data["result"] = outcome.result
         if outcome.error is not None:
             data["error"] = outcome.error
-        tx.conn.execute(
-            insert(events).values(
-                run_id=run.run_id,
-                seq=seq,
-                type=TERMINAL_EVENT[outcome.status],
-                data=data,
-                created_at=tx.now,
-            )
-        )
+        tx.insert_event(run.run_id, seq, TERMINAL_EVENT[outcome.status], data)
         tx.close_run(run.run_id, outcome.status, result=outcome.result, error=outcome.error)
         if outcome.status == "continued-as-new":
             tx.start_run(
@@ -233,9 +239,7 @@ class WorkflowTasks(StoreBase):
 
     def discard_workflow_task_jobs(self, run_id: str) -> None:
         with self.transaction() as tx:
-            tx.conn.execute(
-                delete(outbox).where(outbox.c.kind == "workflow_task", outbox.c.ref == run_id)
-            )
+            tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run_id})
             tx.conn.execute(
                 update(runs)
                 .where(runs.c.run_id == run_id, runs.c.status.not_in(OPEN_STATUSES))
