@@ -12,6 +12,7 @@ from app.engine.errors import StaleLease
 from app.engine.jobs import Job, activity_job
 from app.engine.policy import ActivityOptions
 from app.engine.store.base import StoreBase
+from app.engine.store.eager import start_attempt
 from app.engine.store.rows import Claim, Failure
 from app.engine.store.schema import (
     EARLY_TOLERANCE,
@@ -30,7 +31,6 @@ from app.engine.store.statements import (
     FINISH_ATTEMPT,
     HEARTBEAT_READ,
     HEARTBEAT_WRITE,
-    INSERT_ATTEMPT,
 )
 from app.engine.store.tx import Tx
 from app.engine.tables import (
@@ -83,21 +83,12 @@ class ActivityAttempts(StoreBase):
 
     def _claimed(self, tx: Tx, task_id: int, row: Any, worker_id: str, code_version: str) -> Claim:
         """Record the attempt a claim took (its row, the consumed job) and hand it out."""
-        tx.conn.execute(
-            INSERT_ATTEMPT,
-            {
-                "task_id": task_id,
-                "attempt": row.attempt,
-                "fencing_token": row.fencing_token,
-                "worker_id": worker_id,
-                "code_version": code_version,
-                "started_at": tx.now,
-            },
-        )
+        start_attempt(tx, task_id, row.attempt, row.fencing_token, worker_id, code_version)
         tx.conn.execute(DROP_ACTIVITY_JOBS, {"p_ref": str(task_id)})
         return Claim(
             task_id=task_id,
             run_id=row.run_id,
+            cmd=row.cmd,
             workflow_id=row.workflow_id,
             activity=row.activity,
             operation_id=row.operation_id,

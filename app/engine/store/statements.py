@@ -154,6 +154,7 @@ def _claim(only: bool) -> Update:
         )
         .returning(
             tasks.c.run_id,
+            tasks.c.cmd,
             select(runs.c.workflow_id)
             .where(runs.c.run_id == tasks.c.run_id)
             .scalar_subquery()

@@ -11,7 +11,7 @@ from app.engine.commands import Command
 from app.engine.jobs import Job, activity_job, timer_job
 from app.engine.policy import ActivityOptions
 from app.engine.replay import Outcome, StepResult
-from app.engine.store.base import StoreBase
+from app.engine.store.eager import EagerClaims, EagerOffer
 from app.engine.store.rows import RunRow
 from app.engine.store.schema import (
     TERMINAL_EVENT,
@@ -34,41 +34,57 @@ from app.engine.tables import (
 )
 
 
-class WorkflowTasks(StoreBase):
+class WorkflowTasks(EagerClaims):
     def commit_workflow_task(
         self, run: RunRow, step: StepResult, *, max_history_events: int = 2000
     ) -> list[Job] | None:
         """Commit a workflow task's commands; None if history moved meanwhile."""
         del max_history_events  # the cap is enforced by the workflow (should_continue_as_new)
         with self.transaction() as tx:
-            written = len(step.commands) + (1 if step.outcome is not None else 0)
-            new_length = run.history_length + written
-            if not self._guard(tx, run, step, new_length):
+            if not self._write_step(tx, run, step, expected=run.history_length):
                 return None  # nothing written yet: the empty transaction commits harmlessly
-            tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run.run_id})
-            follow_ups: list[tuple[str, dict[str, Any]]] = []
-            seq = run.history_length
-            for command in step.commands:
-                seq += 1
-                self._write_command(tx, run, seq, command, follow_ups)
-            if step.outcome is not None:
-                seq += 1
-                self._write_outcome(tx, run, seq, step.outcome)
-            if step.cancel_delivered:
-                follow_ups.extend(self._stop_active_work(tx, run.run_id, step.cancel_boundary))
-            for type_, data in follow_ups:
-                tx.append_event(run.run_id, type_, data)
             self.faults.hit("workflow_task.mid_commit")
             return tx.jobs
 
-    def _guard(self, tx: Tx, run: RunRow, step: StepResult, new_length: int) -> bool:
-        """Move the run's history length from the one replayed to ``new_length``;
+    def _write_step(
+        self,
+        tx: Tx,
+        run: RunRow,
+        step: StepResult,
+        *,
+        expected: int,
+        offer: EagerOffer | None = None,
+    ) -> bool:
+        """Write a workflow task's commands after ``run.history_length``, guarded
+        by the history length ``expected`` (the one replayed, and read by the
+        caller); False, with nothing written, when history moved meanwhile.
+        ``offer``: an activity this task schedules may be claimed at once."""
+        written = len(step.commands) + (1 if step.outcome is not None else 0)
+        if not self._guard(tx, run, step, expected, run.history_length + written):
+            return False
+        tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run.run_id})
+        follow_ups: list[tuple[str, dict[str, Any]]] = []
+        seq = run.history_length
+        for command in step.commands:
+            seq += 1
+            self._write_command(tx, run, seq, command, follow_ups, offer)
+        if step.outcome is not None:
+            seq += 1
+            self._write_outcome(tx, run, seq, step.outcome)
+        if step.cancel_delivered:
+            follow_ups.extend(self._stop_active_work(tx, run.run_id, step.cancel_boundary))
+        for type_, data in follow_ups:
+            tx.append_event(run.run_id, type_, data)
+        return True
+
+    def _guard(self, tx: Tx, run: RunRow, step: StepResult, expected: int, new_length: int) -> bool:
+        """Move the run's history length from ``expected`` to ``new_length``;
         False when history moved meanwhile (or the run closed)."""
         park = step.park_reason is not None and step.outcome is None
         if not step.cancel_phase and not park:
             params = {
                 "p_run": run.run_id,
-                "p_expected": run.history_length,
+                "p_expected": expected,
                 "p_length": new_length,
                 "p_now": tx.now,
             }
@@ -89,7 +105,7 @@ class WorkflowTasks(StoreBase):
                 update(runs)
                 .where(
                     runs.c.run_id == run.run_id,
-                    runs.c.history_length == run.history_length,
+                    runs.c.history_length == expected,
                     runs.c.status.in_(OPEN_STATUSES),
                 )
                 .values(**values)
@@ -103,6 +119,7 @@ class WorkflowTasks(StoreBase):
         seq: int,
         command: Command,
         follow_ups: list[tuple[str, dict[str, Any]]],
+        offer: EagerOffer | None,
     ) -> None:
         data = command.to_event_data()
         if command.type == ev.ACTIVITY_SCHEDULED:
@@ -111,7 +128,7 @@ class WorkflowTasks(StoreBase):
         tx.insert_event(run.run_id, seq, command.type, data)
         attrs = command.attrs
         if command.type == ev.ACTIVITY_SCHEDULED:
-            conflict = self._schedule_activity(tx, run, command)
+            conflict = self._schedule_activity(tx, run, command, offer)
             if conflict is not None:
                 follow_ups.append(conflict)
         elif command.type == ev.TIMER_STARTED:
@@ -134,37 +151,43 @@ class WorkflowTasks(StoreBase):
             tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
 
     def _schedule_activity(
-        self, tx: Tx, run: RunRow, command: Command
+        self, tx: Tx, run: RunRow, command: Command, offer: EagerOffer | None
     ) -> tuple[str, dict[str, Any]] | None:
         attrs = command.attrs
         op = attrs["operation_id"]
         options = ActivityOptions.from_json(attrs["options"])
         timeouts = options.timeouts
         now = tx.now
-        task_id = tx.conn.execute(
-            SCHEDULE_ACTIVITY[tx.conn.dialect.name],
-            {
-                "run_id": run.run_id,
-                "cmd": command.cmd,
-                "activity": attrs["activity"],
-                "operation_id": op,
-                "input": attrs["input"],
-                "input_hash": attrs["input_hash"],
-                "options": attrs["options"],
-                "has_reconcile": bool(attrs.get("has_reconcile")),
-                "status": "scheduled",
-                "scheduled_at": now,
-                "next_attempt_at": now,
-                "schedule_to_start_deadline": (
-                    now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
-                ),
-                "schedule_to_close_deadline": (
-                    now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
-                ),
-            },
-        ).scalar()
+        row: dict[str, Any] = {
+            "run_id": run.run_id,
+            "cmd": command.cmd,
+            "activity": attrs["activity"],
+            "operation_id": op,
+            "input": attrs["input"],
+            "input_hash": attrs["input_hash"],
+            "options": attrs["options"],
+            "has_reconcile": bool(attrs.get("has_reconcile")),
+            "status": "scheduled",
+            "scheduled_at": now,
+            "next_attempt_at": now,
+            "schedule_to_start_deadline": (
+                now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
+            ),
+            "schedule_to_close_deadline": (
+                now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
+            ),
+        }
+        eager = offer is not None and offer.wants(attrs["activity"])
+        if eager:
+            assert offer is not None
+            row |= offer.claimed_row(options, now)
+        task_id = tx.conn.execute(SCHEDULE_ACTIVITY[tx.conn.dialect.name], row).scalar()
         if task_id is not None:
-            tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
+            if eager:
+                assert offer is not None
+                offer.taken = self._record_eager_claim(tx, int(task_id), run, command, offer)
+            else:
+                tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
             return None
         # The operation id is taken: by this same operation, done (its result
         # is the answer), or by another use, which is refused.
