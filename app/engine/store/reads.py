@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import DBAPIError
 
 from app.engine.commands import Event
 from app.engine.store.base import StoreBase
@@ -13,13 +16,37 @@ from app.engine.store.schema import attempts, counters, runs, tasks
 from app.engine.store.statements import LOAD_EVENTS, LOAD_RUN
 from app.engine.tables import OPEN_STATUSES
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def retried_once(read: Callable[P, T]) -> Callable[P, T]:
+    """Run a read again, once, when it failed on a connection the server had
+    dropped (a restart or failover since the connection was last used): the
+    pool was invalidated by that failure, so the second try gets a fresh
+    connection. Safe for reads only; the pool pings only connections idle for
+    more than ``IDLE_PING`` (app/engine/db.py), so this covers the rest."""
+
+    @functools.wraps(read)
+    def again(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return read(*args, **kwargs)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+        return read(*args, **kwargs)
+
+    return again
+
 
 class Reads(StoreBase):
+    @retried_once
     def load_run(self, run_id: str) -> RunRow | None:
         with self.reading() as conn:
             row = conn.execute(LOAD_RUN, {"p_run": run_id}).first()
         return run_row(row) if row else None
 
+    @retried_once
     def load_task(self, run_id: str, *, after: int = 0) -> tuple[RunRow | None, list[Event]]:
         """What a workflow task needs, on one connection and in one transaction:
         the run and, while it is open, its events after ``after`` up to the
@@ -34,6 +61,7 @@ class Reads(StoreBase):
             found = _events(conn, run_id, after)
         return run, [event for event in found if event.seq <= run.history_length]
 
+    @retried_once
     def find_run(self, key: str) -> RunRow | None:
         """A run by run id, or the newest run of a workflow id."""
         with self.reading() as conn:
@@ -47,6 +75,7 @@ class Reads(StoreBase):
                 ).first()
         return run_row(row) if row else None
 
+    @retried_once
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunRow]:
         query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
         if status:
@@ -54,10 +83,12 @@ class Reads(StoreBase):
         with self.reading() as conn:
             return [run_row(r) for r in conn.execute(query).all()]
 
+    @retried_once
     def load_events(self, run_id: str, *, after: int = 0) -> list[Event]:
         with self.reading() as conn:
             return _events(conn, run_id, after)
 
+    @retried_once
     def activity_attempts(self, run_id: str) -> list[dict[str, Any]]:
         with self.reading() as conn:
             rows = conn.execute(
@@ -80,6 +111,7 @@ class Reads(StoreBase):
             ).all()
         return [dict(r._mapping) for r in rows]
 
+    @retried_once
     def counter(self, name: str) -> int:
         with self.reading() as conn:
             value = conn.execute(select(counters.c.value).where(counters.c.name == name)).scalar()
