@@ -57,6 +57,7 @@ class CompletionWatch:
     def __init__(self, store: Store) -> None:
         self._ended: dict[str, asyncio.Event] = {}
         original = store.commit_workflow_task
+        original_fused = store.complete_and_continue
 
         def commit(run: RunRow, step: WorkflowTaskResult, **kwargs: Any) -> Any:
             jobs = original(run, step, **kwargs)
@@ -64,7 +65,22 @@ class CompletionWatch:
                 self._event(run.workflow_id).set()
             return jobs
 
+        # The final step usually commits fused with the last completion.
+        def fused(
+            claim: Any,
+            result: Any,
+            run: RunRow,
+            completed: Any,
+            step: WorkflowTaskResult,
+            **kwargs: Any,
+        ) -> Any:
+            done = original_fused(claim, result, run, completed, step, **kwargs)
+            if done is not None and step.outcome is not None:
+                self._event(run.workflow_id).set()
+            return done
+
         store.commit_workflow_task = commit  # type: ignore[method-assign]
+        store.complete_and_continue = fused  # type: ignore[method-assign]
 
     def _event(self, workflow_id: str) -> asyncio.Event:
         return self._ended.setdefault(workflow_id, asyncio.Event())

@@ -45,12 +45,16 @@ PARTS: list[tuple[str, str, str]] = [
     ("claim activity (1 write tx)", STORE, "claim_activity"),
     ("complete activity (1 write tx)", STORE, "complete_activity"),
     ("commit workflow task (1 write tx)", STORE, "commit_workflow_task"),
+    ("completion + workflow task + next claim, fused (1 write tx)", STORE, "complete_and_continue"),
     ("read run row (load_run)", STORE, "load_run"),
-    ("read new events (load_events, x2)", STORE, "load_events"),
+    ("read run row and new events (load_task)", STORE, "load_task"),
+    ("read new events (load_events)", STORE, "load_events"),
     ("replay: apply new events", "app/engine/replay.py", "apply"),
     ("dispatch: enqueue jobs", "app/engine/dispatch.py", "enqueue"),
     ("reconciler passes", "app/engine/reconciler.py", "run_once"),
 ]
+#: The store calls that commit a workflow task (one per step).
+STEP_COMMITS = ("commit_workflow_task", "complete_and_continue")
 #: Exclusive time per library: which code is actually on the CPU.
 LIBRARIES: list[tuple[str, str]] = [
     ("SQLAlchemy (statement build, compile cache, result rows)", "sqlalchemy/"),
@@ -159,17 +163,22 @@ def step_clock(store: Any) -> Iterator[list[tuple[float, float]]]:
     neighbours' load, while CPU time misses the database server's share.
     """
     stamps: list[tuple[float, float]] = []
-    original = store.commit_workflow_task
+    originals = {name: getattr(store, name) for name in STEP_COMMITS}
 
-    def commit(*args: Any, **kwargs: Any) -> Any:
-        stamps.append((time.perf_counter(), time.process_time()))
-        return original(*args, **kwargs)
+    def stamped(original: Any) -> Any:
+        def commit(*args: Any, **kwargs: Any) -> Any:
+            stamps.append((time.perf_counter(), time.process_time()))
+            return original(*args, **kwargs)
 
-    store.commit_workflow_task = commit
+        return commit
+
+    for name, original in originals.items():
+        setattr(store, name, stamped(original))
     try:
         yield stamps
     finally:
-        store.commit_workflow_task = original
+        for name, original in originals.items():
+            setattr(store, name, original)
 
 
 def tenth_lines(stamps: list[tuple[float, float]]) -> list[str]:

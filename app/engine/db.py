@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import NullPool
+
+#: Execution option of a connection that only reads (``Store.reading``).
+READ_ONLY = "repairbot_read_only"
+
+
+#: Seconds after which a pooled PostgreSQL connection is replaced.
+POOL_RECYCLE = 300
+#: A PostgreSQL connection idle in the pool for longer is pinged at checkout.
+IDLE_PING = 1.0
+_RETURNED_AT = "repairbot_returned_at"
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -15,15 +27,50 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         return _sqlite_engine(url)
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        # The most recently returned connection is handed out first, so under
+        # load a few connections stay busy (never idle long enough to need
+        # the ping below) and the rest sit idle.
+        pool_use_lifo=True,
+        # Recycling bounds how stale an idle connection can get behind a proxy
+        # or firewall that drops it silently.
+        pool_recycle=POOL_RECYCLE,
         # A database that stops answering (a network cut, not a refusal) must
         # fail a connection attempt, so the caller's retry can take over.
         connect_args={"connect_timeout": 5},
     )
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout only when it sat idle for longer
+    than ``IDLE_PING`` seconds (``pool_pre_ping`` pings every checkout: a round
+    trip each, five per step on the hot path). An idle connection is the one a
+    server restart or failover may have killed unnoticed; a dead one is
+    replaced before anyone uses it. A connection in use when the server went
+    away fails its statement as a disconnect instead: that invalidates the
+    whole pool, and the worker's store calls retry transient errors
+    (app/engine/db_retry.py)."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_RETURNED_AT] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        returned_at = record.info.get(_RETURNED_AT)
+        if returned_at is None or time.monotonic() - returned_at <= IDLE_PING:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(f"idle connection failed its ping: {exc}") from exc
+        if not alive:  # pragma: no cover - psycopg raises rather than answer False
+            raise DisconnectionError("idle connection failed its ping")
 
 
 def _sqlite_engine(url: str) -> Engine:
@@ -50,7 +97,12 @@ def _sqlite_engine(url: str) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         # BEGIN IMMEDIATE takes the write lock up front, so two processes never
-        # deadlock upgrading read locks; busy_timeout then queues writers.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # deadlock upgrading read locks; busy_timeout then queues writers. A
+        # read-only transaction never upgrades, so it takes no lock (WAL gives
+        # it a snapshot) and does not queue behind writers.
+        if conn.get_execution_options().get(READ_ONLY):
+            conn.exec_driver_sql("BEGIN DEFERRED")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine

@@ -12,7 +12,14 @@ Points in the runtime:
 
 - ``activity.before_complete`` (detail: activity name): the activity's side
   effect happened, its result is not yet recorded;
-- ``workflow_task.mid_commit``: inside the commit transaction of a workflow task;
+- ``workflow_task.mid_commit``: inside the commit transaction of a workflow task
+  (fused with an activity's completion or not);
+- ``workflow_task.after_commit``: a workflow task committed, its jobs not sent;
+- ``fused.before_commit``, ``fused.mid_commit``, ``fused.after_commit``: around
+  and inside the transaction that commits an activity's completion together
+  with the workflow task it wakes (app/engine/store/fused.py);
+- ``activity.before_claim``, ``activity.after_claim`` (detail: activity name):
+  a job taken, its attempt not claimed yet / claimed, the body not run;
 - ``activity.after_heartbeat`` (detail: activity name): an attempt between two
   heartbeats.
 """

@@ -95,6 +95,9 @@ class Runtime(RuntimeClient):
         self.dispatcher = dispatcher
         self.worker.sink = self.dispatch
         self.worker.eager_capacity = self.concurrency if eager else 0
+        # Claiming a run's next activity in the commit that schedules it is
+        # eager execution too: only where this process runs follow-ups itself.
+        self.worker.claims_eagerly = eager or isinstance(dispatcher, InProcessDispatcher)
 
     def start_liveness(self) -> None:
         """Beat this worker's liveness row until :meth:`stop` (any dispatch mode).

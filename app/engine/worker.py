@@ -12,6 +12,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -21,11 +22,11 @@ from app.engine.activity_context import ActivityContext, Dependencies
 from app.engine.db_retry import is_transient, retrying
 from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
-from app.engine.history_commands import RecordedEvent
+from app.engine.history_commands import ACTIVITY_COMPLETED, ACTIVITY_SCHEDULED, RecordedEvent
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job, workflow_queue
 from app.engine.registry import Absent, Found, Registry, Unknown
-from app.engine.replay import WorkflowExecution, json_problem
-from app.engine.store import Claim, Failure, RunRow, Store
+from app.engine.replay import WorkflowExecution, WorkflowTaskResult, json_problem
+from app.engine.store import Claim, Continued, EagerOffer, Failure, RunRow, Store
 from app.engine.store.async_store import StoreThreads
 from app.engine.tables import OPEN_STATUSES
 from app.logs import bind_log_context
@@ -38,25 +39,32 @@ T = TypeVar("T")
 
 class ExecutionCache:
     """Live workflow executions kept between tasks (sticky execution), so a
-    run's next task applies only its new events instead of replaying all."""
+    run's next task applies only its new events instead of replaying all.
+    Each is kept with the run row as of its last commit (history length
+    included), which a fused step commits against."""
 
     def __init__(self, capacity: int = 1000) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[str, WorkflowExecution] = OrderedDict()
+        self._items: OrderedDict[str, tuple[WorkflowExecution, RunRow]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def take(self, run_id: str) -> WorkflowExecution | None:
+        item = self._items.pop(run_id, None)
+        return item[0] if item is not None else None
+
+    def take_with_run(self, run_id: str) -> tuple[WorkflowExecution, RunRow] | None:
         return self._items.pop(run_id, None)
 
-    def put(self, run_id: str, execution: WorkflowExecution) -> None:
-        self._items[run_id] = execution
+    def put(self, run: RunRow, execution: WorkflowExecution) -> None:
+        """Keep ``execution``; ``run`` carries its history length."""
+        self._items[run.run_id] = (execution, run)
         while len(self._items) > self.capacity:
-            _, evicted = self._items.popitem(last=False)
+            _, (evicted, _run) = self._items.popitem(last=False)
             evicted.close()
 
     def clear(self) -> None:
-        for execution in self._items.values():
+        for execution, _run in self._items.values():
             execution.close()
         self._items.clear()
 
@@ -101,6 +109,10 @@ class Worker:
         #: Run due follow-up jobs here instead of dispatching them (arq mode):
         #: set to the number that may run at once; 0 disables it.
         self.eager_capacity = 0
+        #: Let a fused step claim the next activity for this worker at once
+        #: (in-process, or arq with eager follow-ups); off when every job is
+        #: meant to go through the channel.
+        self.claims_eagerly = True
         #: How long a database outage is ridden out before giving up a write.
         self.db_patience = db_patience
         self._slots = asyncio.Semaphore(concurrency)
@@ -240,9 +252,14 @@ class Worker:
             delay = min(delay * 2, 2.0)
 
     async def _workflow_task_once(self, run_id: str) -> bool:
-        run = await self.threads.run(self.store.load_run, run_id)
+        # The cached execution says which events are new: the run and those
+        # events come back in one read transaction.
+        cached = self.cache.take(run_id)
+        after = cached.history_length if cached is not None else 0
+        run, events = await self.threads.run(self.store.load_task, run_id, after=after)
         if run is None or run.status not in OPEN_STATUSES:
-            self.cache.take(run_id)
+            if cached is not None:
+                cached.close()
             await self.threads.run(self.store.discard_workflow_task_jobs, run_id)
             return True
         if not self.registry.has_workflow(run.workflow_name, run.workflow_version):
@@ -254,7 +271,7 @@ class Worker:
             )
             return True
         bind_log_context(run_id=run_id, workflow=f"{run.workflow_name}@{run.workflow_version}")
-        resumed = await self._resume(run)
+        resumed = await self._resume(run, cached, events)
         if resumed is None:
             return True  # nothing new since the cached state
         execution, events = resumed
@@ -263,33 +280,41 @@ class Worker:
         if jobs is None:
             execution.close()
             return False
-        if step.outcome is None:
-            execution.history_length = run.history_length + len(step.commands)
-            self.cache.put(run_id, execution)
-        else:
-            execution.close()
-            log.info("run %s ended: %s", run_id, step.outcome.status)
+        self._keep(run, run.history_length, execution, step)
         self.faults.hit("workflow_task.after_commit")
         await self._emit(jobs)
         return True
 
-    async def _resume(self, run: RunRow) -> tuple[WorkflowExecution, list[RecordedEvent]] | None:
+    def _keep(
+        self, run: RunRow, before: int, execution: WorkflowExecution, step: WorkflowTaskResult
+    ) -> None:
+        """After ``step`` committed its commands after history position
+        ``before``: cache the execution for the run's next task, or close it
+        when the run ended."""
+        if step.outcome is None:
+            execution.history_length = before + len(step.commands)
+            self.cache.put(replace(run, history_length=execution.history_length), execution)
+        else:
+            execution.close()
+            log.info("run %s ended: %s", run.run_id, step.outcome.status)
+
+    async def _resume(
+        self, run: RunRow, cached: WorkflowExecution | None, new_events: list[RecordedEvent]
+    ) -> tuple[WorkflowExecution, list[RecordedEvent]] | None:
         """The execution to continue and the events it has not seen yet: the
-        cached one fed only new events when it is exactly behind, else a fresh
-        one fed the whole history. None when there is nothing new."""
-        cached = self.cache.take(run.run_id)
+        cached one fed only ``new_events`` (read after its history length) when
+        it is exactly behind, else a fresh one fed the whole history. None when
+        there is nothing new."""
         if cached is not None:
             if cached.history_length == run.history_length:
-                self.cache.put(run.run_id, cached)
+                self.cache.put(run, cached)
                 return None
-            if cached.history_length < run.history_length:
-                events = await self.threads.run(
-                    self.store.load_events, run.run_id, after=cached.history_length
-                )
-                # Commands written by another worker mean our cached state is behind.
-                if not any(event.is_command for event in events):
-                    self.cache.hits += 1
-                    return cached, events
+            # Commands written by another worker mean our cached state is behind.
+            if cached.history_length < run.history_length and not any(
+                event.is_command for event in new_events
+            ):
+                self.cache.hits += 1
+                return cached, new_events
             cached.close()
         self.cache.misses += 1
         defn = self.registry.workflow(run.workflow_name, run.workflow_version)
@@ -299,27 +324,34 @@ class Worker:
             workflow_id=run.workflow_id,
             max_history_events=self.max_history_events,
         )
-        return execution, await self.threads.run(self.store.load_events, run.run_id)
+        if cached is None:
+            return execution, new_events  # read from the start
+        events = await self.threads.run(self.store.load_events, run.run_id)
+        return execution, [event for event in events if event.seq <= run.history_length]
 
     # -- activities ------------------------------------------------------------
 
     async def run_activity(self, task_id: int) -> None:
         self.faults.hit("activity.before_claim")
         claim = await self._claim(task_id)
-        if claim is None:
-            return
+        while claim is not None:
+            # A completion committed with the run's next step may have claimed
+            # that step's activity for us: run it in this same slot.
+            claim = await self._run_claimed(claim)
+
+    async def _run_claimed(self, claim: Claim) -> Claim | None:
         bind_log_context(run_id=claim.run_id, activity=claim.activity, attempt=claim.attempt)
         self.faults.hit("activity.after_claim", claim.activity)
-        self._held[task_id] = claim.token
+        self._held[claim.task_id] = claim.token
         try:
-            await self._attempt(claim)
+            return await self._attempt(claim)
         except asyncio.CancelledError:
             # Draining (or shutting down): hand the attempt back now rather than
             # leave it to our silence or its lease.
             await self._hand_back(claim, "WorkerStopped", "the worker stopped during the attempt")
             raise
         finally:
-            self._held.pop(task_id, None)
+            self._held.pop(claim.task_id, None)
 
     async def _claim(self, task_id: int) -> Claim | None:
         unsure = False
@@ -362,7 +394,9 @@ class Worker:
         except DBAPIError:
             self.unrecorded[claim.task_id] = (claim.token, failure)
 
-    async def _attempt(self, claim: Claim) -> None:
+    async def _attempt(self, claim: Claim) -> Claim | None:
+        """Run the attempt and record its outcome; the next attempt, when the
+        recorded completion claimed one for this worker."""
         defn = self.registry.activities[claim.activity]  # claimed only if we have it
         actx = ActivityContext(
             claim,
@@ -379,21 +413,21 @@ class Worker:
                 verdict = await asyncio.wait_for(defn.reconcile(actx, claim.input), remaining)
                 if isinstance(verdict, Found):
                     await self._record_result(claim, verdict.result, outcome="reconciled-found")
-                    return
+                    return None
                 if isinstance(verdict, Unknown):
                     reason = verdict.reason
                     await self._db(
                         lambda: self.store.park_for_human(claim.task_id, claim.token, reason),
                         "parking a run",
                     )
-                    return
+                    return None
                 assert isinstance(verdict, Absent)
             result = await asyncio.wait_for(defn.fn(actx, claim.input), remaining)
         except StaleLease:
             log.warning(
                 "attempt %s of %s lost its lease; stopping", claim.attempt, claim.operation_id
             )
-            return
+            return None
         except ActivityFailure as failure:
             await self._record_failure(
                 claim,
@@ -404,32 +438,124 @@ class Worker:
                     failure.next_retry_delay,
                 ),
             )
-            return
+            return None
         except TimeoutError:
             failure_class = "ambiguous" if defn.reconcile is not None else "transient"
             await self._record_failure(
                 claim, Failure(failure_class, "StartToCloseTimeout", "attempt ran out of time")
             )
-            return
+            return None
         except Exception as exc:  # any other error is transient unless declared otherwise
             log.exception("activity %s attempt %s raised", claim.operation_id, claim.attempt)
             await self._record_failure(claim, Failure("transient", type(exc).__name__, str(exc)))
-            return
+            return None
         problem = json_problem(result)
         if problem:
             unstorable = Failure("permanent", "TypeError", f"activity result {problem}")
             await self._record_failure(claim, unstorable)
-            return
+            return None
         self.faults.hit("activity.before_complete", claim.activity)
-        await self._record_result(claim, result)
+        return await self._record_result(claim, result)
 
     async def _record_result(
         self, claim: Claim, result: Any, *, outcome: str = "completed"
-    ) -> None:
+    ) -> Claim | None:
+        if outcome == "completed":
+            try:
+                fused = await self._complete_fused(claim, result)
+            except StaleLease:
+                log.warning(
+                    "result of stale attempt %s of %s rejected", claim.attempt, claim.operation_id
+                )
+                return None
+            if fused is not None:
+                return fused.claimed
+
         def complete() -> list[Job]:
             return self.store.complete_activity(claim.task_id, claim.token, result, outcome=outcome)
 
         await self._record(claim, complete, "result")
+        return None
+
+    async def _complete_fused(self, claim: Claim, result: Any) -> Continued | None:
+        """Record the result together with the run's next workflow task, when
+        this worker holds the run's execution (see app/engine/store/fused.py).
+        None: not done (no cached execution, or history moved); the caller
+        records the result the usual way."""
+        lock = self._run_locks.setdefault(claim.run_id, asyncio.Lock())
+        async with lock:
+            cached = self.cache.take_with_run(claim.run_id)
+            if cached is None:
+                return None
+            execution, run = cached
+            completed = RecordedEvent(
+                seq=run.history_length + 1,
+                type=ACTIVITY_COMPLETED,
+                data={
+                    "cmd": claim.cmd,
+                    "activity": claim.activity,
+                    "result": result,
+                    "attempts": claim.attempt,
+                    "worker_id": self.worker_id,
+                    "code_version": self.code_version,
+                },
+            )
+            bind_log_context(run_id=run.run_id)
+            step = execution.apply([completed], task_time=datetime.now(UTC))
+            offer = self._offer()
+            self.faults.hit("fused.before_commit")
+            try:
+                done = await self.threads.run(
+                    self.store.complete_and_continue,
+                    claim,
+                    result,
+                    run,
+                    completed,
+                    step,
+                    offer=offer,
+                )
+            except DBAPIError:
+                execution.close()
+                return await self._fused_unsure(claim, _eager_operation(step, offer))
+            except BaseException:
+                execution.close()
+                raise
+            if done is None:
+                execution.close()
+                return None
+            self._keep(run, completed.seq, execution, step)
+        self.faults.hit("fused.after_commit")
+        self.faults.hit("workflow_task.after_commit")
+        await self._emit(done.jobs)
+        return done
+
+    def _offer(self) -> EagerOffer | None:
+        """This worker's offer to run the next activity in the slot the finished
+        one leaves (so capacity is there by construction)."""
+        if not self.accepting or not self.claims_eagerly:
+            return None
+        return EagerOffer(self.worker_id, self.code_version, self.registry.activities)
+
+    async def _fused_unsure(self, claim: Claim, eager_operation: str | None) -> Continued | None:
+        """A fused commit failed with a connection error: it may have committed.
+        If it did not, complete the usual way (None). If it did, release the
+        attempt it claimed for us, which nobody runs now; its other jobs are
+        in the outbox for the relay."""
+        try:
+            committed, orphan = await self._db(
+                lambda: self.store.fused_outcome(claim, self.worker_id, eager_operation),
+                f"checking the fused completion of {claim.operation_id}",
+            )
+        except DBAPIError:
+            return None  # the usual path copes with a database that stays away
+        if not committed:
+            return None
+        if orphan is not None:
+            lost = Failure("transient", "ClaimUnconfirmed", "eager claim outcome was lost", 0.0)
+            with contextlib.suppress(StaleLease):
+                released = await self.threads.run(self.store.fail_activity, orphan, 1, lost)
+                await self._emit(released)
+        return Continued([], None)
 
     async def _record_failure(self, claim: Claim, failure: Failure) -> None:
         # An operator reading the log sees every failed attempt, not only the
@@ -487,3 +613,14 @@ class Worker:
             self.unrecorded.pop(task_id, None)
             log.info("released unrecorded attempt of activity task %s", task_id)
             await self._emit(jobs)
+
+
+def _eager_operation(step: WorkflowTaskResult, offer: EagerOffer | None) -> str | None:
+    """The operation id of the activity ``offer`` would claim in ``step``'s
+    commit: the first scheduled that the worker has code for."""
+    if offer is None:
+        return None
+    for command in step.commands:
+        if command.type == ACTIVITY_SCHEDULED and offer.wants(command.attrs["activity"]):
+            return str(command.attrs["operation_id"])
+    return None

@@ -173,6 +173,7 @@ class CrashLab:
         dispatch_only: bool = False,
         drain_grace: float = 5.0,
         db_patience: float = 15.0,
+        cache_size: int = 1000,
     ) -> WorkerProcess:
         """A worker process; with ``standby`` it only loads its code and waits
         for :meth:`WorkerProcess.go`, so a test can pay interpreter start-up
@@ -188,6 +189,7 @@ class CrashLab:
             "--worker-silence", str(worker_silence),
             "--drain-grace", str(drain_grace),
             "--db-patience", str(db_patience),
+            "--cache-size", str(cache_size),
         ]  # fmt: skip
         if fault:
             argv += ["--fault", fault]

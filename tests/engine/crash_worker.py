@@ -234,7 +234,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         tickets=Path(args.tickets) if args.tickets else None,
         gate=Path(args.gate) if args.gate else None,
     )
-    return Runtime(
+    runtime = Runtime(
         make_engine(args.db),
         REGISTRY,
         worker_id=args.worker_id,
@@ -246,6 +246,10 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         worker_silence=args.worker_silence,
         db_patience=args.db_patience,
     )
+    # 0: no execution is kept, so every completion and workflow task commits
+    # on its own (the unfused path), never fused (app/engine/store/fused.py).
+    runtime.worker.cache.capacity = args.cache_size
+    return runtime
 
 
 async def run_in_process(runtime: Runtime) -> None:
@@ -282,6 +286,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker-silence", type=float, default=15.0)
     parser.add_argument("--drain-grace", type=float, default=5.0)
     parser.add_argument("--db-patience", type=float, default=15.0)
+    parser.add_argument("--cache-size", type=int, default=1000, help="executions kept")
     parser.add_argument(
         "--dispatch-only",
         action="store_true",

@@ -51,8 +51,16 @@ async def test_arq_worker_killed_at_each_point_of_a_job_is_resumed(
         run_id = lab.start("crash_pipeline", f"arq-{point}", {"steps": 4})
         # A sends every job through Redis, so every job it dies in is an arq
         # job; B runs as production workers do (eager follow-up jobs).
+        # The workflow-task points are about a workflow task's own commit:
+        # no cached execution, so no completion is fused with it.
+        unfused = point in ("mid-commit", "after-commit")
         doomed = lab.spawn(
-            "A", arq=True, dispatch_only=True, fault=POINTS[point], worker_silence=SILENCE
+            "A",
+            arq=True,
+            dispatch_only=True,
+            fault=POINTS[point],
+            worker_silence=SILENCE,
+            cache_size=0 if unfused else 1000,
         )
         fresh = lab.spawn("B", arq=True, standby=True, worker_silence=SILENCE)
         lab.wait_killed(doomed, timeout=90)

@@ -65,7 +65,9 @@ def test_kill_in_the_middle_of_a_workflow_task_commit(
     fresh worker replays and goes on; no activity runs twice (none was in flight)."""
     with CrashLab(db_url, tmp_path) as lab:
         run_id = lab.start("crash_pipeline", "crash-commit", {"steps": 3})
-        doomed = lab.spawn("A", fault=fault)
+        # No cached execution: every workflow task commits on its own, the
+        # path this test is about (fused commits: test_crash_fused.py).
+        doomed = lab.spawn("A", fault=fault, cache_size=0)
         fresh = lab.spawn("B", standby=True)
         lab.wait_killed(doomed)
 
@@ -171,6 +173,10 @@ def test_paused_stale_worker_completion_is_rejected(db_url: str, tmp_path: Path)
             (1, 1, "A"),
             (2, 2, "B"),
         ]
+        # Attempt 1 was claimed eagerly, in the commit that recorded "before"
+        # and scheduled "gated" (app/engine/store/fused.py): the stale token
+        # an eager claim hands out is refused like any other.
+        assert gated[0]["started_at"] == lab.task(run_id, ":gated").scheduled_at
         # Attempt 1's record shows how it ended (lease expired) and that its
         # late completion was refused; attempt 2's result is the accepted one.
         assert gated[0]["error"]["error_type"] == "HeartbeatTimeout"

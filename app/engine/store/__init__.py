@@ -11,17 +11,27 @@ The rules that make the runtime safe live here:
   the same transaction.
 """
 
-from app.engine.store.activities import ActivityAttempts
+from app.engine.store.eager import EagerOffer
+from app.engine.store.fused import Continued, FusedSteps
 from app.engine.store.maintenance import Maintenance
 from app.engine.store.reads import Reads
 from app.engine.store.rows import Claim, Failure, RunRow, StartResult
 from app.engine.store.schema import STALE_WRITES
 from app.engine.store.tx import Tx
 from app.engine.store.workers import WorkerLiveness
-from app.engine.store.workflow_tasks import WorkflowTasks
 
-__all__ = ["STALE_WRITES", "Claim", "Failure", "RunRow", "StartResult", "Store", "Tx"]
+__all__ = [
+    "STALE_WRITES",
+    "Claim",
+    "Continued",
+    "EagerOffer",
+    "Failure",
+    "RunRow",
+    "StartResult",
+    "Store",
+    "Tx",
+]
 
 
-class Store(Reads, WorkflowTasks, ActivityAttempts, Maintenance, WorkerLiveness):
+class Store(Reads, FusedSteps, Maintenance, WorkerLiveness):
     """Every durable state change of the runtime, one short transaction each."""

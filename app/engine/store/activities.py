@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, or_, select, update
+from sqlalchemy import case, func, insert, or_, select, update
 
 from app.engine import history_commands as ev
 from app.engine.errors import StaleLease
 from app.engine.jobs import Job, activity_job
 from app.engine.policy import ActivityOptions
 from app.engine.store.base import StoreBase
+from app.engine.store.eager import start_attempt
 from app.engine.store.rows import Claim, Failure
 from app.engine.store.schema import (
     EARLY_TOLERANCE,
@@ -19,9 +20,17 @@ from app.engine.store.schema import (
     attempts,
     events,
     lease_expiry,
-    outbox,
     runs,
     tasks,
+)
+from app.engine.store.statements import (
+    CLAIM,
+    CLAIM_ONLY,
+    COMPLETE_TASK,
+    DROP_ACTIVITY_JOBS,
+    FINISH_ATTEMPT,
+    HEARTBEAT_READ,
+    HEARTBEAT_WRITE,
 )
 from app.engine.store.tx import Tx
 from app.engine.tables import (
@@ -50,77 +59,51 @@ class ActivityAttempts(StoreBase):
         *,
         worker_id: str,
         code_version: str,
-        can_run: Container[str] | None = None,
+        can_run: Collection[str] | None = None,
     ) -> Claim | None:
         """Take the next attempt of a scheduled task, or None if there is none to
         take. A worker without the activity's code (``can_run``) leaves it, and
         its job, for a worker that has it (or for its schedule-to-start timeout)."""
         with self.transaction() as tx:
-            row = tx.conn.execute(
-                select(tasks, runs.c.workflow_id)
-                .join(runs, runs.c.run_id == tasks.c.run_id)
-                .where(tasks.c.id == task_id)
-            ).first()
-            if row is None or row.status != "scheduled":
+            params: dict[str, Any] = {
+                "p_task": task_id,
+                "p_due": tx.now + EARLY_TOLERANCE,
+                "p_now": tx.now,
+                "p_worker": worker_id,
+                "p_code": code_version,
+            }
+            if can_run is None:
+                row = tx.conn.execute(CLAIM, params).first()
+            else:
+                params["p_can_run"] = list(can_run)
+                row = tx.conn.execute(CLAIM_ONLY, params).first()
+            if row is None:
                 return None
-            if row.next_attempt_at > tx.now + EARLY_TOLERANCE:
-                return None
-            if can_run is not None and row.activity not in can_run:
-                return None
-            options = ActivityOptions.from_json(row.options)
-            token = row.fencing_token + 1
-            attempt = row.attempt + 1
-            claimed = tx.conn.execute(
-                update(tasks)
-                .where(
-                    tasks.c.id == task_id,
-                    tasks.c.status == "scheduled",
-                    tasks.c.fencing_token == row.fencing_token,
-                )
-                .values(
-                    status="running",
-                    attempt=attempt,
-                    fencing_token=token,
-                    started_at=tx.now,
-                    heartbeat_at=tx.now,
-                    lease_expires_at=lease_expiry(options, started_at=tx.now, now=tx.now),
-                    worker_id=worker_id,
-                    code_version=code_version,
-                )
-            ).rowcount
-            if not claimed:
-                return None
-            tx.conn.execute(
-                insert(attempts).values(
-                    task_id=task_id,
-                    attempt=attempt,
-                    fencing_token=token,
-                    worker_id=worker_id,
-                    code_version=code_version,
-                    started_at=tx.now,
-                )
-            )
-            tx.conn.execute(
-                delete(outbox).where(outbox.c.kind == "activity", outbox.c.ref == str(task_id))
-            )
-            return Claim(
-                task_id=task_id,
-                run_id=row.run_id,
-                workflow_id=row.workflow_id,
-                activity=row.activity,
-                operation_id=row.operation_id,
-                input=row.input,
-                attempt=attempt,
-                token=token,
-                needs_reconcile=bool(row.needs_reconcile),
-                options=options,
-                started_at=tx.now,
-                heartbeat_details=row.heartbeat_details,
-            )
+            return self._claimed(tx, task_id, row, worker_id, code_version)
+
+    def _claimed(self, tx: Tx, task_id: int, row: Any, worker_id: str, code_version: str) -> Claim:
+        """Record the attempt a claim took (its row, the consumed job) and hand it out."""
+        start_attempt(tx, task_id, row.attempt, row.fencing_token, worker_id, code_version)
+        tx.conn.execute(DROP_ACTIVITY_JOBS, {"p_ref": str(task_id)})
+        return Claim(
+            task_id=task_id,
+            run_id=row.run_id,
+            cmd=row.cmd,
+            workflow_id=row.workflow_id,
+            activity=row.activity,
+            operation_id=row.operation_id,
+            input=row.input,
+            attempt=row.attempt,
+            token=row.fencing_token,
+            needs_reconcile=bool(row.needs_reconcile),
+            options=ActivityOptions.from_json(row.options),
+            started_at=tx.now,
+            heartbeat_details=row.heartbeat_details,
+        )
 
     def held_token(self, task_id: int, worker_id: str) -> int | None:
         """The token of the running attempt of ``task_id`` if ``worker_id`` holds it."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             token = conn.execute(
                 select(tasks.c.fencing_token).where(
                     tasks.c.id == task_id,
@@ -142,25 +125,21 @@ class ActivityAttempts(StoreBase):
 
     def _heartbeat(self, task_id: int, token: int, details: Any) -> bool | None:
         with self.transaction() as tx:
-            row = tx.conn.execute(
-                select(tasks.c.options, tasks.c.started_at, tasks.c.cancel_requested).where(
-                    tasks.c.id == task_id,
-                    tasks.c.fencing_token == token,
-                    tasks.c.status == "running",
-                )
-            ).first()
+            row = tx.conn.execute(HEARTBEAT_READ, {"p_task": task_id, "p_token": token}).first()
             if row is None:
                 self._reject_stale(tx, task_id, token, "heartbeat")
                 return None
             options = ActivityOptions.from_json(row.options)
+            lease = lease_expiry(options, started_at=row.started_at, now=tx.now)
             tx.conn.execute(
-                update(tasks)
-                .where(tasks.c.id == task_id, tasks.c.fencing_token == token)
-                .values(
-                    heartbeat_at=tx.now,
-                    heartbeat_details=details,
-                    lease_expires_at=lease_expiry(options, started_at=row.started_at, now=tx.now),
-                )
+                HEARTBEAT_WRITE,
+                {
+                    "p_task": task_id,
+                    "p_token": token,
+                    "p_now": tx.now,
+                    "p_details": details,
+                    "p_lease": lease,
+                },
             )
             return bool(row.cancel_requested)
 
@@ -175,23 +154,8 @@ class ActivityAttempts(StoreBase):
 
     def _complete(self, task_id: int, token: int, result: Any, outcome: str) -> list[Job] | None:
         with self.transaction() as tx:
-            row = tx.conn.execute(
-                update(tasks)
-                .where(
-                    tasks.c.id == task_id,
-                    tasks.c.fencing_token == token,
-                    tasks.c.status == "running",
-                )
-                .values(status="completed", result=result, closed_at=tx.now)
-                .returning(
-                    tasks.c.run_id,
-                    tasks.c.cmd,
-                    tasks.c.activity,
-                    tasks.c.attempt,
-                    tasks.c.worker_id,
-                    tasks.c.code_version,
-                )
-            ).first()
+            params = {"p_task": task_id, "p_token": token, "p_result": result, "p_now": tx.now}
+            row = tx.conn.execute(COMPLETE_TASK, params).first()
             if row is None:
                 self._reject_stale(tx, task_id, token, "completion")
                 return None
@@ -328,13 +292,14 @@ class ActivityAttempts(StoreBase):
         self, tx: Tx, task_id: int, token: int, outcome: str, failure: Failure | None
     ) -> None:
         tx.conn.execute(
-            update(attempts)
-            .where(attempts.c.task_id == task_id, attempts.c.fencing_token == token)
-            .values(
-                finished_at=tx.now,
-                outcome=outcome,
-                error=failure.to_json() if failure else None,
-            )
+            FINISH_ATTEMPT,
+            {
+                "p_task": task_id,
+                "p_token": token,
+                "p_now": tx.now,
+                "p_outcome": outcome,
+                "p_error": failure.to_json() if failure else None,
+            },
         )
 
     def _reject_stale(self, tx: Tx, task_id: int, token: int, what: str) -> None:

@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
+from app.engine.db import READ_ONLY
 from app.engine.faults import FaultPoints
 from app.engine.store.tx import Tx
 
@@ -28,3 +29,11 @@ class StoreBase:
     def transaction(self) -> Iterator[Tx]:
         with self.engine.begin() as conn:
             yield Tx(conn, self.clock())
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for reads only: on SQLite its transaction does not take
+        the write lock (see ``app/engine/db.py``), so readers never queue
+        behind writers. Nothing written on it may be committed."""
+        with self.engine.connect() as conn:
+            yield conn.execution_options(**{READ_ONLY: True})

@@ -38,6 +38,8 @@ class RunRow:
 class Claim:
     task_id: int
     run_id: str
+    #: The workflow's command number that scheduled the task.
+    cmd: int
     workflow_id: str
     activity: str
     operation_id: str

@@ -6,14 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, String, cast, delete, func, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from app.engine import history_commands as ev
 from app.engine.jobs import Job, retractions, workflow_queue, workflow_task_job
 from app.engine.store.rows import RunRow, StartResult, run_row
-from app.engine.store.schema import counters, events, outbox, runs, signals, tasks, timers
+from app.engine.store.schema import counters, outbox, runs, signals, tasks, timers
+from app.engine.store.statements import ADD_JOB, BUMP_HISTORY, INSERT_EVENT
 from app.engine.tables import (
     OPEN_STATUSES,
     PARKED_STATUSES,
@@ -41,15 +40,7 @@ class Tx:
             "created_at": self.now,
             "relay_at": max(self.now, job.not_before),
         }
-        dialect = self.conn.dialect.name
-        stmt: Any
-        if dialect == "postgresql":
-            stmt = pg_insert(outbox).values(**values).on_conflict_do_nothing()
-        elif dialect == "sqlite":
-            stmt = sqlite_insert(outbox).values(**values).on_conflict_do_nothing()
-        else:  # pragma: no cover - only SQLite and PostgreSQL are supported
-            stmt = insert(outbox).values(**values)
-        self.conn.execute(stmt)
+        self.conn.execute(ADD_JOB[self.conn.dialect.name], values)
         self.jobs.append(job)
 
     def drop_jobs(self, condition: ColumnElement[bool]) -> None:
@@ -67,27 +58,21 @@ class Tx:
 
     def append_event(self, run_id: str, type_: str, data: dict[str, Any]) -> int | None:
         """Append an event from outside the workflow task; None if the run is not open."""
-        row = self.conn.execute(
-            update(runs)
-            .where(runs.c.run_id == run_id, runs.c.status.in_(OPEN_STATUSES))
-            .values(
-                history_length=runs.c.history_length + 1,
-                pending_task=True,
-                updated_at=self.now,
-            )
-            .returning(runs.c.history_length, runs.c.workflow_name, runs.c.workflow_version)
-        ).first()
+        row = self.conn.execute(BUMP_HISTORY, {"p_run": run_id, "p_now": self.now}).first()
         if row is None:
             return None
         seq = int(row.history_length)
-        self.conn.execute(
-            insert(events).values(
-                run_id=run_id, seq=seq, type=type_, data=data, created_at=self.now
-            )
-        )
+        self.insert_event(run_id, seq, type_, data)
         queue = workflow_queue(row.workflow_name, row.workflow_version)
         self.add_job(workflow_task_job(run_id, seq, queue))
         return seq
+
+    def insert_event(self, run_id: str, seq: int, type_: str, data: dict[str, Any]) -> None:
+        """Write the event at ``seq`` (the caller has claimed that position)."""
+        self.conn.execute(
+            INSERT_EVENT,
+            {"run_id": run_id, "seq": seq, "type": type_, "data": data, "created_at": self.now},
+        )
 
     # -- client operations (usable inside a caller's transaction) -------------
 
@@ -113,11 +98,7 @@ class Tx:
                 .returning(runs.c.history_length)
             ).scalar_one()
         )
-        self.conn.execute(
-            insert(events).values(
-                run_id=run.run_id, seq=seq, type=type_, data=data, created_at=self.now
-            )
-        )
+        self.insert_event(run.run_id, seq, type_, data)
         return seq
 
     def has_run(self, workflow_id: str) -> bool:
@@ -183,11 +164,7 @@ class Tx:
         }
         if operator:
             started["operator"] = operator
-        self.conn.execute(
-            insert(events).values(
-                run_id=run_id, seq=1, type=ev.WORKFLOW_STARTED, data=started, created_at=self.now
-            )
-        )
+        self.insert_event(run_id, 1, ev.WORKFLOW_STARTED, started)
         self.add_job(workflow_task_job(run_id, 1, workflow_queue(workflow_name, workflow_version)))
         return StartResult(run_id, created=True)
 

@@ -54,7 +54,7 @@ class WorkerLiveness(StoreBase):
         self, now: float, *, silent_for: float, limit: int = 100
     ) -> list[tuple[int, int, Failure]]:
         """Running attempts whose worker has not beaten for ``silent_for`` seconds."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(
                 select(tasks.c.id, tasks.c.fencing_token, tasks.c.has_reconcile, tasks.c.worker_id)
                 .join(workers, workers.c.worker_id == tasks.c.worker_id)

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, insert, select, update
+from sqlalchemy import ColumnElement, insert, update
 
 from app.engine import history_commands as ev
 from app.engine.history_commands import HistoryCommand
 from app.engine.jobs import Job, activity_job, timer_job
 from app.engine.policy import ActivityOptions
 from app.engine.replay import Outcome, WorkflowTaskResult
-from app.engine.store.base import StoreBase
+from app.engine.store.eager import EagerClaims, EagerOffer
 from app.engine.store.rows import RunRow
 from app.engine.store.schema import (
     TERMINAL_EVENT,
-    events,
     outbox,
     parse_timestamp,
     runs,
     tasks,
     timers,
+)
+from app.engine.store.statements import (
+    DROP_WORKFLOW_TASK_JOBS,
+    GUARDED_COMMIT,
+    SCHEDULE_ACTIVITY,
+    TASK_BY_OPERATION,
 )
 from app.engine.store.tx import Tx
 from app.engine.tables import (
@@ -29,54 +34,85 @@ from app.engine.tables import (
 )
 
 
-class WorkflowTasks(StoreBase):
+class WorkflowTasks(EagerClaims):
     def commit_workflow_task(self, run: RunRow, step: WorkflowTaskResult) -> list[Job] | None:
         """Commit a workflow task's commands; None if history moved meanwhile.
 
         The history cap (``max_history_events``) is the workflow's to enforce
         (``should_continue_as_new``), so the commit takes no such parameter."""
         with self.transaction() as tx:
-            written = len(step.commands) + (1 if step.outcome is not None else 0)
-            new_length = run.history_length + written
-            values: dict[str, Any] = {
-                "history_length": new_length,
-                "pending_task": False,
-                "updated_at": tx.now,
+            if not self._write_step(tx, run, step, expected=run.history_length):
+                return None  # nothing written yet: the empty transaction commits harmlessly
+            self.faults.hit("workflow_task.mid_commit")
+            return tx.jobs
+
+    def _write_step(
+        self,
+        tx: Tx,
+        run: RunRow,
+        step: WorkflowTaskResult,
+        *,
+        expected: int,
+        offer: EagerOffer | None = None,
+    ) -> bool:
+        """Write a workflow task's commands after ``run.history_length``, guarded
+        by the history length ``expected`` (the one replayed, and read by the
+        caller); False, with nothing written, when history moved meanwhile.
+        ``offer``: an activity this task schedules may be claimed at once."""
+        written = len(step.commands) + (1 if step.outcome is not None else 0)
+        if not self._guard(tx, run, step, expected, run.history_length + written):
+            return False
+        tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run.run_id})
+        follow_ups: list[tuple[str, dict[str, Any]]] = []
+        seq = run.history_length
+        for command in step.commands:
+            seq += 1
+            self._write_command(tx, run, seq, command, follow_ups, offer)
+        if step.outcome is not None:
+            seq += 1
+            self._write_outcome(tx, run, seq, step.outcome)
+        if step.cancel_delivered:
+            follow_ups.extend(self._stop_active_work(tx, run.run_id, step.cancel_boundary))
+        for type_, data in follow_ups:
+            tx.append_event(run.run_id, type_, data)
+        return True
+
+    def _guard(
+        self, tx: Tx, run: RunRow, step: WorkflowTaskResult, expected: int, new_length: int
+    ) -> bool:
+        """Move the run's history length from ``expected`` to ``new_length``;
+        False when history moved meanwhile (or the run closed)."""
+        park = step.park_reason is not None and step.outcome is None
+        if not step.cancel_phase and not park:
+            params = {
+                "p_run": run.run_id,
+                "p_expected": expected,
+                "p_length": new_length,
+                "p_now": tx.now,
             }
-            if step.cancel_phase:
-                values["cancel_phase"] = step.cancel_phase
-            if step.park_reason is not None and step.outcome is None:
-                # The code waits for an operator: parked, holding no worker.
-                values["status"] = "needs-human"
-                values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
-            guarded = tx.conn.execute(
+            return bool(tx.conn.execute(GUARDED_COMMIT, params).rowcount)
+        values: dict[str, Any] = {
+            "history_length": new_length,
+            "pending_task": False,
+            "updated_at": tx.now,
+        }
+        if step.cancel_phase:
+            values["cancel_phase"] = step.cancel_phase
+        if park:
+            # The code waits for an operator: parked, holding no worker.
+            values["status"] = "needs-human"
+            values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
+        return bool(
+            tx.conn.execute(
                 update(runs)
                 .where(
                     runs.c.run_id == run.run_id,
-                    runs.c.history_length == run.history_length,
+                    runs.c.history_length == expected,
                     runs.c.status.in_(OPEN_STATUSES),
                 )
                 .values(**values)
             ).rowcount
-            if not guarded:
-                return None  # nothing written yet: the empty transaction commits harmlessly
-            tx.conn.execute(
-                delete(outbox).where(outbox.c.kind == "workflow_task", outbox.c.ref == run.run_id)
-            )
-            follow_ups: list[tuple[str, dict[str, Any]]] = []
-            seq = run.history_length
-            for command in step.commands:
-                seq += 1
-                self._write_command(tx, run, seq, command, follow_ups)
-            if step.outcome is not None:
-                seq += 1
-                self._write_outcome(tx, run, seq, step.outcome)
-            if step.cancel_delivered:
-                follow_ups.extend(self._stop_active_work(tx, run.run_id, step.cancel_boundary))
-            for type_, data in follow_ups:
-                tx.append_event(run.run_id, type_, data)
-            self.faults.hit("workflow_task.mid_commit")
-            return tx.jobs
+        )
 
     def _write_command(
         self,
@@ -85,19 +121,16 @@ class WorkflowTasks(StoreBase):
         seq: int,
         command: HistoryCommand,
         follow_ups: list[tuple[str, dict[str, Any]]],
+        offer: EagerOffer | None,
     ) -> None:
         data = command.to_event_data()
         if command.type == ev.ACTIVITY_SCHEDULED:
             # The input lives in the task row; history keeps its hash only.
             data = {k: v for k, v in data.items() if k not in ("input", "options")}
-        tx.conn.execute(
-            insert(events).values(
-                run_id=run.run_id, seq=seq, type=command.type, data=data, created_at=tx.now
-            )
-        )
+        tx.insert_event(run.run_id, seq, command.type, data)
         attrs = command.attrs
         if command.type == ev.ACTIVITY_SCHEDULED:
-            conflict = self._schedule_activity(tx, run, command)
+            conflict = self._schedule_activity(tx, run, command, offer)
             if conflict is not None:
                 follow_ups.append(conflict)
         elif command.type == ev.TIMER_STARTED:
@@ -124,54 +157,60 @@ class WorkflowTasks(StoreBase):
             follow_ups.extend(self._stop_tasks(tx, run.run_id, tasks.c.cmd == attrs["target"]))
 
     def _schedule_activity(
-        self, tx: Tx, run: RunRow, command: HistoryCommand
+        self, tx: Tx, run: RunRow, command: HistoryCommand, offer: EagerOffer | None
     ) -> tuple[str, dict[str, Any]] | None:
         attrs = command.attrs
         op = attrs["operation_id"]
-        existing = tx.conn.execute(select(tasks).where(tasks.c.operation_id == op)).first()
-        if existing is not None:
-            base = {"cmd": command.cmd, "activity": attrs["activity"], "attempts": 0}
-            if existing.input_hash == attrs["input_hash"] and existing.status == "completed":
-                # The same operation, already done: its result is the answer.
-                return ev.ACTIVITY_COMPLETED, base | {"result": existing.result, "reused": op}
-            reason = (
-                "with different parameters"
-                if existing.input_hash != attrs["input_hash"]
-                else f"while the first use is {existing.status}"
-            )
-            return ev.ACTIVITY_FAILED, base | {
-                "failure_class": "permanent",
-                "error_type": "OperationIdConflict",
-                "message": f"operation id {op!r} reused {reason}; an operation id names one effect",
-            }
         options = ActivityOptions.from_json(attrs["options"])
         timeouts = options.timeouts
         now = tx.now
-        task_id = tx.conn.execute(
-            insert(tasks)
-            .values(
-                run_id=run.run_id,
-                cmd=command.cmd,
-                activity=attrs["activity"],
-                operation_id=op,
-                input=attrs["input"],
-                input_hash=attrs["input_hash"],
-                options=attrs["options"],
-                has_reconcile=bool(attrs.get("has_reconcile")),
-                status="scheduled",
-                scheduled_at=now,
-                next_attempt_at=now,
-                schedule_to_start_deadline=(
-                    now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
-                ),
-                schedule_to_close_deadline=(
-                    now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
-                ),
-            )
-            .returning(tasks.c.id)
-        ).scalar_one()
-        tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
-        return None
+        row: dict[str, Any] = {
+            "run_id": run.run_id,
+            "cmd": command.cmd,
+            "activity": attrs["activity"],
+            "operation_id": op,
+            "input": attrs["input"],
+            "input_hash": attrs["input_hash"],
+            "options": attrs["options"],
+            "has_reconcile": bool(attrs.get("has_reconcile")),
+            "status": "scheduled",
+            "scheduled_at": now,
+            "next_attempt_at": now,
+            "schedule_to_start_deadline": (
+                now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
+            ),
+            "schedule_to_close_deadline": (
+                now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
+            ),
+        }
+        eager = offer is not None and offer.wants(attrs["activity"])
+        if eager:
+            assert offer is not None
+            row |= offer.claimed_row(options, now)
+        task_id = tx.conn.execute(SCHEDULE_ACTIVITY[tx.conn.dialect.name], row).scalar()
+        if task_id is not None:
+            if eager:
+                assert offer is not None
+                offer.taken = self._record_eager_claim(tx, int(task_id), run, command, offer)
+            else:
+                tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
+            return None
+        # The operation id is taken: by this same operation, done (its result
+        # is the answer), or by another use, which is refused.
+        existing = tx.conn.execute(TASK_BY_OPERATION, {"p_operation": op}).one()
+        base = {"cmd": command.cmd, "activity": attrs["activity"], "attempts": 0}
+        if existing.input_hash == attrs["input_hash"] and existing.status == "completed":
+            return ev.ACTIVITY_COMPLETED, base | {"result": existing.result, "reused": op}
+        reason = (
+            "with different parameters"
+            if existing.input_hash != attrs["input_hash"]
+            else f"while the first use is {existing.status}"
+        )
+        return ev.ACTIVITY_FAILED, base | {
+            "failure_class": "permanent",
+            "error_type": "OperationIdConflict",
+            "message": f"operation id {op!r} reused {reason}; an operation id names one effect",
+        }
 
     def _write_outcome(self, tx: Tx, run: RunRow, seq: int, outcome: Outcome) -> None:
         data: dict[str, Any] = {"status": outcome.status}
@@ -179,15 +218,7 @@ class WorkflowTasks(StoreBase):
             data["result"] = outcome.result
         if outcome.error is not None:
             data["error"] = outcome.error
-        tx.conn.execute(
-            insert(events).values(
-                run_id=run.run_id,
-                seq=seq,
-                type=TERMINAL_EVENT[outcome.status],
-                data=data,
-                created_at=tx.now,
-            )
-        )
+        tx.insert_event(run.run_id, seq, TERMINAL_EVENT[outcome.status], data)
         tx.close_run(run.run_id, outcome.status, result=outcome.result, error=outcome.error)
         if outcome.status == "continued-as-new":
             tx.start_run(
@@ -244,9 +275,7 @@ class WorkflowTasks(StoreBase):
 
     def discard_workflow_task_jobs(self, run_id: str) -> None:
         with self.transaction() as tx:
-            tx.conn.execute(
-                delete(outbox).where(outbox.c.kind == "workflow_task", outbox.c.ref == run_id)
-            )
+            tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run_id})
             tx.conn.execute(
                 update(runs)
                 .where(runs.c.run_id == run_id, runs.c.status.not_in(OPEN_STATUSES))

@@ -1,0 +1,128 @@
+"""The fused step: an activity's completion and the workflow task it wakes,
+committed together.
+
+The usual path takes three write transactions per step: the activity's
+completion (which marks a workflow task due and writes its job), the workflow
+task's commit (which schedules the next activity and writes its job), and
+the next activity's claim. When the worker that finished the activity holds
+the run's execution in its cache, it applies ``activity_completed`` in memory
+and hands the store the completion and the resulting commands at once; the
+store writes them in one transaction, under both guards:
+
+- the fencing token: the completion is accepted only from the current
+  attempt (a stale one is rejected and counted, as ``complete_activity``
+  does);
+- the history length: the run's history must still be the one the cached
+  execution replayed. If it moved (a signal, a cancel, another completion),
+  the whole transaction is rolled back and the caller completes the
+  activity the usual way.
+
+The next activity may be claimed in the same commit (``EagerOffer``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import select
+
+from app.engine.errors import StaleLease
+from app.engine.history_commands import RecordedEvent
+from app.engine.jobs import Job
+from app.engine.replay import WorkflowTaskResult
+from app.engine.store.activities import ActivityAttempts
+from app.engine.store.eager import EagerOffer
+from app.engine.store.rows import Claim, RunRow
+from app.engine.store.schema import tasks
+from app.engine.store.statements import COMPLETE_TASK, TASK_BY_OPERATION
+from app.engine.store.workflow_tasks import WorkflowTasks
+
+
+@dataclass(frozen=True)
+class Continued:
+    """A fused commit's result: the jobs to hand on, and the next activity's
+    attempt when the commit claimed it for this worker."""
+
+    jobs: list[Job]
+    claimed: Claim | None
+
+
+class _HistoryMoved(Exception):
+    """Raised inside the fused transaction to roll all of it back."""
+
+
+class FusedSteps(WorkflowTasks, ActivityAttempts):
+    def complete_and_continue(
+        self,
+        claim: Claim,
+        result: Any,
+        run: RunRow,
+        completed: RecordedEvent,
+        step: WorkflowTaskResult,
+        *,
+        offer: EagerOffer | None = None,
+    ) -> Continued | None:
+        """Accept ``claim``'s ``result`` and commit ``step``, the workflow task
+        that applied ``completed`` (at ``run.history_length + 1``) to the
+        cached execution, in one transaction. None, with nothing written, when
+        the run's history is no longer ``run.history_length``. Raises
+        :class:`StaleLease` when ``claim``'s token is not current."""
+        stale = False
+        jobs: list[Job] = []
+        try:
+            with self.transaction() as tx:
+                params = {
+                    "p_task": claim.task_id,
+                    "p_token": claim.token,
+                    "p_result": result,
+                    "p_now": tx.now,
+                }
+                if tx.conn.execute(COMPLETE_TASK, params).first() is None:
+                    self._reject_stale(tx, claim.task_id, claim.token, "completion")
+                    stale = True
+                else:
+                    self._finish_attempt(tx, claim.task_id, claim.token, "completed", None)
+                    tx.insert_event(run.run_id, completed.seq, completed.type, completed.data)
+                    after = replace(run, history_length=completed.seq)
+                    if not self._write_step(
+                        tx, after, step, expected=run.history_length, offer=offer
+                    ):
+                        raise _HistoryMoved
+                    self.faults.hit("fused.mid_commit")
+                    self.faults.hit("workflow_task.mid_commit")
+                    jobs = tx.jobs
+        except _HistoryMoved:
+            return None
+        if stale:
+            raise StaleLease(
+                f"activity task {claim.task_id}: completion with stale token {claim.token}"
+            )
+        return Continued(jobs, offer.taken if offer is not None else None)
+
+    def fused_outcome(
+        self, claim: Claim, worker_id: str, eager_operation: str | None
+    ) -> tuple[bool, int | None]:
+        """After a fused commit whose outcome was lost: whether it committed
+        (the task is completed under this attempt's token), and the task it
+        claimed eagerly for ``worker_id`` (by ``eager_operation``) if that
+        attempt is still running under token 1: nobody runs it, so the caller
+        releases it rather than leave it to its lease."""
+        with self.reading() as conn:
+            done = conn.execute(
+                select(tasks.c.id).where(
+                    tasks.c.id == claim.task_id,
+                    tasks.c.fencing_token == claim.token,
+                    tasks.c.status == "completed",
+                )
+            ).first()
+            if done is None or eager_operation is None:
+                return done is not None, None
+            row = conn.execute(TASK_BY_OPERATION, {"p_operation": eager_operation}).first()
+        held = (
+            row is not None
+            and row.status == "running"
+            and row.fencing_token == 1
+            and row.worker_id == worker_id
+        )
+        return True, (int(row.id) if held and row is not None else None)
