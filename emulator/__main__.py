@@ -26,6 +26,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--log-level", default="info", help="uvicorn's (warning: no line per request)"
     )
+    parser.add_argument(
+        "--keep-alive",
+        type=int,
+        default=75,
+        help="seconds an idle connection stays open (longer than clients keep theirs)",
+    )
     args = parser.parse_args(argv)
 
     with Emulator(
@@ -42,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
             port=args.port,
             log_level=args.log_level,
             access_log=args.log_level in ("debug", "info"),
+            timeout_keep_alive=args.keep_alive,
         )
 
 

@@ -28,10 +28,18 @@ class ServerThread:
     """``start()`` returns once the server answers; ``stop()`` shuts it down,
     running the app's lifespan shutdown (which stops an in-process runtime)."""
 
-    def __init__(self, app: Any, sock: socket.socket, *, name: str = "server") -> None:
+    def __init__(
+        self, app: Any, sock: socket.socket, *, name: str = "server", keep_alive: int = 5
+    ) -> None:
         self.sock = sock
         self.url = url_of(sock)
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_keep_alive=keep_alive,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 

@@ -30,6 +30,11 @@ from emulator.client import EmulatorClient
 from handlers import build_router
 
 BASE_PATH = "/api/v3"
+#: Seconds the emulated GitHub keeps an idle connection open. Longer than a
+#: client keeps one in its pool (httpx: 5 s), as a real front end's is: with
+#: uvicorn's 5 s default both ends timed out together, and a busy emulator
+#: closed connections under requests already sent (connection resets).
+EMULATOR_KEEP_ALIVE = 75
 WEBHOOK_SECRET = "demo-webhook-secret"  # noqa: S105 (the emulated GitHub's, not a real one)
 
 
@@ -84,7 +89,12 @@ class LocalStack:
                 root=self.root / "github", base_path=BASE_PATH, public_url=emu_url
             )
             self._servers.append(
-                ServerThread(self.emulator.asgi(), emu_socket, name="emulator").start()
+                ServerThread(
+                    self.emulator.asgi(),
+                    emu_socket,
+                    name="emulator",
+                    keep_alive=EMULATOR_KEEP_ALIVE,
+                ).start()
             )
         self.client = EmulatorClient(emu_url, base_path=BASE_PATH)
         people = self.people
@@ -156,6 +166,8 @@ class LocalStack:
                     str(self.root / "github"),
                     "--log-level",
                     "warning",
+                    "--keep-alive",
+                    str(EMULATOR_KEEP_ALIVE),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
