@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,6 +33,12 @@ def main(argv: list[str] | None = None) -> None:
         default=75,
         help="seconds an idle connection stays open (longer than clients keep theirs)",
     )
+    parser.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited listening socket (its port is --port), so a "
+        "parent that chose the port never has to free it for us",
+    )
     args = parser.parse_args(argv)
 
     with Emulator(
@@ -42,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         webhook_secret=args.webhook_secret,
         token_ttl=timedelta(seconds=args.token_ttl),
     ) as emu:
-        uvicorn.run(
+        config = uvicorn.Config(
             emu.asgi(),
             host=args.host,
             port=args.port,
@@ -50,6 +57,11 @@ def main(argv: list[str] | None = None) -> None:
             access_log=args.log_level in ("debug", "info"),
             timeout_keep_alive=args.keep_alive,
         )
+        server = uvicorn.Server(config)
+        if args.fd is None:
+            server.run()
+        else:
+            server.run(sockets=[socket.socket(fileno=args.fd)])
 
 
 if __name__ == "__main__":

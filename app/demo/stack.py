@@ -150,7 +150,8 @@ class LocalStack:
         raise RuntimeError("the emulator did not answer within 30 s")
 
     def _start_emulator_process(self, sock: socket.socket, port: int) -> subprocess.Popen[bytes]:
-        sock.close()  # the child binds the same port (SO_REUSEADDR)
+        """The child serves on ``sock`` itself (inherited), so no other process
+        can take the port between our choosing it and the child listening."""
         self.root.mkdir(parents=True, exist_ok=True)
         with (self.root / "emulator.log").open("ab") as log:
             proc = subprocess.Popen(
@@ -160,6 +161,8 @@ class LocalStack:
                     "emulator",
                     "--port",
                     str(port),
+                    "--fd",
+                    str(sock.fileno()),
                     "--base-path",
                     BASE_PATH,
                     "--root",
@@ -171,7 +174,9 @@ class LocalStack:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                pass_fds=(sock.fileno(),),
             )
+        sock.close()  # the child holds its own copy
         return proc
 
     def start_repairbot(self, *, run_worker: bool = True, **overrides: Any) -> Runtime:
