@@ -35,7 +35,7 @@ from app.github.auth import (
     utcnow,
 )
 from app.github.errors import classified
-from app.github.transport import ResendOnLostConnection
+from app.github.transport import SharedTransport
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
@@ -69,13 +69,14 @@ class GitHubClientFactory:
         clock: Clock = utcnow,
     ) -> None:
         self.base_url = base_url
+        self.transport = SharedTransport(transport or httpx.AsyncHTTPTransport())
         self._config = get_config(
             base_url=base_url,
             timeout=timeout,
             user_agent=user_agent,
-            # A read (or a token mint) whose keep-alive connection the server
-            # closed under it is sent again; other mutations reconcile instead.
-            async_transport=ResendOnLostConnection(transport or httpx.AsyncHTTPTransport()),
+            # One pool for every client of this factory, which githubkit's
+            # per-request clients must not close (app/github/transport.py).
+            async_transport=self.transport,
             auto_retry=False,
             # Reconciliation must read what GitHub holds now, not a cached copy.
             http_cache=False,
@@ -100,6 +101,10 @@ class GitHubClientFactory:
 
     def __repr__(self) -> str:
         return f"GitHubClientFactory(base_url={self.base_url!r})"
+
+    async def aclose(self) -> None:
+        """Close the connection pool every client of this factory shares."""
+        await self.transport.close()
 
     def app(self) -> AppGitHub:
         """A client authenticated as the App itself (JWT): ``/app/...`` endpoints."""

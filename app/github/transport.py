@@ -1,5 +1,21 @@
-"""Send again a safe request whose connection was lost before any answer.
+"""The transport under every githubkit client of a process: shared, never
+closed by a client, and sending again a safe request whose connection was
+lost before any answer.
 
+**Shared, not closed by a client.** Outside ``async with``, githubkit opens an
+``httpx.AsyncClient`` around each request and closes it afterwards, and
+closing an httpx client closes its transport. All clients of a
+:class:`~app.github.client.GitHubClientFactory` share one transport (one
+connection pool), so every finished request used to close the pool under
+every other request in flight: their connections were aborted (anyio's
+``ClosedResourceError``, seen as ``ReadError('')``), and no connection was
+ever reused. Measured with ``python -m bench.load --runs 100``: 1,800 to
+5,300 requests per benchmark lost that way, 22 to 35 runs ending in error
+before the resend below existed. :class:`SharedTransport` ignores a
+client's close; :meth:`SharedTransport.close` (the factory's ``aclose``)
+closes the pool for good.
+
+**Resent when lost.**
 A keep-alive connection can be closed by the server (its idle timeout, a
 load balancer, a deploy) at the moment the client reuses it: the request
 meets a reset or an empty read, and the client cannot tell whether the
@@ -14,10 +30,6 @@ same, and only then:
 Every other mutation is left alone: its loss surfaces as an error the
 activity classifies as ambiguous, and the step reconciles through its
 marker in the GitHub object instead of guessing (docs/architecture.md).
-
-Measured under load (``python -m bench.load --runs 100``): without this,
-1,800 attempts of 100 runs met such resets and 22 runs ended in error after
-their retries were spent.
 """
 
 from __future__ import annotations
@@ -41,10 +53,11 @@ def safe_to_resend(request: httpx.Request) -> bool:
     return request.method == "POST" and TOKEN_MINT.search(request.url.path) is not None
 
 
-class ResendOnLostConnection(httpx.AsyncBaseTransport):
-    """Wraps a transport; a safe request whose connection was lost before
-    any answer is sent again, up to ``resends`` times, at once (a fresh
-    connection is what it needs, not a wait)."""
+class SharedTransport(httpx.AsyncBaseTransport):
+    """Wraps the process's transport: a safe request whose connection was
+    lost before any answer is sent again, up to ``resends`` times, at once (a
+    fresh connection is what it needs, not a wait); a client's ``aclose``
+    leaves the shared pool open."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, *, resends: int = 2) -> None:
         self.inner = inner
@@ -66,4 +79,9 @@ class ResendOnLostConnection(httpx.AsyncBaseTransport):
         raise AssertionError("unreachable: the loop returns or raises")
 
     async def aclose(self) -> None:
+        """Called by every httpx client githubkit closes after a request: the
+        pool is shared with the other clients, so it stays open."""
+
+    async def close(self) -> None:
+        """Close the pool for good (the owner's shutdown)."""
         await self.inner.aclose()

@@ -1,6 +1,6 @@
-"""ResendOnLostConnection against a real socket server that resets connections
-with the request unread (SO_LINGER 0), as a server closing an idle keep-alive
-connection does when a request meets the close."""
+"""SharedTransport against real socket servers: a client's close leaves the
+shared pool to the requests still using it, and a safe request whose
+connection was reset before any answer (SO_LINGER 0) is sent again."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
+from gh_scene import KeyPair
 
-from app.github.transport import ResendOnLostConnection, safe_to_resend
+from app.github.auth import AppCredentials
+from app.github.client import GitHubClientFactory
+from app.github.transport import SharedTransport, safe_to_resend
 
 
 @dataclass
@@ -51,7 +54,7 @@ async def server() -> AsyncIterator[ResettingServer]:
 
 
 def client(server: ResettingServer) -> httpx.AsyncClient:
-    transport = ResendOnLostConnection(httpx.AsyncHTTPTransport())
+    transport = SharedTransport(httpx.AsyncHTTPTransport())
     return httpx.AsyncClient(transport=transport, base_url=f"http://127.0.0.1:{server.port}")
 
 
@@ -101,3 +104,62 @@ async def test_gives_up_after_its_resends(server: ResettingServer) -> None:
 )
 def test_what_counts_as_safe(method: str, path: str, safe: bool) -> None:
     assert safe_to_resend(httpx.Request(method, f"http://h{path}")) is safe
+
+
+@dataclass
+class SlowServer:
+    """Answers ``/slow`` after ``delay`` seconds and anything else at once."""
+
+    delay: float
+    port: int = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            if length:
+                await reader.readexactly(length)
+            if head.startswith(b"POST /slow"):
+                await asyncio.sleep(self.delay)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+
+async def test_a_client_closing_leaves_the_shared_pool_to_the_others() -> None:
+    """githubkit's pattern: a client per request over one transport, closed
+    after its request. A mutation still in flight on another client must get
+    its answer (it is never resent, so a closed pool would lose it)."""
+    state = SlowServer(delay=0.5)
+    srv = await asyncio.start_server(state.handle, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    shared = SharedTransport(httpx.AsyncHTTPTransport())
+    async with srv:
+        slow_client = httpx.AsyncClient(transport=shared, base_url=base)
+        slow = asyncio.create_task(slow_client.post("/slow", json={"merge": True}))
+        await asyncio.sleep(0.1)  # the slow request is on the wire
+        quick_client = httpx.AsyncClient(transport=shared, base_url=base)
+        assert (await quick_client.get("/quick")).status_code == 200
+        await quick_client.aclose()  # as githubkit does after each request
+        assert (await slow).status_code == 200
+        await slow_client.aclose()
+        # The pool is still usable after every client closed; the owner closes it.
+        again = httpx.AsyncClient(transport=shared, base_url=base)
+        assert (await again.get("/quick")).status_code == 200
+        await shared.close()
+
+
+def test_the_factory_gives_every_client_one_shared_transport(app_key: KeyPair) -> None:
+    factory = GitHubClientFactory(
+        base_url="http://github.invalid", credentials=AppCredentials("1", app_key.private_pem)
+    )
+    one = factory.for_installation(1, repository="o/a")
+    two = factory.for_installation(1, repository="o/b")
+    assert one.config.async_transport is two.config.async_transport is factory.transport
+    assert factory.app().config.async_transport is factory.transport
+    asyncio.run(factory.aclose())
