@@ -127,8 +127,10 @@ class Consumer(ArqWorker):
     """arq's worker, polling when its queue's doorbell rings or, failing a
     ring, every ``poll_delay`` seconds.
 
-    ``main`` is arq 0.28's own, with its fixed-period poll replaced by a wait
-    on the doorbell; without a doorbell it sleeps the poll delay out."""
+    ``main`` is arq 0.28's own (less its start-up log of the Redis server's
+    info), with its fixed-period poll replaced by a wait on the doorbell;
+    without a doorbell it sleeps the poll delay out. Overriding ``main`` keeps
+    arq's module globals (its ``poll``) untouched."""
 
     def __init__(self, *args: Any, doorbell: Doorbell | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
