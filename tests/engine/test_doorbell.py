@@ -19,7 +19,8 @@ from redis.asyncio import Redis
 from sqlalchemy import Engine
 
 from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher, Consumer
-from app.engine.doorbell import Doorbell, ring
+from app.engine.doorbell import Doorbell, channel, ring
+from app.engine.jobs import DEFAULT_QUEUE, activity_job, timer_job, workflow_task_job
 from app.engine.redis_channel import connect, redis_settings
 from app.engine.runtime import Runtime
 from tests.engine.private_services import PrivateRedis
@@ -170,3 +171,33 @@ async def _until(condition: Callable[[], bool], *, timeout: float = 15.0) -> Non
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.02)
+
+
+async def test_the_dispatcher_rings_once_per_queue_for_due_jobs_only(redis_url: str) -> None:
+    pool = await connect(redis_url)
+    listener = Redis.from_url(redis_url)
+    pubsub = listener.pubsub()
+    database = redis_settings(redis_url).database
+    await pubsub.psubscribe(channel(database, "*"))
+    try:
+        later = time.time() + 3600
+        await ArqDispatcher(pool).enqueue(
+            [
+                activity_job(1, 1),
+                activity_job(2, 1),
+                workflow_task_job("run", 1, "wf-queue"),
+                timer_job("run", 2, later),  # deferred: the poll will find it
+                workflow_task_job("other", 1, "deferred-queue", not_before=later),
+            ]
+        )
+        rung: list[bytes] = []
+        while (message := await pubsub.get_message(timeout=0.5)) is not None:
+            if message["type"] == "pmessage":
+                rung.append(message["channel"])
+        assert sorted(rung) == sorted(
+            channel(database, q).encode() for q in (DEFAULT_QUEUE, "wf-queue")
+        )
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await listener.aclose()
+        await pool.aclose()
