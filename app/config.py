@@ -140,6 +140,12 @@ class Settings:
     #: REPAIRBOT_DB_PATIENCE: seconds a worker retries a database write through
     #: an outage before giving it up (an attempt it cannot record is released).
     db_patience: float = 15.0
+    #: REPAIRBOT_ARQ_POLL_DELAY: seconds between a worker's polls of an arq
+    #: queue when no doorbell rings: the most a job whose ring was lost, or a
+    #: timer, waits past its due time.
+    #: (The same default as app.engine.arq_dispatch.POLL_DELAY, kept apart so
+    #: that reading settings does not import the engine.)
+    arq_poll_delay: float = 0.5
 
     #: GITHUB_API_URL: REST base URL (the emulator's in tests and the demo).
     github_api_url: str = "https://api.github.com"
@@ -313,6 +319,7 @@ class Settings:
             "REPAIRBOT_CONCURRENCY": str(self.concurrency),
             "REPAIRBOT_DRAIN_GRACE": str(self.drain_grace),
             "REPAIRBOT_DB_PATIENCE": str(self.db_patience),
+            "REPAIRBOT_ARQ_POLL_DELAY": str(self.arq_poll_delay),
             "GITHUB_API_URL": self.github_api_url,
             "GITHUB_GIT_URL": self.github_git_url,
             "GITHUB_APP_ID": self.github_app_id,
@@ -387,6 +394,7 @@ class Settings:
             "worker_silence": _float(env, "REPAIRBOT_WORKER_SILENCE", 15.0),
             "drain_grace": _float(env, "REPAIRBOT_DRAIN_GRACE", 30.0),
             "db_patience": _float(env, "REPAIRBOT_DB_PATIENCE", 15.0),
+            "arq_poll_delay": _float(env, "REPAIRBOT_ARQ_POLL_DELAY", 0.5),
             "github_api_url": env.get("GITHUB_API_URL", "https://api.github.com"),
             "github_git_url": env.get("GITHUB_GIT_URL", "https://github.com"),
             "github_app_id": env.get("GITHUB_APP_ID", ""),
@@ -427,6 +435,8 @@ class Settings:
             ),
             "github_private_key_file": Path(key_path) if key_path else None,
         }
+        if kwargs["arq_poll_delay"] <= 0:
+            raise ConfigError("REPAIRBOT_ARQ_POLL_DELAY must be a positive number of seconds")
         secret = kwargs["session_secret"]
         if secret and len(secret) < 32:
             raise ConfigError("REPAIRBOT_SESSION_SECRET must be at least 32 characters")

@@ -15,9 +15,10 @@ from redis.asyncio import Redis
 from sqlalchemy import Engine
 
 from app.engine.activity_context import ActivityContext
-from app.engine.arq_dispatch import ArqDispatcher, arq_workers
+from app.engine.arq_dispatch import ArqDispatcher, arq_queues, arq_workers
 from app.engine.context import WorkflowContext
 from app.engine.db import make_engine
+from app.engine.doorbell import Doorbell
 from app.engine.registry import Registry, activity, workflow
 from app.engine.replay import WorkflowTaskResult
 from app.engine.runtime import Runtime
@@ -162,7 +163,11 @@ async def _arq_dispatch(case: Case, runtime: Runtime, *, eager: bool) -> AsyncIt
     extra: dict[str, Any] = {}
     if case.arq_poll_delay is not None:
         extra["poll_delay"] = case.arq_poll_delay
-    workers = arq_workers(runtime, settings, handle_signals=False, **extra)
+    # As ArqConsumers does: consumers wake on the dispatcher's rings.
+    doorbell = Doorbell(settings, arq_queues(runtime))
+    doorbell.start()
+    await doorbell.subscribed.wait()
+    workers = arq_workers(runtime, settings, handle_signals=False, doorbell=doorbell, **extra)
     tasks = [asyncio.create_task(w.async_run()) for w in workers]
     try:
         yield
@@ -171,6 +176,7 @@ async def _arq_dispatch(case: Case, runtime: Runtime, *, eager: bool) -> AsyncIt
         await _cancel_all(tasks)
         for worker in workers:
             await _close(worker)
+        await doorbell.stop()
         await pool.aclose()
         await runtime.stop()
 

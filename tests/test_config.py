@@ -37,6 +37,15 @@ def test_to_env_round_trips() -> None:
     assert Settings.from_env({**settings.to_env(), **settings.secret_env()}) == settings
 
 
+def test_the_arq_poll_delay_defaults_to_the_engines_and_can_be_set() -> None:
+    from app.engine.arq_dispatch import POLL_DELAY
+
+    assert Settings.from_env({}).arq_poll_delay == POLL_DELAY
+    settings = Settings.from_env({"REPAIRBOT_ARQ_POLL_DELAY": "2.5"})
+    assert settings.arq_poll_delay == 2.5
+    assert Settings.from_env(settings.to_env()).arq_poll_delay == 2.5
+
+
 def test_evidence_is_in_the_database_unless_told_otherwise() -> None:
     assert Settings.from_env({}).evidence_store == "database"
 
@@ -54,6 +63,8 @@ def test_evidence_is_in_the_database_unless_told_otherwise() -> None:
         ("REPAIRBOT_WEBHOOK_READ_TIMEOUT", "slow"),
         ("REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT", "lots"),
         ("REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", "often"),
+        ("REPAIRBOT_ARQ_POLL_DELAY", "rarely"),
+        ("REPAIRBOT_ARQ_POLL_DELAY", "0"),
     ],
 )
 def test_malformed_values_name_the_variable(name: str, value: str) -> None:

@@ -14,6 +14,10 @@ job only says "look at this now".
   (``max_tries=1``: the database owns attempts) and results are not kept.
 - Workflow tasks go to one queue per workflow version; activities and timers
   to the default queue.
+- Consumers do not wait out arq's poll: the dispatcher rings a doorbell
+  (:mod:`app.engine.doorbell`) for jobs due now, and a consumer polls as soon
+  as its queue rings. The poll delay (:data:`POLL_DELAY`) is the fallback
+  for lost rings and the bound on how late a deferred job (a timer) starts.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from arq import ArqRedis
+from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
 from arq.constants import job_key_prefix
 from arq.cron import cron
@@ -34,6 +38,7 @@ from arq.worker import Worker as ArqWorker
 from arq.worker import func
 from redis.exceptions import RedisError
 
+from app.engine.doorbell import Doorbell, ring
 from app.engine.jobs import DEFAULT_QUEUE, RETRACT, Job, workflow_queue
 from app.engine.redis_channel import dump_result, load_job, use_json
 from app.engine.runtime import Runtime
@@ -47,6 +52,9 @@ HAND_OFF_TIMEOUT = 300
 #: An undelivered job's Redis key lives this long past its due time; the relay
 #: re-dispatches anything still due long before (the database keeps the work).
 JOB_EXPIRY = timedelta(hours=1)
+#: Seconds between polls of an arq queue when no ring comes: the latency of
+#: a job whose ring was lost, and at most this late for a deferred job.
+POLL_DELAY = 0.5
 
 
 class ArqDispatcher:
@@ -65,6 +73,7 @@ class ArqDispatcher:
 
     async def _enqueue(self, jobs: Sequence[Job]) -> None:
         now = time.time()
+        due_now: set[str] = set()
         for job in jobs:
             if job.kind == RETRACT:
                 await self._retract(job)
@@ -81,6 +90,17 @@ class ArqDispatcher:
                 _defer_until=defer,
                 _expires=timedelta(seconds=delay) + JOB_EXPIRY,
             )
+            if not delay:
+                due_now.add(job.queue)
+        await self._ring(due_now)
+
+    async def _ring(self, queues: set[str]) -> None:
+        # The jobs are in Redis already; a ring that does not get through
+        # costs their consumers one poll delay, so it is not worth a relay.
+        try:
+            await ring(self.pool, queues)
+        except (RedisError, OSError) as exc:
+            log.info("could not ring the doorbell (%s); consumers will poll", exc)
 
     async def _retract(self, job: Job) -> None:
         async with self.pool.pipeline(transaction=True) as pipe:
@@ -103,19 +123,77 @@ async def reconcile(ctx: dict[str, Any]) -> None:
     await runtime.reconciler.run_once()
 
 
+class Consumer(ArqWorker):
+    """arq's worker, polling when its queue's doorbell rings or, failing a
+    ring, every ``poll_delay`` seconds.
+
+    ``main`` is arq 0.28's own (less its start-up log of the Redis server's
+    info), with its fixed-period poll replaced by a wait on the doorbell;
+    without a doorbell it sleeps the poll delay out. Overriding ``main`` keeps
+    arq's module globals (its ``poll``) untouched."""
+
+    def __init__(self, *args: Any, doorbell: Doorbell | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.doorbell = doorbell
+
+    async def main(self) -> None:
+        if self._pool is None:
+            self._pool = await create_pool(
+                self.redis_settings,
+                job_deserializer=self.job_deserializer,
+                job_serializer=self.job_serializer,
+                default_queue_name=self.queue_name,
+                expires_extra_ms=self.expires_extra_ms,
+            )
+        self.ctx["redis"] = self.pool
+        if self.on_startup:
+            await self.on_startup(self.ctx)
+        while True:
+            await self._poll_iteration()
+            if self.burst and await self._burst_done():
+                return
+            if self.doorbell is None:
+                await asyncio.sleep(self.poll_delay_s)
+            else:
+                await self.doorbell.wait(self.queue_name, self.poll_delay_s)
+
+    async def _burst_done(self) -> bool:
+        if 0 <= self.max_burst_jobs <= self._jobs_started() or not await self.pool.zcard(
+            self.queue_name
+        ):
+            await asyncio.gather(*self.tasks.values())
+            return True
+        return False
+
+    def _release_sem_dec_counter_on_complete(self) -> None:
+        # A full consumer skips its poll; rings that came meanwhile were used
+        # up, so a freed slot must poll again rather than wait out the delay.
+        was_full = self.job_counter >= self.max_jobs
+        super()._release_sem_dec_counter_on_complete()
+        if was_full and self.doorbell is not None:
+            self.doorbell.wake(self.queue_name)
+
+
+def arq_queues(runtime: Runtime) -> list[str]:
+    """The queues this process consumes: the default one first."""
+    return [DEFAULT_QUEUE] + [workflow_queue(n, v) for n, v in sorted(runtime.registry.workflows)]
+
+
 def arq_workers(
     runtime: Runtime,
     redis_settings: RedisSettings,
     *,
     max_jobs: int = 8,
-    poll_delay: float = 0.005,
+    poll_delay: float = POLL_DELAY,
+    doorbell: Doorbell | None = None,
     burst: bool = False,
     handle_signals: bool = False,
     reconcile_cron: bool = True,
-) -> list[ArqWorker]:
+) -> list[Consumer]:
     """One arq worker for the default queue (activities, timers and, with
     ``reconcile_cron``, the reconciler as an arq cron job) and one per
-    workflow version this process has code for."""
+    workflow version this process has code for. Without a ``doorbell``
+    (covering :func:`arq_queues`) they only poll, so keep ``poll_delay`` short."""
     common: dict[str, Any] = {
         "functions": [func(run_job, name=JOB_FUNCTION, max_tries=1)],
         "redis_settings": redis_settings,
@@ -129,6 +207,7 @@ def arq_workers(
         "job_timeout": HAND_OFF_TIMEOUT,
         "job_serializer": dump_result,
         "job_deserializer": load_job,
+        "doorbell": doorbell,
     }
     crons = [
         cron(
@@ -141,11 +220,9 @@ def arq_workers(
             timeout=HAND_OFF_TIMEOUT,
         )
     ]
-    workers = [
-        ArqWorker(queue_name=DEFAULT_QUEUE, cron_jobs=crons if reconcile_cron else [], **common)
-    ]
-    for name, version in sorted(runtime.registry.workflows):
-        workers.append(ArqWorker(queue_name=workflow_queue(name, version), **common))
+    default, *workflow_queues = arq_queues(runtime)
+    workers = [Consumer(queue_name=default, cron_jobs=crons if reconcile_cron else [], **common)]
+    workers += [Consumer(queue_name=queue, **common) for queue in workflow_queues]
     return workers
 
 
@@ -163,17 +240,18 @@ class ArqConsumers:
         redis_settings: RedisSettings,
         *,
         max_jobs: int = 8,
-        poll_delay: float = 0.005,
+        poll_delay: float = POLL_DELAY,
     ) -> None:
         self.runtime = runtime
         self.redis_settings = redis_settings
         self.max_jobs = max_jobs
         self.poll_delay = poll_delay
-        self.workers: list[ArqWorker] = []
+        self.doorbell = Doorbell(redis_settings, arq_queues(runtime))
+        self.workers: list[Consumer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._paused = False
 
-    def _build(self) -> list[ArqWorker]:
+    def _build(self) -> list[Consumer]:
         # No reconciler cron: the worker runs its reconciler loop itself, so
         # recovery goes on while Redis is away.
         return arq_workers(
@@ -181,10 +259,13 @@ class ArqConsumers:
             self.redis_settings,
             max_jobs=self.max_jobs,
             poll_delay=self.poll_delay,
+            doorbell=self.doorbell,
             reconcile_cron=False,
         )
 
     def start(self) -> None:
+        # Subscribed or not, the consumers start polling: a ring only hurries them.
+        self.doorbell.start()
         self.workers = self._build()
         self._tasks = [
             asyncio.create_task(self._keep_running(i), name=f"arq-{w.queue_name}")
@@ -229,6 +310,7 @@ class ArqConsumers:
         for worker in self.workers:
             await _abandon(worker)
         self._tasks.clear()
+        await self.doorbell.stop()
 
 
 async def _abandon(worker: ArqWorker) -> None:

@@ -13,7 +13,7 @@ import signal
 from arq import ArqRedis
 from redis.exceptions import RedisError
 
-from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher
+from app.engine.arq_dispatch import POLL_DELAY, ArqConsumers, ArqDispatcher
 from app.engine.redis_channel import connect, redis_settings
 from app.engine.runtime import Runtime
 
@@ -36,7 +36,7 @@ async def serve_arq(
     concurrency: int,
     reconcile_interval: float,
     drain_grace: float,
-    poll_delay: float = 0.005,
+    poll_delay: float = POLL_DELAY,
     eager: bool = True,
 ) -> int:
     """Work arq's queues on ``redis_url`` until SIGTERM, then drain and return 0."""

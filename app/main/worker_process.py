@@ -191,4 +191,5 @@ async def _run_worker(settings: Settings) -> int:
         concurrency=settings.concurrency,
         reconcile_interval=settings.reconcile_interval,
         drain_grace=settings.drain_grace,
+        poll_delay=settings.arq_poll_delay,
     )

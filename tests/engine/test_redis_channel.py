@@ -167,6 +167,9 @@ async def test_a_worker_rides_out_a_redis_restart(tmp_path: Path, db_engine: Eng
         run = await runtime.wait_for("redis-restart", timeout=30)
         assert run.status == "completed"
         assert all(not t.done() for t in consumers._tasks), "an arq consumer gave up"
+        # The doorbell subscribed again to the new server.
+        await asyncio.wait_for(consumers.doorbell.subscribed.wait(), 30)
+        assert consumers.doorbell.subscriptions >= 2
     finally:
         await runtime.stop()
         await consumers.stop()
