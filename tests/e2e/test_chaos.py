@@ -59,6 +59,8 @@ WORKERS = 3
 #: Activities whose attempt may be frozen and resumed late without a second
 #: external effect racing the first (they only read GitHub or work locally).
 PAUSABLE = ("commands.", "agent.", "workspace.")
+#: How long each agent attempt takes: past the last timed fault (20 s).
+AGENT_SECONDS = 25.0
 
 
 @dataclass
@@ -130,7 +132,11 @@ def _settings(stack: LocalStack, redis: PrivateRedis) -> Settings:
     assert stack.settings is not None
     return stack.settings.with_overrides(
         redis_url=redis.url,
-        agent_command=tuple(fix_agent_command()),
+        # The agent takes a while, so that every fault of the plan (the last
+        # is due 20 s in) meets repairs still in progress: without it the
+        # repairs got fast enough to be awaiting review before the plan could
+        # find a worker to freeze.
+        agent_command=tuple(fix_agent_command(sleep=AGENT_SECONDS)),
         relay_grace=0.5,
         reconcile_interval=0.2,
         worker_silence=5.0,
