@@ -30,10 +30,10 @@ from emulator.client import EmulatorClient
 from handlers import build_router
 
 BASE_PATH = "/api/v3"
-#: Seconds the emulated GitHub keeps an idle connection open. Longer than a
-#: client keeps one in its pool (httpx: 5 s), as a real front end's is: with
-#: uvicorn's 5 s default both ends timed out together, and a busy emulator
-#: closed connections under requests already sent (connection resets).
+#: Seconds the emulated GitHub keeps an idle connection open: longer than a
+#: client keeps one in its pool (httpx: 5 s), as a real front end's is, so a
+#: client never reuses a connection the server is closing at that moment
+#: (uvicorn's default is 5 s, the same as the client's).
 EMULATOR_KEEP_ALIVE = 75
 WEBHOOK_SECRET = "demo-webhook-secret"  # noqa: S105 (the emulated GitHub's, not a real one)
 

@@ -64,11 +64,11 @@ class SharedTransport(httpx.AsyncBaseTransport):
         self.resends = resends
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        for sent in range(self.resends + 1):
+        for _ in range(self.resends):
             try:
                 return await self.inner.handle_async_request(request)
             except LOST as exc:
-                if sent == self.resends or not safe_to_resend(request):
+                if not safe_to_resend(request):
                     raise
                 log.info(
                     "connection lost before the answer to %s %s (%r); sending it again",
@@ -76,7 +76,7 @@ class SharedTransport(httpx.AsyncBaseTransport):
                     request.url.path,
                     exc,
                 )
-        raise AssertionError("unreachable: the loop returns or raises")
+        return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
         """Called by every httpx client githubkit closes after a request: the
