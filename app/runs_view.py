@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, and_, false, func, select, true
 from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.store.rows import run_row
-from app.engine.store.schema import attempts, runs, tasks
+from app.engine.store.schema import runs, tasks
 from app.engine.tables import CLOSED_STATUSES
 
 OPEN_STATUSES = ("running", "cancelling")
@@ -226,6 +226,10 @@ def timeline(run: RunRow, task_rows: list[Any], current: str) -> list[PhaseSpan]
     return spans
 
 
+def _seconds(started_at: float | None, finished_at: float | None) -> float | None:
+    return finished_at - started_at if started_at and finished_at else None
+
+
 def run_detail(runtime: RuntimeClient, run: RunRow) -> RunDetail:
     state = live_state(runtime, run)
     summary = summarize(runtime, run, state)
@@ -233,35 +237,19 @@ def run_detail(runtime: RuntimeClient, run: RunRow) -> RunDetail:
         task_rows = conn.execute(
             select(tasks).where(tasks.c.run_id == run.run_id).order_by(tasks.c.id)
         ).all()
-        attempt_rows = conn.execute(
-            select(
-                tasks.c.operation_id,
-                tasks.c.activity,
-                attempts.c.attempt,
-                attempts.c.worker_id,
-                attempts.c.code_version,
-                attempts.c.started_at,
-                attempts.c.finished_at,
-                attempts.c.outcome,
-                attempts.c.error,
-            )
-            .join(attempts, attempts.c.task_id == tasks.c.id)
-            .where(tasks.c.run_id == run.run_id)
-            .order_by(attempts.c.id)
-        ).all()
     tried = [
         Attempt(
-            step=step_of(run.run_id, a.operation_id),
-            activity=a.activity,
-            attempt=a.attempt,
-            worker_id=a.worker_id,
-            code_version=a.code_version,
-            outcome=a.outcome or "running",
-            failure=_failure_text(a.error),
-            started_at=a.started_at,
-            seconds=(a.finished_at - a.started_at) if a.finished_at and a.started_at else None,
+            step=step_of(run.run_id, a["operation_id"]),
+            activity=a["activity"],
+            attempt=a["attempt"],
+            worker_id=a["worker_id"],
+            code_version=a["code_version"],
+            outcome=a["outcome"] or "running",
+            failure=_failure_text(a["error"]),
+            started_at=a["started_at"],
+            seconds=_seconds(a["started_at"], a["finished_at"]),
         )
-        for a in attempt_rows
+        for a in runtime.store.activity_attempts(run.run_id)
     ]
     events = [
         {"seq": e.seq, "type": e.type, "data": e.data}
