@@ -5,6 +5,13 @@ action is a conditional update, and re-dispatch uses deterministic job ids.
 Recovery re-enters the normal path: an expired lease is recorded as a failed
 attempt exactly as a worker would record it, and the retry goes through the
 same claim as any other attempt.
+
+Passes are not only periodic: each pass also reads when the next thing falls
+due (a lease, a timer, a silent worker's limit; see
+``app/engine/store/due.py``) and the loop sleeps until then if that comes
+before the interval. A SIGKILLed worker's attempt is thus released when its
+silence reaches the setting, not up to one interval later. Every reconciler
+wakes for the same deadline; the conditional updates let one of them act.
 """
 
 from __future__ import annotations
@@ -23,6 +30,15 @@ from app.engine.store.async_store import StoreThreads
 
 log = logging.getLogger("repairbot.reconciler")
 
+#: Wake this long after a deadline, not on it: the pass compares strictly
+#: (``lease_expires_at < now``) and asyncio may wake a clock tick early.
+DUE_MARGIN = 0.002
+#: The shortest sleep between passes. When something is already due again
+#: (more due rows than one pass takes, a deadline that fell due during the
+#: pass) passes follow each other this closely, not back to back: at most
+#: 20 a second, at the cost of at most 50 ms on such a deadline.
+MIN_WAIT = 0.05
+
 
 @dataclass
 class ReconcileReport:
@@ -32,6 +48,8 @@ class ReconcileReport:
     deadlines_enforced: int = 0
     jobs_redispatched: int = 0
     jobs: list[Job] = field(default_factory=list)
+    #: When the next lease, timer or worker silence falls due (epoch seconds).
+    next_due: float | None = None
 
 
 class Reconciler:
@@ -86,6 +104,8 @@ class Reconciler:
         stale += store.runnable_without_job(now - self.relay_grace)
         report.jobs_redispatched = len(stale)
         report.jobs += stale
+        # Read last, so what this pass changed (a released lease) is not reported as due.
+        report.next_due = store.next_due(silent_for=self.worker_silence)
         return report
 
     def start(self, interval: float) -> None:
@@ -93,11 +113,27 @@ class Reconciler:
 
     async def _loop(self, interval: float) -> None:
         while True:
+            wait = interval
             try:
-                await self.run_once()
+                report = await self.run_once()
+                wait = self.wait_after(report, interval)
             except Exception:
                 log.exception("reconciler pass failed; next pass in %.1fs", interval)
-            await asyncio.sleep(interval)
+            await asyncio.sleep(wait)
+
+    def wait_after(self, report: ReconcileReport, interval: float) -> float:
+        """Seconds to sleep after a pass: until the next deadline, at most ``interval``.
+
+        The deadlines are wall-clock epoch seconds (every process writes them
+        with its own ``time.time()``), so the wait is taken against
+        ``self.clock``, the clock the pass compares them with; the sleep itself
+        runs on the loop's monotonic clock, which is right for a relative wait.
+        A wall-clock step can only make one wake early (the pass finds nothing
+        and computes the wait again) or late (by at most ``interval``)."""
+        if report.next_due is None:
+            return interval
+        until_due = report.next_due + DUE_MARGIN - self.clock()
+        return min(interval, max(MIN_WAIT, until_due))
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -29,13 +29,14 @@ from app.engine import history_commands as ev
 from app.engine.db import make_engine
 from app.engine.runtime import SETTLED
 from app.engine.store import RunRow, Store
-from app.engine.tables import ActivityTask, OutboxRow
+from app.engine.tables import ActivityTask, OutboxRow, WorkerRecord
 from tests.engine.crash_worker import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 
 tasks_table = ActivityTask.__table__  # type: ignore[attr-defined]
 outbox_table = OutboxRow.__table__  # type: ignore[attr-defined]
+workers_table = WorkerRecord.__table__  # type: ignore[attr-defined]
 
 T = TypeVar("T")
 
@@ -174,6 +175,7 @@ class CrashLab:
         drain_grace: float = 5.0,
         db_patience: float = 15.0,
         cache_size: int = 1000,
+        poll_delay: float = 0.01,
     ) -> WorkerProcess:
         """A worker process; with ``standby`` it only loads its code and waits
         for :meth:`WorkerProcess.go`, so a test can pay interpreter start-up
@@ -197,7 +199,7 @@ class CrashLab:
             argv += ["--gate", str(gate)]
         if arq:
             assert self.redis_url, "CrashLab(redis_url=...) is needed for arq workers"
-            argv += ["--arq", self.redis_url]
+            argv += ["--arq", self.redis_url, "--poll-delay", str(poll_delay)]
             if dispatch_only:
                 argv.append("--dispatch-only")
         trigger = self.workdir / f"go-{worker_id}" if standby else None
@@ -264,6 +266,14 @@ class CrashLab:
         rows = [r for r in self.task_rows(run_id) if r.operation_id.endswith(operation_suffix)]
         assert len(rows) == 1, f"expected one task for {operation_suffix}, got {rows}"
         return rows[0]
+
+    def liveness(self, worker_id: str) -> Any:
+        """The ``workers`` row of the process spawned as ``worker_id`` (its
+        recorded id is ``<worker_id>/<suffix>``), or None before its first beat."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(workers_table).where(workers_table.c.worker_id.like(f"{worker_id}/%"))
+            ).first()
 
     def outbox_rows(self) -> list[Any]:
         with self.engine.connect() as conn:

@@ -11,6 +11,7 @@ The rules that make the runtime safe live here:
   the same transaction.
 """
 
+from app.engine.store.due import NextDue
 from app.engine.store.eager import EagerOffer
 from app.engine.store.fused import Continued, FusedSteps
 from app.engine.store.maintenance import Maintenance
@@ -33,5 +34,5 @@ __all__ = [
 ]
 
 
-class Store(Reads, FusedSteps, Maintenance, WorkerLiveness):
+class Store(Reads, FusedSteps, Maintenance, WorkerLiveness, NextDue):
     """Every durable state change of the runtime, one short transaction each."""

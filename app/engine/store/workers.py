@@ -23,7 +23,14 @@ workers = WorkerRecord.__table__  # type: ignore[attr-defined]
 
 class WorkerLiveness(StoreBase):
     def beat(self, worker_id: str, *, code_version: str) -> None:
-        """Record that ``worker_id`` is alive now."""
+        """Record that ``worker_id`` is alive now.
+
+        ``last_seen`` is this process's wall clock (the store clock, epoch
+        seconds), as every other instant in the tables is: other processes,
+        possibly on other machines, compare it with their own wall clock, and
+        a monotonic clock means nothing outside the process that read it. The
+        cost is that the silence is only as exact as the machines' clocks
+        agree (NTP keeps that to milliseconds)."""
         with self.transaction() as tx:
             moved = tx.conn.execute(
                 update(workers).where(workers.c.worker_id == worker_id).values(last_seen=tx.now)
