@@ -68,7 +68,11 @@ class Runtime(RuntimeClient):
         self.reconcile_interval = reconcile_interval
         self.reconciler = Reconciler(
             self.store,
-            self.dispatch,
+            # A pass's jobs go out as this worker's own do: with eager follow-ups
+            # on, the retry of a dead worker's attempt starts here, in the process
+            # that released it, instead of travelling through Redis to wake
+            # another (on a loaded machine each process hop waits for a CPU).
+            self.worker.emit,
             relay_grace=relay_grace,
             worker_silence=worker_silence,
             threads=self.threads,

@@ -159,8 +159,9 @@ class Worker:
     def busy(self) -> int:
         return len(self._pool)
 
-    async def _emit(self, jobs: list[Job]) -> None:
-        """Hand on the jobs a transaction wrote. With eager execution on, a due
+    async def emit(self, jobs: list[Job]) -> None:
+        """Hand on the jobs a transaction wrote (this worker's, or a reconciler
+        pass's in this process). With eager execution on, a due
         job this worker has code for runs right here: the run's next step does
         not wait for a round trip through Redis and a poll. Safe, because jobs
         are only hints: the claim or the guarded commit decides, and the job's
@@ -215,7 +216,7 @@ class Worker:
             fired = await self._db(
                 lambda: self.store.fire_timer(run_id, int(cmd)), f"firing timer {job.ref}"
             )
-            await self._emit(fired)
+            await self.emit(fired)
         else:
             log.error("unknown job kind %r (job %s)", job.kind, job.job_id)
 
@@ -282,7 +283,7 @@ class Worker:
             return False
         self._keep(run, run.history_length, execution, step)
         self.faults.hit("workflow_task.after_commit")
-        await self._emit(jobs)
+        await self.emit(jobs)
         return True
 
     def _keep(
@@ -380,7 +381,7 @@ class Worker:
                     released = await self.threads.run(
                         self.store.fail_activity, task_id, token, lost
                     )
-                    await self._emit(released)
+                    await self.emit(released)
         return got
 
     async def _hand_back(self, claim: Claim, error_type: str, message: str) -> None:
@@ -526,7 +527,7 @@ class Worker:
             self._keep(run, completed.seq, execution, step)
         self.faults.hit("fused.after_commit")
         self.faults.hit("workflow_task.after_commit")
-        await self._emit(done.jobs)
+        await self.emit(done.jobs)
         return done
 
     def _offer(self) -> EagerOffer | None:
@@ -554,7 +555,7 @@ class Worker:
             lost = Failure("transient", "ClaimUnconfirmed", "eager claim outcome was lost", 0.0)
             with contextlib.suppress(StaleLease):
                 released = await self.threads.run(self.store.fail_activity, orphan, 1, lost)
-                await self._emit(released)
+                await self.emit(released)
         return Continued([], None)
 
     async def _record_failure(self, claim: Claim, failure: Failure) -> None:
@@ -600,7 +601,7 @@ class Worker:
                 Failure(failure_class, "ResultNotRecorded", message, 0.0),
             )
             return
-        await self._emit(jobs)
+        await self.emit(jobs)
 
     async def release_unrecorded(self) -> None:
         """Release the attempts whose outcome could not be written (called
@@ -612,7 +613,7 @@ class Worker:
                 jobs = []  # already released by the reconciler
             self.unrecorded.pop(task_id, None)
             log.info("released unrecorded attempt of activity task %s", task_id)
-            await self._emit(jobs)
+            await self.emit(jobs)
 
 
 def _eager_operation(step: WorkflowTaskResult, offer: EagerOffer | None) -> str | None:

@@ -49,21 +49,27 @@ def test_reconciler_wakes_at_a_dead_workers_silence_not_its_interval(
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("dispatch_only", [False, True], ids=["eager", "through-redis"])
 def test_arq_retry_reaches_another_worker_without_a_poll(
-    db_url: str, tmp_path: Path, redis_url: str
+    db_url: str, tmp_path: Path, redis_url: str, dispatch_only: bool
 ) -> None:
-    """The same through arq, with the consumers' fallback poll at 30 s: the
-    retry's job can only reach B's consumer by the doorbell."""
+    """The same through arq, with the consumers' fallback poll at 30 s. Eager
+    (as production runs): B's pass releases the attempt and B runs the retry
+    itself. Every job through Redis: the retry's job can only reach a
+    consumer by the doorbell."""
     lab = CrashLab(db_url, tmp_path, redis_url=redis_url)
-    _released_at_the_silence_deadline(lab, arq=True)
+    _released_at_the_silence_deadline(lab, arq=True, dispatch_only=dispatch_only)
 
 
-def _released_at_the_silence_deadline(lab: CrashLab, *, arq: bool) -> None:
+def _released_at_the_silence_deadline(
+    lab: CrashLab, *, arq: bool, dispatch_only: bool = False
+) -> None:
     def spawn(worker_id: str, gate: Path | None = None) -> WorkerProcess:
         return lab.spawn(
             worker_id,
             gate=gate,
             arq=arq,
+            dispatch_only=dispatch_only,
             worker_silence=SHORT_SILENCE,
             reconcile_interval=LONG_INTERVAL,
             poll_delay=LONG_INTERVAL,
