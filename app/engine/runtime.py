@@ -69,6 +69,7 @@ class Runtime(RuntimeClient):
         self.reconciler = Reconciler(
             self.store,
             self.dispatch,
+            waiting=self.jobs_waiting,
             relay_grace=relay_grace,
             worker_silence=worker_silence,
             threads=self.threads,
