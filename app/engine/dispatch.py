@@ -56,8 +56,9 @@ class InProcessDispatcher:
                 self._queue.put_nowait(job)
 
     async def waiting(self, jobs: Sequence[Job]) -> set[str]:
-        # A job here lives and dies with this process and its relay: re-sending
-        # stays as cheap as it always was (a known id is one job).
+        # None: the embedded mode's relay copies lingering jobs as it always
+        # did. (``_known`` could answer; a copy here costs one claim that finds
+        # nothing, and one embedded process rarely builds a long backlog.)
         return set()
 
     def _retract(self, job_id: str) -> None:
