@@ -55,6 +55,8 @@ class Figures:
     workers: int
     m: int
     seconds: float
+    #: Ours: outbox rows the relay sent again during the timed batch.
+    resent: int = 0
 
     @property
     def workflows_per_s(self) -> float:
@@ -110,12 +112,19 @@ async def run_ours(args: argparse.Namespace, w: int, log_dir: Path) -> Figures:
             client = RuntimeClient(engine, REGISTRY)
             client.use_dispatcher(ArqDispatcher(pool))
 
+            resends = Resends(engine)
+
             async def batch(prefix: str, m: int) -> float:
-                await _ours_batch(client, engine, fleet, prefix, m)
+                resends.seen.clear()
+                sampling = asyncio.create_task(resends.sample_until_cancelled())
+                try:
+                    await _ours_batch(client, engine, fleet, prefix, m)
+                finally:
+                    sampling.cancel()
                 return _ours_last_end(engine, prefix, m)
 
             seconds = await warm_then_time(batch, w * args.concurrency, args.m)
-            return Figures("ours", w, args.m, seconds)
+            return Figures("ours", w, args.m, seconds, resends.total)
         finally:
             await pool.aclose()
             fleet.stop()
@@ -132,6 +141,31 @@ async def _ours_batch(
         "SELECT count(*) FROM workflow_runs WHERE workflow_id LIKE :p AND status = 'completed'"
     )
     await wait_until(lambda: _count(engine, query, f"{prefix}-%") >= m, fleet.check_alive)
+
+
+class Resends:
+    """Re-sends by the relay, seen by sampling the outbox every 0.1 s. A row's
+    count goes with the row, so a re-send shortly before a row is consumed
+    may be missed: a lower bound."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.seen: dict[int, int] = {}  # outbox row id -> highest relay count seen
+
+    def sample(self) -> None:
+        with self.engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, relays FROM outbox WHERE relays > 0")).all()
+        for row_id, relays in rows:
+            self.seen[row_id] = max(self.seen.get(row_id, 0), relays)
+
+    async def sample_until_cancelled(self) -> None:
+        while True:
+            await asyncio.to_thread(self.sample)
+            await asyncio.sleep(0.1)
+
+    @property
+    def total(self) -> int:
+        return sum(self.seen.values())
 
 
 def _ours_last_end(engine: Engine, prefix: str, m: int) -> float:
@@ -228,14 +262,16 @@ def _dbos_last_end(engine: Engine, prefix: str, m: int) -> float:
 
 def table(pairs: list[tuple[Figures, Figures]]) -> str:
     lines = [
-        "| W | M | ours wf/s | ours steps/s | DBOS wf/s | DBOS steps/s | ours/DBOS |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| W | M | ours wf/s | ours steps/s | DBOS wf/s | DBOS steps/s | ours/DBOS "
+        "| ours re-sends |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for ours, dbos in pairs:
         ratio = ours.workflows_per_s / dbos.workflows_per_s
         lines.append(
             f"| {ours.workers} | {ours.m} | {ours.workflows_per_s:.1f} | {ours.steps_per_s:.0f} "
-            f"| {dbos.workflows_per_s:.1f} | {dbos.steps_per_s:.0f} | {ratio:.2f}x |"
+            f"| {dbos.workflows_per_s:.1f} | {dbos.steps_per_s:.0f} | {ratio:.2f}x "
+            f"| {ours.resent} |"
         )
     return "\n".join(lines)
 
@@ -247,7 +283,10 @@ async def run(args: argparse.Namespace, log_dir: Path) -> list[tuple[Figures, Fi
         dbos = await run_dbos(args, w, log_dir)
         print(f"  dbos W={w}: {dbos.workflows_per_s:.1f} wf/s  load {load()}", file=sys.stderr)
         ours = await run_ours(args, w, log_dir)
-        print(f"  ours W={w}: {ours.workflows_per_s:.1f} wf/s  load {load()}", file=sys.stderr)
+        print(
+            f"  ours W={w}: {ours.workflows_per_s:.1f} wf/s, {ours.resent} re-sends  load {load()}",
+            file=sys.stderr,
+        )
         pairs.append((ours, dbos))
     return pairs
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
-from arq.constants import job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix
 from arq.cron import cron
 from arq.worker import Worker as ArqWorker
 from arq.worker import func
@@ -101,6 +101,27 @@ class ArqDispatcher:
             await ring(self.pool, queues)
         except (RedisError, OSError) as exc:
             log.info("could not ring the doorbell (%s); consumers will poll", exc)
+
+    async def waiting(self, jobs: Sequence[Job]) -> set[str]:
+        """The ids among ``jobs`` that wait in their arq queue: in the queue's
+        sorted set, with their job key (arq drops an entry whose key expired)
+        and without an in-progress key. arq keeps a job in the sorted set until
+        it finishes, so a job that a dead worker left locked is in the set too,
+        but with its in-progress key: that one is not waiting (it would stall
+        until the key expires), and neither is one missing from Redis. One
+        MULTI, so each job's three answers describe the same moment."""
+        async with self.pool.pipeline(transaction=True) as pipe:
+            for job in jobs:
+                pipe.zscore(job.queue, job.job_id)
+                pipe.exists(job_key_prefix + job.job_id)
+                pipe.exists(in_progress_key_prefix + job.job_id)
+            replies = await pipe.execute()
+        answers = zip(jobs, replies[0::3], replies[1::3], replies[2::3], strict=True)
+        return {
+            job.job_id
+            for job, score, queued, taken in answers
+            if score is not None and queued and not taken
+        }
 
     async def _retract(self, job: Job) -> None:
         async with self.pool.pipeline(transaction=True) as pipe:

@@ -60,6 +60,13 @@ class RuntimeClient:
         if jobs and self.dispatcher is not None:
             await self.dispatcher.enqueue(jobs)
 
+    async def jobs_waiting(self, jobs: Sequence[Job]) -> set[str]:
+        """Which of ``jobs`` merely wait in the dispatch channel (see
+        :meth:`Dispatcher.waiting`); without a channel, none."""
+        if not jobs or self.dispatcher is None:
+            return set()
+        return await self.dispatcher.waiting(jobs)
+
     async def read(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """A store read from a coroutine: ``await client.read(client.store.find_run, key)``."""
         return await self.threads.run(fn, *args, **kwargs)

@@ -19,6 +19,12 @@ log = logging.getLogger("repairbot.dispatch")
 class Dispatcher(Protocol):
     async def enqueue(self, jobs: Sequence[Job]) -> None: ...
 
+    async def waiting(self, jobs: Sequence[Job]) -> set[str]:
+        """The ids among ``jobs`` (as last sent) that sit in the channel, due
+        and untaken, and will run when a worker is free: the relay does not
+        send those again. May raise; the relay then sends them all again."""
+        ...
+
 
 class InProcessDispatcher:
     """Runs jobs in this process on a bounded pool of asyncio tasks: the
@@ -48,6 +54,12 @@ class InProcessDispatcher:
                 self._timers[job.job_id] = loop.call_later(delay, self._release, job)
             else:
                 self._queue.put_nowait(job)
+
+    async def waiting(self, jobs: Sequence[Job]) -> set[str]:
+        # None: the embedded mode's relay copies lingering jobs as it always
+        # did. (``_known`` could answer; a copy here costs one claim that finds
+        # nothing, and one embedded process rarely builds a long backlog.)
+        return set()
 
     def _retract(self, job_id: str) -> None:
         handle = self._timers.pop(job_id, None)

@@ -12,6 +12,12 @@ due (a lease, a timer, a silent worker's limit; see
 before the interval. A SIGKILLed worker's attempt is thus released when its
 silence reaches the setting, not up to one interval later. Every reconciler
 wakes for the same deadline; the conditional updates let one of them act.
+
+The relay asks the channel before it sends a lingering job again: a job that
+merely waits in a queue behind busy workers will run, and a copy of it would
+only queue too. Whatever goes wrong while asking (an error, no answer within
+:data:`ASK_TIMEOUT`) counts as "not waiting": the relay errs toward a
+harmless copy, never toward work that nobody will pick up.
 """
 
 from __future__ import annotations
@@ -20,12 +26,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from app.engine.errors import StaleLease
 from app.engine.jobs import Job
-from app.engine.store import Store
+from app.engine.store import Lingering, Store
 from app.engine.store.async_store import StoreThreads
 
 log = logging.getLogger("repairbot.reconciler")
@@ -39,6 +45,16 @@ DUE_MARGIN = 0.002
 #: 20 a second, at the cost of at most 50 ms on such a deadline.
 MIN_WAIT = 0.05
 
+#: Which of these jobs merely wait in the channel (queued, not taken)?
+WaitingJobs = Callable[[Sequence[Job]], Awaitable[Collection[str]]]
+#: Seconds the relay waits for the channel's answer before it re-sends anyway.
+ASK_TIMEOUT = 2.0
+
+
+async def none_waiting(jobs: Sequence[Job]) -> Collection[str]:
+    """A channel that cannot tell: every lingering job is sent again."""
+    return ()
+
 
 @dataclass
 class ReconcileReport:
@@ -47,9 +63,13 @@ class ReconcileReport:
     timers_fired: int = 0
     deadlines_enforced: int = 0
     jobs_redispatched: int = 0
+    #: Lingering outbox rows left alone because their job waits in the channel.
+    jobs_waiting: int = 0
     jobs: list[Job] = field(default_factory=list)
     #: When the next lease, timer or worker silence falls due (epoch seconds).
     next_due: float | None = None
+    #: Outbox rows for the relay to look at (the channel is asked about them).
+    lingering: list[Lingering] = field(default_factory=list)
 
 
 class Reconciler:
@@ -58,6 +78,7 @@ class Reconciler:
         store: Store,
         sink: Callable[[list[Job]], Awaitable[None]],
         *,
+        waiting: WaitingJobs = none_waiting,
         relay_grace: float = 2.0,
         worker_silence: float = 15.0,
         clock: Callable[[], float] = time.time,
@@ -66,6 +87,7 @@ class Reconciler:
         self.store = store
         self.threads = threads or StoreThreads.for_engine(store.engine)
         self.sink = sink
+        self.waiting = waiting
         self.relay_grace = relay_grace
         self.worker_silence = worker_silence
         self.clock = clock
@@ -73,8 +95,12 @@ class Reconciler:
 
     async def run_once(self) -> ReconcileReport:
         # The whole pass is a series of short transactions: one hop to the
-        # store's threads for all of them keeps the event loop free throughout.
-        report = await self.threads.run(self._repair, self.clock())
+        # store's threads for all of them keeps the event loop free throughout
+        # (a second one, after asking the channel, only if jobs linger).
+        now = self.clock()
+        report = await self.threads.run(self._repair, now)
+        if report.lingering:
+            await self._relay(report, now)
         if report.jobs:
             await self.sink(report.jobs)
         return report
@@ -100,13 +126,34 @@ class Reconciler:
         deadline_jobs = store.enforce_deadlines(now)
         report.deadlines_enforced = len(deadline_jobs)
         report.jobs += deadline_jobs
-        stale = store.lingering_jobs(now, grace=self.relay_grace)
-        stale += store.runnable_without_job(now - self.relay_grace)
+        report.lingering = store.lingering_jobs(now, grace=self.relay_grace)
+        stale = store.runnable_without_job(now - self.relay_grace)
         report.jobs_redispatched = len(stale)
         report.jobs += stale
         # Read last, so what this pass changed (a released lease) is not reported as due.
         report.next_due = store.next_due(silent_for=self.worker_silence)
         return report
+
+    async def _relay(self, report: ReconcileReport, now: float) -> None:
+        """Send again the lingering jobs that are not merely waiting in the channel."""
+        waiting = await self._ask_waiting([row.last_sent for row in report.lingering])
+        again = await self.threads.run(
+            self.store.relay_lingering,
+            report.lingering,
+            now,
+            grace=self.relay_grace,
+            waiting=waiting,
+        )
+        report.jobs_waiting = sum(row.last_sent.job_id in waiting for row in report.lingering)
+        report.jobs_redispatched += len(again)
+        report.jobs += again
+
+    async def _ask_waiting(self, jobs: list[Job]) -> Collection[str]:
+        try:
+            return await asyncio.wait_for(self.waiting(jobs), ASK_TIMEOUT)
+        except Exception as exc:  # TimeoutError, RedisError, OSError, ...
+            log.warning("could not ask the channel which jobs wait (%r); sending all again", exc)
+            return ()
 
     def start(self, interval: float) -> None:
         self._task = asyncio.create_task(self._loop(interval), name="reconciler")

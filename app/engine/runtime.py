@@ -73,6 +73,7 @@ class Runtime(RuntimeClient):
             # that released it, instead of travelling through Redis to wake
             # another (on a loaded machine each process hop waits for a CPU).
             self.worker.emit,
+            waiting=self.jobs_waiting,
             relay_grace=relay_grace,
             worker_silence=worker_silence,
             threads=self.threads,

@@ -23,7 +23,7 @@ def test_throughput_runs_both_systems(capsys: pytest.CaptureFixture[str]) -> Non
     # One row for W=1, M=4 with both systems' figures (each case raised if any
     # workflow did not complete all of its steps).
     row = next(line for line in out.splitlines() if line.startswith("| 1 | 4 |"))
-    assert row.count("|") == 8 and "n/a" not in row
+    assert row.count("|") == 9 and "n/a" not in row
     assert "worst ours/DBOS" in out
 
 

@@ -15,7 +15,11 @@ import pytest
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio import Redis
 
+from app.engine.arq_dispatch import ArqDispatcher
+from app.engine.jobs import DEFAULT_QUEUE, Job, workflow_queue
+from app.engine.redis_channel import connect
 from tests.engine.crash_support import CrashLab, assert_history_sound, by_step
+from tests.engine.crash_worker import REGISTRY
 
 pytestmark = pytest.mark.redis
 
@@ -24,6 +28,7 @@ SILENCE = 3.0
 #: Far below arq's own expiry of the keys a crash leaves (an hour and more);
 #: above the silence window plus retries and process start-up on a busy machine.
 RESUME_DEADLINE = 60.0
+PIPELINE_QUEUE = workflow_queue("crash_pipeline", REGISTRY.latest_version("crash_pipeline"))
 
 # Where in a job's life the worker dies. ``@N``: on the N-th time it gets
 # there, so the run has made progress first.
@@ -71,6 +76,9 @@ async def test_arq_worker_killed_at_each_point_of_a_job_is_resumed(
             await redis.aclose()
             # The keys that used to stall a run for 24 hours are there.
             assert left and jobs, "the killed worker left no arq keys behind"
+            # The locked job is still in its queue, as a waiting one is: the
+            # relay must not take it for one and leave it.
+            assert await _locked_jobs_waiting(redis_url, left) == set()
 
         fresh.go()
         run = lab.wait_settled(run_id, timeout=RESUME_DEADLINE)
@@ -92,3 +100,18 @@ async def test_arq_worker_killed_at_each_point_of_a_job_is_resumed(
         assert lab.completions(run_id) == {f"{run_id}:step-{i}": 1 for i in range(4)}
         assert_history_sound(lab, run_id)
         assert lab.outbox_rows() == []
+
+
+async def _locked_jobs_waiting(redis_url: str, in_progress: list[bytes]) -> set[str]:
+    """What the dispatcher says of the jobs behind ``in_progress`` keys, each
+    checked to be in its queue's sorted set first."""
+    pool = await connect(redis_url)
+    locked = []
+    for key in in_progress:
+        job_id = key.decode().removeprefix(in_progress_key_prefix)
+        queue = DEFAULT_QUEUE if job_id.startswith("act:") else PIPELINE_QUEUE
+        assert await pool.zscore(queue, job_id) is not None, f"{job_id} left its queue"
+        locked.append(Job(job_id, "", "", queue))
+    waiting = await ArqDispatcher(pool).waiting(locked)
+    await pool.aclose()
+    return waiting

@@ -16,7 +16,7 @@ from app.engine.store.eager import EagerOffer
 from app.engine.store.fused import Continued, FusedSteps
 from app.engine.store.maintenance import Maintenance
 from app.engine.store.reads import Reads
-from app.engine.store.rows import Claim, Failure, RunRow, StartResult
+from app.engine.store.rows import Claim, Failure, Lingering, RunRow, StartResult
 from app.engine.store.schema import STALE_WRITES
 from app.engine.store.tx import Tx
 from app.engine.store.workers import WorkerLiveness
@@ -27,6 +27,7 @@ __all__ = [
     "Continued",
     "EagerOffer",
     "Failure",
+    "Lingering",
     "RunRow",
     "StartResult",
     "Store",

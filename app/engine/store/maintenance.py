@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 from sqlalchemy import exists, select, update
 
 from app.engine import history_commands as ev
-from app.engine.jobs import Job, relayed_id, workflow_queue, workflow_task_job
+from app.engine.jobs import Job, workflow_queue, workflow_task_job
 from app.engine.policy import ActivityOptions
 from app.engine.store.base import StoreBase
-from app.engine.store.rows import Failure
+from app.engine.store.rows import Failure, Lingering
 from app.engine.store.schema import EARLY_TOLERANCE, outbox, runs, tasks, timers
 from app.engine.tables import (
     OPEN_STATUSES,
@@ -150,28 +152,54 @@ class Maintenance(StoreBase):
                 tx.append_event(run_id, ev.DEADLINE_EXCEEDED, {"deadline_passed_at": now})
             return tx.jobs
 
-    def lingering_jobs(self, now: float, *, grace: float, limit: int = 500) -> list[Job]:
-        """Outbox rows nobody consumed within ``grace`` of falling due: dispatch
-        them again, each time under a fresh job id (a crashed worker may have
-        left the old id locked in arq) and with a longer wait before the next
-        time (a row may only be queued behind busy workers)."""
-        with self.transaction() as tx:
-            rows = tx.conn.execute(
+    def lingering_jobs(self, now: float, *, grace: float, limit: int = 500) -> list[Lingering]:
+        """Outbox rows nobody consumed within ``grace`` of falling due (or of the
+        relay's last look), oldest look first, each with the job it was last
+        sent as. Only reads: :meth:`relay_lingering` decides, once the channel
+        has said which of these jobs are merely waiting in it."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
                 select(outbox)
                 .where(outbox.c.relay_at < now - grace)
                 .order_by(outbox.c.relay_at)
                 .limit(limit)
             ).all()
-            for r in rows:
-                relay = r.relays + 1
-                backoff = min(MAX_RELAY_BACKOFF, grace * 2**relay)
+        return [
+            Lingering(
+                r.id,
+                r.relays,
+                max(r.created_at, r.not_before),
+                Job(r.job_id, r.kind, r.ref, r.queue),
+            )
+            for r in rows
+        ]
+
+    def relay_lingering(
+        self, rows: Sequence[Lingering], now: float, *, grace: float, waiting: Collection[str]
+    ) -> list[Job]:
+        """Dispatch again the rows whose last job is not in ``waiting``, each
+        time under a fresh job id (a crashed worker may have left the old id
+        locked in arq) and with a longer wait before the next time. A row whose
+        job is merely waiting for a worker is not sent again (a copy would only
+        queue behind it and cost a dequeue and an empty claim): the relay looks
+        at it again after as long as it has waited so far, at most
+        :data:`MAX_RELAY_BACKOFF`, which bounds how late a job that a worker
+        takes and then dies holding is re-sent."""
+        with self.transaction() as tx:
+            for row in rows:
+                if row.last_sent.job_id in waiting:
+                    relay, wait = row.relays, min(MAX_RELAY_BACKOFF, max(grace, now - row.due))
+                else:
+                    relay = row.relays + 1
+                    wait = min(MAX_RELAY_BACKOFF, grace * 2**relay)
                 taken = tx.conn.execute(
                     update(outbox)
-                    .where(outbox.c.id == r.id, outbox.c.relays == r.relays)
-                    .values(relays=relay, relay_at=now + backoff - grace)
+                    .where(outbox.c.id == row.row_id, outbox.c.relays == row.relays)
+                    .values(relays=relay, relay_at=now + wait - grace)
                 ).rowcount
-                if taken:  # else another reconciler relayed it just now
-                    tx.jobs.append(Job(relayed_id(r.job_id, relay), r.kind, r.ref, r.queue))
+                # Not taken: consumed meanwhile, or another reconciler relayed it just now.
+                if taken and relay != row.relays:
+                    tx.jobs.append(row.sent_as(relay))
             return tx.jobs
 
     def runnable_without_job(self, older_than: float, limit: int = 100) -> list[Job]:

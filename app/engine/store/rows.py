@@ -1,10 +1,11 @@
-"""Plain records the store hands out: runs, claims, failures."""
+"""Plain records the store hands out: runs, claims, failures, lingering jobs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from app.engine.jobs import Job, relayed_id
 from app.engine.policy import ActivityOptions
 
 
@@ -71,3 +72,26 @@ class Failure:
 
 def run_row(row: Any) -> RunRow:
     return RunRow(**{name: getattr(row, name) for name in RunRow.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Lingering:
+    """An outbox row the relay looks at: its job went out and nobody took it
+    within the grace (or since the relay last looked)."""
+
+    row_id: int
+    #: How many times the relay has sent it again.
+    relays: int
+    #: When it fell due.
+    due: float
+    #: The job under the id it was first sent with.
+    job: Job
+
+    def sent_as(self, relay: int) -> Job:
+        """The job as the ``relay``-th re-dispatch sends it (0: the first send)."""
+        return replace(self.job, job_id=relayed_id(self.job.job_id, relay))
+
+    @property
+    def last_sent(self) -> Job:
+        """The job as the channel holds it, if it holds it."""
+        return self.sent_as(self.relays)
