@@ -117,7 +117,7 @@ def difference(after: dict[str, Any], before: dict[str, Any]) -> Counter[str]:
 
 @asynccontextmanager
 async def redis_commands(url: str) -> AsyncIterator[Counter[str]]:
-    """Count, by name, the commands sent to ``url``'s database while inside."""
+    """Count, by name, the commands clients sent to ``url``'s database while inside."""
     client = Redis.from_url(url)
     database = int(client.connection_pool.connection_kwargs.get("db", 0))
     counts: Counter[str] = Counter()
@@ -125,7 +125,9 @@ async def redis_commands(url: str) -> AsyncIterator[Counter[str]]:
     async def listen() -> None:
         async with client.monitor() as monitor:
             async for command in monitor.listen():
-                if int(command["db"]) == database:
+                # Commands a Lua script issues are listed too: count only the
+                # clients' own, one per command sent (a pipeline sends several).
+                if int(command["db"]) == database and command.get("client_type") != "lua":
                     counts[command["command"].split(" ", 1)[0].strip('"').upper()] += 1
 
     task = asyncio.create_task(listen())
