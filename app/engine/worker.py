@@ -22,7 +22,12 @@ from app.engine.activity_context import ActivityContext, Dependencies
 from app.engine.db_retry import is_transient, retrying
 from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
-from app.engine.history_commands import ACTIVITY_COMPLETED, ACTIVITY_SCHEDULED, RecordedEvent
+from app.engine.history_commands import (
+    ACTIVITY_CANCEL_REQUESTED,
+    ACTIVITY_COMPLETED,
+    ACTIVITY_SCHEDULED,
+    RecordedEvent,
+)
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job, workflow_queue
 from app.engine.registry import Absent, Found, Registry, Unknown
 from app.engine.replay import WorkflowExecution, WorkflowTaskResult, json_problem
@@ -308,7 +313,7 @@ class Worker:
             return True  # nothing new since the cached state
         execution, events = resumed
         step = execution.apply(events, task_time=datetime.now(UTC))
-        offer = self._offer()
+        offer = self._offer(step)
         try:
             jobs = await self.threads.run(self.store.commit_workflow_task, run, step, offer=offer)
         except DBAPIError:
@@ -545,7 +550,7 @@ class Worker:
             )
             bind_log_context(run_id=run.run_id)
             step = execution.apply([completed], task_time=datetime.now(UTC))
-            offer = self._offer()
+            offer = self._offer(step)
             self.faults.hit("fused.before_commit")
             try:
                 done = await self.threads.run(
@@ -572,11 +577,17 @@ class Worker:
         await self._emit(done.jobs)
         return done
 
-    def _offer(self) -> EagerOffer | None:
-        """This worker's offer to run the next activity in the slot the finished
-        job (an activity, or a workflow task) leaves, so capacity is there by
-        construction."""
+    def _offer(self, step: WorkflowTaskResult) -> EagerOffer | None:
+        """This worker's offer to run the next activity ``step`` schedules in
+        the slot the finished job (an activity, or a workflow task) leaves, so
+        capacity is there by construction. None when ``step`` cancels work: an
+        activity scheduled and cancelled in one task must never start, and
+        only a task still ``scheduled`` is cancelled before it starts."""
         if not self.accepting or not self.claims_eagerly:
+            return None
+        if step.cancel_delivered or any(
+            command.type == ACTIVITY_CANCEL_REQUESTED for command in step.commands
+        ):
             return None
         return EagerOffer(self.worker_id, self.code_version, self.registry.activities)
 
