@@ -183,9 +183,10 @@ class ActivityAttempts(StoreBase):
 
     def _fail(self, task_id: int, token: int, failure: Failure) -> list[Job] | None:
         with self.transaction() as tx:
-            # FOR UPDATE: two recoveries of one attempt (a reconciler's expired
-            # lease and its lost-worker sweep) must not both read it running
-            # and both record its failure; the second waits, then finds it ended.
+            # FOR UPDATE: two reconciler passes at once (every worker runs one,
+            # and a starting worker's first pass may overlap its loop's) must
+            # not both read the attempt running and both record its failure;
+            # the second waits, then finds it ended.
             row = tx.conn.execute(
                 select(tasks)
                 .where(
