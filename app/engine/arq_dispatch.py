@@ -88,9 +88,14 @@ class ArqDispatcher:
         def build(pipe: Pipeline) -> None:
             for job in sends:
                 ENQUEUE_SCRIPT.queue(pipe, *self._enqueue_call(job, now_ms))
-            add_rings(pipe, {job.queue for job in sends if job.not_before * 1000 <= now_ms})
+            add_rings(pipe, self._to_ring(sends, now_ms))
 
         await execute(self.pool, build, [ENQUEUE_SCRIPT])
+
+    def _to_ring(self, jobs: Sequence[Job], now_ms: int) -> set[str]:
+        """The queues to ring for ``jobs``: those with a job due now (pub/sub
+        cannot ring at a later time; deferred jobs wait for the poll)."""
+        return {job.queue for job in jobs if job.not_before * 1000 <= now_ms}
 
     def _enqueue_call(self, job: Job, now_ms: int) -> tuple[list[str], list[Any]]:
         """What arq's ``enqueue_job`` would write for ``job``: the keys and arguments
