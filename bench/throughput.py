@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbos import DBOSClient
@@ -30,7 +32,7 @@ from app.engine.client import RuntimeClient
 from app.engine.db import make_engine
 from app.engine.redis_channel import connect
 from app.migrate import upgrade
-from bench import dbos_workers
+from bench import census, dbos_workers
 from bench.databases import fresh_database
 from bench.environment import at_start, heading, load
 from bench.fleet_setup import (
@@ -57,6 +59,8 @@ class Figures:
     seconds: float
     #: Ours: outbox rows the relay sent again during the timed batch.
     resent: int = 0
+    #: ``--census``: where the time went in the timed batch (bench.census).
+    census: list[str] = field(default_factory=list)
 
     @property
     def workflows_per_s(self) -> float:
@@ -82,6 +86,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=WorkerFleet.relay_grace,
         help="REPAIRBOT_RELAY_GRACE for our workers (default: the setting's default)",
     )
+    parser.add_argument(
+        "--census",
+        action="store_true",
+        help="also count CPU, jobs, Redis commands and database work per step",
+    )
+    parser.add_argument(
+        "--sql-census",
+        action="store_true",
+        help="with --census: count our SQL statements too (costs our workers CPU)",
+    )
     add_service_args(parser)
     args = parser.parse_args(argv)
     if args.full:
@@ -103,6 +117,8 @@ async def run_ours(args: argparse.Namespace, w: int, log_dir: Path) -> Figures:
             log_dir,
             concurrency=args.concurrency,
             relay_grace=args.relay_grace,
+            stats=args.census,
+            sql_census=args.census and args.sql_census,
         )
         pool = await connect(args.redis_url)
         try:
@@ -113,18 +129,24 @@ async def run_ours(args: argparse.Namespace, w: int, log_dir: Path) -> Figures:
             client.use_dispatcher(ArqDispatcher(pool))
 
             resends = Resends(engine)
+            lines: list[str] = []
 
             async def batch(prefix: str, m: int) -> float:
                 resends.seen.clear()
                 sampling = asyncio.create_task(resends.sample_until_cancelled())
                 try:
-                    await _ours_batch(client, engine, fleet, prefix, m)
+                    async with AsyncExitStack() as stack:
+                        if args.census and prefix != "warmup":
+                            await stack.enter_async_context(
+                                _ours_census(args, fleet, engine, lines)
+                            )
+                        await _ours_batch(client, engine, fleet, prefix, m)
                 finally:
                     sampling.cancel()
                 return _ours_last_end(engine, prefix, m)
 
             seconds = await warm_then_time(batch, w * args.concurrency, args.m)
-            return Figures("ours", w, args.m, seconds, resends.total)
+            return Figures("ours", w, args.m, seconds, resent=resends.total, census=lines)
         finally:
             await pool.aclose()
             fleet.stop()
@@ -210,13 +232,19 @@ async def run_dbos(args: argparse.Namespace, w: int, log_dir: Path) -> Figures:
                 if any(p.poll() is not None for p in procs):
                     raise RuntimeError(f"a DBOS executor exited (see {log_dir})")
 
+            lines: list[str] = []
+
             async def batch(prefix: str, m: int) -> float:
                 assert client is not None
-                await _dbos_batch(client, engine, alive, prefix, m)
+                async with AsyncExitStack() as stack:
+                    if args.census and prefix != "warmup":
+                        pids = [p.pid for p in procs]
+                        await stack.enter_async_context(_census(pids, engine, m, lines))
+                    await _dbos_batch(client, engine, alive, prefix, m)
                 return _dbos_last_end(engine, prefix, m)
 
             seconds = await warm_then_time(batch, w * args.concurrency, args.m)
-            return Figures("dbos", w, args.m, seconds)
+            return Figures("dbos", w, args.m, seconds, census=lines)
         finally:
             if client is not None:
                 client.destroy()
@@ -255,6 +283,60 @@ def _dbos_last_end(engine: Engine, prefix: str, m: int) -> float:
     if done != m or steps != m * STEP_COUNT:
         raise RuntimeError(f"DBOS: {done} of {m} workflows, {steps} of {m * STEP_COUNT} steps")
     return float(last) / 1000.0  # DBOS records epoch milliseconds
+
+
+# -- the census (--census) ---------------------------------------------------------
+
+
+@asynccontextmanager
+async def _census(pids: list[int], engine: Engine, m: int, lines: list[str]) -> AsyncIterator[None]:
+    """What both systems are read for: process CPU and the database's counters."""
+    steps = m * STEP_COUNT
+    cpu = [census.cpu_seconds(pid) for pid in pids]
+    backends = census.backend_cpu(census.pg_backends(engine))
+    pg = census.pg_database_stats(engine)
+    yield
+    backends_after = census.backend_cpu(backends)
+    used = [census.cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)]
+    lines.append(census.cpu_line("worker processes'", used, steps))
+    served = sum(backends_after[pid] - backends[pid] for pid in backends_after)
+    lines.append(
+        f"  PostgreSQL backends' CPU ({len(backends)} connections open before the batch): "
+        f"{served:.2f} s, {1000 * served / steps:.2f} ms per step"
+    )
+    # Backends report their statistics within a second of going idle.
+    await asyncio.sleep(1.5)
+    after = census.pg_database_stats(engine)
+    pg_diff = Counter({k: after[k] - pg[k] for k in pg})
+    lines.extend(census.per_step_lines("PostgreSQL (pg_stat_database)", pg_diff, steps))
+
+
+@asynccontextmanager
+async def _ours_census(
+    args: argparse.Namespace, fleet: WorkerFleet, engine: Engine, lines: list[str]
+) -> AsyncIterator[None]:
+    """The common census plus each worker process's counters and Redis commands."""
+    steps = args.m * STEP_COUNT
+    pids = [p.pid for p in fleet.processes]
+    before = await fleet.read_stats()
+    async with (
+        census.redis_commands(args.redis_url) as redis,
+        _census(pids, engine, args.m, lines),
+    ):
+        yield
+    after = await fleet.read_stats()
+    for k, (new, old) in enumerate(zip(after, before, strict=True)):
+        diff = census.difference(new, old)
+        plain = {key: v for key, v in diff.items() if ":" not in key}
+        lines.append(f"  process {k}: " + ", ".join(f"{key} {v}" for key, v in plain.items()))
+    total: Counter[str] = Counter()
+    for new, old in zip(after, before, strict=True):
+        total.update(census.difference(new, old))
+    lines.extend(census.per_step_lines("Redis commands (MONITOR)", redis, steps))
+    sql = Counter({key: v for key, v in total.items() if key.startswith("statements: ")})
+    tx = Counter({key: v for key, v in total.items() if key.startswith("transactions: ")})
+    lines.extend(census.per_step_lines("SQL transactions (all processes)", tx, steps, top=15))
+    lines.extend(census.per_step_lines("SQL statements (all processes)", sql, steps))
 
 
 # -- the report -------------------------------------------------------------------
@@ -302,6 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(pairs))
     verdict = "MET" if worst >= 1.0 else "NOT MET"
     print(f"\nworst ours/DBOS {worst:.2f}x -> goal (at least DBOS's throughput) {verdict}")
+    for ours, dbos in pairs if args.census else []:
+        for figures in (ours, dbos):
+            print(f"\ncensus, {figures.system} W={figures.workers}:")
+            print("\n".join(figures.census))
     return 0
 
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from app.config import Settings
 from app.engine.activity_context import ActivityContext
@@ -34,7 +34,7 @@ from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import Registry, activity, workflow
 from app.engine.runtime import Runtime
 from app.engine.serve import serve_arq
-from bench import ours
+from bench import census, ours
 from bench.environment import ROOT
 
 #: Throughput: the 10-step workflow of bench.ours (one no-op activity per step).
@@ -90,6 +90,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--worker-silence", type=float, default=_DEFAULTS.worker_silence)
     parser.add_argument("--reconcile-interval", type=float, default=_DEFAULTS.reconcile_interval)
     parser.add_argument("--relay-grace", type=float, default=_DEFAULTS.relay_grace)
+    parser.add_argument("--stats", type=Path, help="write counters here on SIGUSR1 (bench.census)")
+    parser.add_argument("--sql-census", action="store_true", help="count SQL in --stats too")
     return parser.parse_args(argv)
 
 
@@ -104,6 +106,8 @@ async def serve(args: argparse.Namespace) -> int:
         relay_grace=args.relay_grace,
         worker_silence=args.worker_silence,
     )
+    if args.stats is not None:
+        census.serve_stats(runtime, args.stats, sql=args.sql_census)
     try:
         return await serve_arq(
             runtime,
@@ -175,6 +179,9 @@ class WorkerFleet:
     concurrency: int = _DEFAULTS.concurrency
     worker_silence: float = _DEFAULTS.worker_silence
     relay_grace: float = _DEFAULTS.relay_grace
+    #: Start each process with ``--stats`` (and ``--sql-census``), see bench.census.
+    stats: bool = False
+    sql_census: bool = False
     processes: list[WorkerProcess] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
@@ -186,12 +193,29 @@ class WorkerFleet:
         argv += ["--concurrency", str(self.concurrency)]
         argv += ["--worker-silence", str(self.worker_silence)]
         argv += ["--relay-grace", str(self.relay_grace)]
+        if self.stats:
+            # A process of an earlier case may have left its counters there.
+            self.stats_path(name).unlink(missing_ok=True)
+            argv += ["--stats", str(self.stats_path(name))]
+        if self.sql_census:
+            argv.append("--sql-census")
         popen = subprocess.Popen(
             argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         process = WorkerProcess(name, popen)
         self.processes.append(process)
         return process
+
+    def stats_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.stats.json"
+
+    async def read_stats(self) -> list[dict[str, Any]]:
+        """Every live process's counters now (started with ``stats``)."""
+        return [
+            await census.read_stats(p.pid, self.stats_path(p.name))
+            for p in self.processes
+            if p.alive()
+        ]
 
     def by_worker_id(self, worker_id: str) -> WorkerProcess:
         """The process behind a recorded worker id (``<name>/<random>``)."""

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
 from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
+from redis.asyncio.client import Pipeline, PubSub
 from redis.exceptions import RedisError
 
 log = logging.getLogger("repairbot.dispatch")
@@ -50,11 +50,16 @@ async def ring(redis: Redis, queues: Iterable[str]) -> None:
     names = sorted(set(queues))
     if not names:
         return
-    database = int(redis.connection_pool.connection_kwargs.get("db", 0))
     async with redis.pipeline(transaction=False) as pipe:
-        for queue in names:
-            pipe.publish(channel(database, queue), b"")
+        add_rings(pipe, names)
         await pipe.execute()
+
+
+def add_rings(pipe: Pipeline, queues: Iterable[str]) -> None:
+    """Add a ring of each of ``queues`` to ``pipe`` (to go with other commands)."""
+    database = int(pipe.connection_pool.connection_kwargs.get("db", 0))
+    for queue in sorted(set(queues)):
+        pipe.publish(channel(database, queue), b"")
 
 
 class Doorbell:

@@ -92,6 +92,8 @@ class Reconciler:
         self.worker_silence = worker_silence
         self.clock = clock
         self._task: asyncio.Task[None] | None = None
+        #: Jobs this reconciler sent again (lost, or waiting past the grace).
+        self.redispatched = 0
 
     async def run_once(self) -> ReconcileReport:
         # The whole pass is a series of short transactions: one hop to the
@@ -101,6 +103,7 @@ class Reconciler:
         report = await self.threads.run(self._repair, now)
         if report.lingering:
             await self._relay(report, now)
+        self.redispatched += report.jobs_redispatched
         if report.jobs:
             await self.sink(report.jobs)
         return report

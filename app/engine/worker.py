@@ -12,7 +12,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -22,7 +22,12 @@ from app.engine.activity_context import ActivityContext, Dependencies
 from app.engine.db_retry import is_transient, retrying
 from app.engine.errors import ActivityFailure, StaleLease
 from app.engine.faults import FaultPoints
-from app.engine.history_commands import ACTIVITY_COMPLETED, ACTIVITY_SCHEDULED, RecordedEvent
+from app.engine.history_commands import (
+    ACTIVITY_CANCEL_REQUESTED,
+    ACTIVITY_COMPLETED,
+    ACTIVITY_SCHEDULED,
+    RecordedEvent,
+)
 from app.engine.jobs import ACTIVITY, TIMER, WORKFLOW_TASK, Job, workflow_queue
 from app.engine.registry import Absent, Found, Registry, Unknown
 from app.engine.replay import WorkflowExecution, WorkflowTaskResult, json_problem
@@ -35,6 +40,24 @@ log = logging.getLogger("repairbot.engine")
 
 JobSink = Callable[[list[Job]], Awaitable[None]]
 T = TypeVar("T")
+
+
+@dataclass
+class JobCounts:
+    """Where this worker's jobs came from and went: read by benchmarks and
+    operators to tell a run that stays on its process (eager, fused) from
+    one that travels (sent, taken from the channel, completed unfused)."""
+
+    #: Jobs taken from the channel (``submit``).
+    taken: int = 0
+    #: Follow-up jobs run here without the channel.
+    eager: int = 0
+    #: Follow-up jobs handed to the channel.
+    sent: int = 0
+    #: Results recorded together with the run's next workflow task.
+    fused: int = 0
+    #: Results recorded alone (no cached execution here, or history moved).
+    unfused: int = 0
 
 
 class ExecutionCache:
@@ -104,6 +127,7 @@ class Worker:
         self.faults = faults or FaultPoints()
         self.max_history_events = max_history_events
         self.cache = ExecutionCache(cache_size)
+        self.counts = JobCounts()
         self._run_locks: dict[str, asyncio.Lock] = {}
         self.sink: JobSink | None = None
         #: Run due follow-up jobs here instead of dispatching them (arq mode):
@@ -137,6 +161,7 @@ class Worker:
             self._slots.release()
             return False
         self._spawn(job)
+        self.counts.taken += 1
         return True
 
     def _spawn(self, job: Job) -> None:
@@ -172,9 +197,11 @@ class Worker:
             if self._can_run_eagerly(job, now):
                 await self._slots.acquire()  # free now: checked just above
                 self._spawn(job)
+                self.counts.eager += 1
             else:
                 remote.append(job)
         if remote and self.sink is not None:
+            self.counts.sent += len(remote)
             await self.sink(remote)
 
     def _can_run_eagerly(self, job: Job, now: float) -> bool:
@@ -208,7 +235,11 @@ class Worker:
     async def run_job(self, job: Job) -> None:
         bind_log_context()
         if job.kind == WORKFLOW_TASK:
-            await self.run_workflow_task(job.ref)
+            claim = await self.run_workflow_task(job.ref)
+            # The task's commit may have claimed the activity it scheduled for
+            # this worker: run it in this job's slot, as a fused step would.
+            while claim is not None:
+                claim = await self._run_claimed(claim)
         elif job.kind == ACTIVITY:
             await self.run_activity(int(job.ref))
         elif job.kind == TIMER:
@@ -222,20 +253,24 @@ class Worker:
 
     # -- workflow tasks --------------------------------------------------------
 
-    async def run_workflow_task(self, run_id: str) -> None:
+    async def run_workflow_task(self, run_id: str) -> Claim | None:
+        """Run the run's workflow task; the attempt its commit claimed for this
+        worker (see :meth:`_offer`), which the caller is to run."""
         lock = self._run_locks.setdefault(run_id, asyncio.Lock())
         async with lock:
             try:
                 for _ in range(5):
-                    if await self._workflow_task_retrying(run_id):
-                        return
+                    done = await self._workflow_task_retrying(run_id)
+                    if done is not False:
+                        return done if isinstance(done, Claim) else None
                 # Contended for long: leave it to the next job of this run.
                 log.info("workflow task for %s kept conflicting; will be retried", run_id)
+                return None
             finally:
                 if not lock.locked() or len(self._run_locks) > 10_000:
                     self._run_locks.pop(run_id, None)
 
-    async def _workflow_task_retrying(self, run_id: str) -> bool:
+    async def _workflow_task_retrying(self, run_id: str) -> bool | Claim:
         """One workflow task, started over while the database is unavailable:
         the commit is guarded by history length, so a retry after a commit
         whose outcome was lost is harmless (it finds the history moved on)."""
@@ -252,7 +287,9 @@ class Worker:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def _workflow_task_once(self, run_id: str) -> bool:
+    async def _workflow_task_once(self, run_id: str) -> bool | Claim:
+        """True: done (or nothing to do); False: history moved, try again; a
+        claim: done, and the commit claimed that attempt for this worker."""
         # The cached execution says which events are new: the run and those
         # events come back in one read transaction.
         cached = self.cache.take(run_id)
@@ -277,14 +314,23 @@ class Worker:
             return True  # nothing new since the cached state
         execution, events = resumed
         step = execution.apply(events, task_time=datetime.now(UTC))
-        jobs = await self.threads.run(self.store.commit_workflow_task, run, step)
+        offer = self._offer(step)
+        try:
+            jobs = await self.threads.run(self.store.commit_workflow_task, run, step, offer=offer)
+        except DBAPIError:
+            execution.close()
+            # The commit may have gone through, claiming an attempt for us
+            # that nobody would run: release it, then retry the task.
+            await self._release_orphan(_eager_operation(step, offer))
+            raise
         if jobs is None:
             execution.close()
             return False
         self._keep(run, run.history_length, execution, step)
         self.faults.hit("workflow_task.after_commit")
         await self.emit(jobs)
-        return True
+        taken = offer.taken if offer is not None else None
+        return taken if taken is not None else True
 
     def _keep(
         self, run: RunRow, before: int, execution: WorkflowExecution, step: WorkflowTaskResult
@@ -470,7 +516,9 @@ class Worker:
                 )
                 return None
             if fused is not None:
+                self.counts.fused += 1
                 return fused.claimed
+            self.counts.unfused += 1
 
         def complete() -> list[Job]:
             return self.store.complete_activity(claim.task_id, claim.token, result, outcome=outcome)
@@ -503,7 +551,7 @@ class Worker:
             )
             bind_log_context(run_id=run.run_id)
             step = execution.apply([completed], task_time=datetime.now(UTC))
-            offer = self._offer()
+            offer = self._offer(step)
             self.faults.hit("fused.before_commit")
             try:
                 done = await self.threads.run(
@@ -530,10 +578,17 @@ class Worker:
         await self.emit(done.jobs)
         return done
 
-    def _offer(self) -> EagerOffer | None:
-        """This worker's offer to run the next activity in the slot the finished
-        one leaves (so capacity is there by construction)."""
+    def _offer(self, step: WorkflowTaskResult) -> EagerOffer | None:
+        """This worker's offer to run the next activity ``step`` schedules in
+        the slot the finished job (an activity, or a workflow task) leaves, so
+        capacity is there by construction. None when ``step`` cancels work: an
+        activity scheduled and cancelled in one task must never start, and
+        only a task still ``scheduled`` is cancelled before it starts."""
         if not self.accepting or not self.claims_eagerly:
+            return None
+        if step.cancel_delivered or any(
+            command.type == ACTIVITY_CANCEL_REQUESTED for command in step.commands
+        ):
             return None
         return EagerOffer(self.worker_id, self.code_version, self.registry.activities)
 
@@ -552,11 +607,31 @@ class Worker:
         if not committed:
             return None
         if orphan is not None:
-            lost = Failure("transient", "ClaimUnconfirmed", "eager claim outcome was lost", 0.0)
-            with contextlib.suppress(StaleLease):
-                released = await self.threads.run(self.store.fail_activity, orphan, 1, lost)
-                await self.emit(released)
+            await self._release_eager(orphan)
         return Continued([], None)
+
+    async def _release_orphan(self, eager_operation: str | None) -> None:
+        """After a commit whose outcome was lost: release the attempt it claimed
+        for this worker by ``eager_operation``, if it committed."""
+        if eager_operation is None:
+            return
+        try:
+            orphan = await self._db(
+                lambda: self.store.orphaned_eager_claim(eager_operation, self.worker_id),
+                f"checking the eager claim of {eager_operation}",
+            )
+        except DBAPIError:
+            # Still unreachable: the lease (or our silence) releases it.
+            log.warning("could not check the eager claim of %s", eager_operation)
+            return
+        if orphan is not None:
+            await self._release_eager(orphan)
+
+    async def _release_eager(self, task_id: int) -> None:
+        lost = Failure("transient", "ClaimUnconfirmed", "eager claim outcome was lost", 0.0)
+        with contextlib.suppress(StaleLease):
+            released = await self.threads.run(self.store.fail_activity, task_id, 1, lost)
+            await self.emit(released)
 
     async def _record_failure(self, claim: Claim, failure: Failure) -> None:
         # An operator reading the log sees every failed attempt, not only the
@@ -618,10 +693,11 @@ class Worker:
 
 def _eager_operation(step: WorkflowTaskResult, offer: EagerOffer | None) -> str | None:
     """The operation id of the activity ``offer`` would claim in ``step``'s
-    commit: the first scheduled that the worker has code for."""
+    commit: the first scheduled that the worker has code for. (Not
+    ``offer.wants``: the commit, once it claimed, has set ``offer.taken``.)"""
     if offer is None:
         return None
     for command in step.commands:
-        if command.type == ACTIVITY_SCHEDULED and offer.wants(command.attrs["activity"]):
+        if command.type == ACTIVITY_SCHEDULED and command.attrs["activity"] in offer.activities:
             return str(command.attrs["operation_id"])
     return None

@@ -28,6 +28,24 @@ def test_throughput_runs_both_systems(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 @pytest.mark.timeout(300)
+def test_throughput_census_counts_where_steps_went(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--census``: every step of the 4 runs of 10 was completed fused on the
+    process that started its run (none sent through Redis, none unfused),
+    and each census section is reported for both systems."""
+    argv = ["--m", "4", "--workers", "1", "--concurrency", "2", "--census", "--sql-census"]
+    assert throughput.main([*argv, *SERVICES]) == 0
+    out = capsys.readouterr().out
+    ours = out.split("census, ours W=1:", 1)[1].split("census, dbos W=1:", 1)
+    process = next(line for line in ours[0].splitlines() if "process 0:" in line)
+    assert "sent 0," in process and "fused 40," in process and "unfused 0" in process
+    assert "cache_misses 4," in process  # one fresh execution per run, no replay
+    for section in ("worker processes' CPU", "PostgreSQL backends' CPU", "xact_commit"):
+        assert section in ours[0] and section in ours[1]
+    assert "Redis commands (MONITOR)" in ours[0]
+    assert "complete_and_continue: UPDATE activity_tasks" in ours[0]
+
+
+@pytest.mark.timeout(300)
 def test_waiting_runs_hold_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--n", "20", "--signals", "3", "--passes", "3", *SERVICES]
     assert waiting.main(argv) == 0

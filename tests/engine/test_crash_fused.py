@@ -124,6 +124,36 @@ def test_kill_after_the_fused_commit(db_url: str, tmp_path: Path) -> None:
         assert_history_sound(lab, run_id)
 
 
+def test_kill_after_the_first_workflow_task_commit(db_url: str, tmp_path: Path) -> None:
+    """A run's first workflow task claims step-0 in its own commit for the
+    worker that runs it; that worker is killed before running it. Once its
+    silence releases the claim, step-0 runs once, as attempt 2, elsewhere."""
+    with CrashLab(db_url, tmp_path) as lab:
+        run_id = lab.start("crash_pipeline", "first-task-after", {"steps": STEPS})
+        doomed = lab.spawn("A", fault="workflow_task.after_commit@1", worker_silence=2.0)
+        fresh = lab.spawn("B", standby=True, worker_silence=2.0)
+        lab.wait_killed(doomed)
+
+        step0 = lab.task(run_id, ":step-0")
+        assert (step0.status, step0.attempt, step0.fencing_token) == ("running", 1, 1)
+        assert step0.worker_id.split("/")[0] == "A"
+        assert step0.started_at == step0.scheduled_at  # claimed in the task's commit
+        assert lab.outbox_rows() == []  # an eager claim has no job
+        assert lab.record.of(f"{run_id}:step-0") == []
+
+        fresh.go()
+        run = lab.wait_settled(run_id)
+        assert (run.status, run.result) == ("completed", [i * i for i in range(STEPS)])
+        executions = by_step(lab.record)
+        assert [(e.attempt, e.worker) for e in executions["step-0"]] == [(2, "B")]
+        assert {step: len(ran) for step, ran in executions.items()} == {
+            f"step-{i}": 1 for i in range(STEPS)
+        }
+        assert lab.completions(run_id) == {f"{run_id}:step-{i}": 1 for i in range(STEPS)}
+        assert lab.outbox_rows() == []
+        assert_history_sound(lab, run_id)
+
+
 @pytest.mark.redis
 async def test_redis_flushed_between_the_fused_commit_and_its_dispatch(
     db_url: str, tmp_path: Path, redis_url: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher, Consumer
 from app.engine.doorbell import Doorbell, channel, ring
-from app.engine.jobs import DEFAULT_QUEUE, activity_job, timer_job, workflow_task_job
+from app.engine.jobs import DEFAULT_QUEUE, Job, activity_job, timer_job, workflow_task_job
 from app.engine.redis_channel import connect, redis_settings
 from app.engine.runtime import Runtime
 from tests.engine.private_services import PrivateRedis
@@ -39,8 +39,8 @@ WITHIN = LONG_POLL / 2
 class _RingsLost(ArqDispatcher):
     """Enqueues as the real dispatcher does; every ring is lost on the way."""
 
-    async def _ring(self, queues: set[str]) -> None:
-        return None
+    def _to_ring(self, jobs: Sequence[Job], now_ms: int) -> set[str]:
+        return set()
 
 
 async def _consumers(

@@ -183,12 +183,18 @@ class ActivityAttempts(StoreBase):
 
     def _fail(self, task_id: int, token: int, failure: Failure) -> list[Job] | None:
         with self.transaction() as tx:
+            # FOR UPDATE: two reconciler passes at once (every worker runs one,
+            # and a starting worker's first pass may overlap its loop's) must
+            # not both read the attempt running and both record its failure;
+            # the second waits, then finds it ended.
             row = tx.conn.execute(
-                select(tasks).where(
+                select(tasks)
+                .where(
                     tasks.c.id == task_id,
                     tasks.c.fencing_token == token,
                     tasks.c.status == "running",
                 )
+                .with_for_update()
             ).first()
             if row is None:
                 self._reject_stale(tx, task_id, token, "failure")

@@ -116,8 +116,16 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
                     tasks.c.status == "completed",
                 )
             ).first()
-            if done is None or eager_operation is None:
-                return done is not None, None
+        if done is None or eager_operation is None:
+            return done is not None, None
+        return True, self.orphaned_eager_claim(eager_operation, worker_id)
+
+    def orphaned_eager_claim(self, eager_operation: str, worker_id: str) -> int | None:
+        """The task of ``eager_operation`` if a commit claimed it eagerly for
+        ``worker_id`` and that attempt (token 1) is still running: after the
+        commit's outcome was lost nobody runs it, so the caller releases it
+        rather than leave it to its lease."""
+        with self.reading() as conn:
             row = conn.execute(TASK_BY_OPERATION, {"p_operation": eager_operation}).first()
         held = (
             row is not None
@@ -125,4 +133,4 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
             and row.fencing_token == 1
             and row.worker_id == worker_id
         )
-        return True, (int(row.id) if held and row is not None else None)
+        return int(row.id) if held and row is not None else None

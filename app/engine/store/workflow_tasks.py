@@ -35,13 +35,17 @@ from app.engine.tables import (
 
 
 class WorkflowTasks(EagerClaims):
-    def commit_workflow_task(self, run: RunRow, step: WorkflowTaskResult) -> list[Job] | None:
+    def commit_workflow_task(
+        self, run: RunRow, step: WorkflowTaskResult, *, offer: EagerOffer | None = None
+    ) -> list[Job] | None:
         """Commit a workflow task's commands; None if history moved meanwhile.
+        ``offer``: the first activity it schedules that the offering worker
+        can run is written already claimed for it (``offer.taken``), with no job.
 
         The history cap (``max_history_events``) is the workflow's to enforce
         (``should_continue_as_new``), so the commit takes no such parameter."""
         with self.transaction() as tx:
-            if not self._write_step(tx, run, step, expected=run.history_length):
+            if not self._write_step(tx, run, step, expected=run.history_length, offer=offer):
                 return None  # nothing written yet: the empty transaction commits harmlessly
             self.faults.hit("workflow_task.mid_commit")
             return tx.jobs

@@ -1,0 +1,96 @@
+"""The one-round-trip enqueue and start (app/engine/arq_scripts.py) keep
+arq's keys and rules, on the real Redis: what the dispatcher writes is a job
+arq reads, a double send is one job, a job in progress or not yet due is not
+started, and a server that lost the scripts gets them again."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from arq import ArqRedis
+from arq.constants import in_progress_key_prefix
+from arq.jobs import Job as ArqJob
+from arq.jobs import JobStatus
+
+from app.engine.arq_dispatch import JOB_FUNCTION, ArqDispatcher
+from app.engine.arq_scripts import START, START_SCRIPT, Script
+from app.engine.jobs import DEFAULT_QUEUE, Job
+from app.engine.redis_channel import connect, load_job
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def pool(redis_url: str) -> AsyncIterator[ArqRedis]:
+    redis = await connect(redis_url)
+    await redis.flushdb()
+    yield redis
+    await redis.aclose()
+
+
+def _job(job_id: str, not_before: float = 0.0) -> Job:
+    return Job(job_id, "activity", "17", queue=DEFAULT_QUEUE, not_before=not_before)
+
+
+async def _start(pool: ArqRedis, job_id: str) -> object:
+    return await START_SCRIPT(
+        pool,
+        [in_progress_key_prefix + job_id, DEFAULT_QUEUE],
+        [job_id, int(time.time() * 1000), 60_000],
+    )
+
+
+async def test_an_enqueued_job_is_arqs_and_a_second_send_is_the_same_job(pool: ArqRedis) -> None:
+    dispatcher = ArqDispatcher(pool)
+    await dispatcher.enqueue([_job("j-1")])
+    first_score = await pool.zscore(DEFAULT_QUEUE, "j-1")
+    await dispatcher.enqueue([_job("j-1")])
+
+    job = ArqJob("j-1", pool, _queue_name=DEFAULT_QUEUE, _deserializer=load_job)
+    assert await job.status() == JobStatus.queued
+    info = await job.info()
+    assert info is not None
+    assert (info.function, info.args) == (JOB_FUNCTION, ["activity", "17", "j-1"])
+    assert await pool.zcard(DEFAULT_QUEUE) == 1
+    assert await pool.zscore(DEFAULT_QUEUE, "j-1") == first_score
+    ttl = await pool.pttl("arq:job:j-1")
+    assert 3_500_000 < ttl <= 3_600_000  # JOB_EXPIRY past its due time
+
+
+async def test_a_deferred_job_is_scored_at_its_time_and_not_started_before(
+    pool: ArqRedis,
+) -> None:
+    due = time.time() + 30
+    await ArqDispatcher(pool).enqueue([_job("later", not_before=due)])
+    assert await pool.zscore(DEFAULT_QUEUE, "later") == pytest.approx(due * 1000, abs=1)
+    assert await pool.pttl("arq:job:later") > 3_600_000 + 25_000
+    assert await _start(pool, "later") is None
+    assert not await pool.exists(in_progress_key_prefix + "later")
+
+
+async def test_a_job_is_started_once(pool: ArqRedis) -> None:
+    await ArqDispatcher(pool).enqueue([_job("once")])
+    score = await _start(pool, "once")
+    assert score is not None
+    assert int(float(score)) == int(await pool.zscore(DEFAULT_QUEUE, "once") or 0)  # type: ignore[arg-type]
+    assert 0 < await pool.pttl(in_progress_key_prefix + "once") <= 60_000
+    # In progress: a second consumer does not take it.
+    assert await _start(pool, "once") is None
+    # Gone from the queue (finished): nothing to start.
+    assert await _start(pool, "absent") is None
+
+
+async def test_a_script_the_server_does_not_know_is_sent_again(pool: ArqRedis) -> None:
+    # A source no server has seen (its own SHA), rather than flushing the
+    # script cache of a server other tests share.
+    fresh = Script(START + f"\n-- {time.time_ns()}\n")
+    assert (await pool.script_exists(fresh.sha)) == [False]
+    await ArqDispatcher(pool).enqueue([_job("loaded")])
+    now = int(time.time() * 1000)
+    score = await fresh(
+        pool, [in_progress_key_prefix + "loaded", DEFAULT_QUEUE], ["loaded", now, 1000]
+    )
+    assert score is not None
+    assert (await pool.script_exists(fresh.sha)) == [True]
