@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
 from app.engine.jobs import Job
@@ -156,12 +156,11 @@ class Intake:
         try:
             with self.store.transaction() as tx:
                 return replace(self.record(tx, delivery), jobs=tx.jobs)
-        except IntegrityError:
-            # A concurrent copy of this delivery committed first.
-            return _already(delivery.delivery_id)
         except Exception:
             # A database error, or a bug outside the handlers' savepoint: the
             # handling is rolled back, but the signed delivery must not be lost.
+            # (A concurrent copy is no error: see RECORD_DELIVERY. So not even an
+            # IntegrityError here may be answered "already received".)
             log.exception("could not record delivery %s", delivery.delivery_id)
             return self._record_failure(delivery)
 
@@ -212,8 +211,6 @@ class Intake:
             with self.store.transaction() as tx:
                 # A copy already there (committed meanwhile) is kept as it is.
                 self._insert(tx, delivery, None, "failed", "database error in handling")
-        except IntegrityError:
-            return _already(delivery.delivery_id)
         except DBAPIError:
             log.exception("database unavailable: delivery %s not recorded", delivery.delivery_id)
             return IntakeResult(
