@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +28,12 @@ from app.config import Settings
 from app.engine.jobs import Job
 from app.engine.registry import Registry
 from app.engine.store import Store, Tx
-from app.intake_statements import FIND_DELIVERY, HANDLED_AGAIN, RECORD_DELIVERY
+from app.intake_statements import (
+    FIND_DELIVERIES,
+    FIND_DELIVERY,
+    HANDLED_AGAIN,
+    RECORD_DELIVERY,
+)
 from app.webhooks.events import ParsedEvent, PayloadError, UnknownEvent, parse_event
 from app.webhooks.routing import HandlerContext, Router
 from app.webhooks.signature import verify
@@ -91,6 +96,10 @@ class Checked:
     answer: str = ""
     #: Its X-GitHub-Delivery or X-GitHub-Event was unusable (never handled again).
     bad_headers: bool = False
+
+
+#: ``Intake.record``'s default: look the delivery's earlier record up itself.
+LOOK: Any = object()
 
 
 class _AlreadyRecorded(Exception):
@@ -164,14 +173,22 @@ class Intake:
             log.exception("could not record delivery %s", delivery.delivery_id)
             return self._record_failure(delivery)
 
-    def record(self, tx: Tx, delivery: Checked) -> IntakeResult:
+    def recorded(self, tx: Tx, delivery_ids: Sequence[str]) -> dict[str, Any]:
+        """The records already there for any of ``delivery_ids``, by id: one
+        query for a group instead of one per delivery."""
+        rows = tx.conn.execute(FIND_DELIVERIES, {"p_ids": list(delivery_ids)})
+        return {row.delivery_id: row for row in rows}
+
+    def record(self, tx: Tx, delivery: Checked, seen: Any = LOOK) -> IntakeResult:
         """Record ``delivery`` and run its handlers in ``tx``. Whatever it
         writes is its own: a copy already recorded, or a failing handler,
         leaves ``tx`` as it found it but for the failure's record. The jobs it
         wrote are appended to ``tx.jobs``. An exception means ``tx`` must not
-        be committed."""
+        be committed. ``seen``: its earlier record (None: there is none) if
+        the caller looked it up in ``tx`` already (:meth:`recorded`)."""
         delivery_id = delivery.delivery_id
-        seen = tx.conn.execute(FIND_DELIVERY, {"p_id": delivery_id}).first()
+        if seen is LOOK:
+            seen = tx.conn.execute(FIND_DELIVERY, {"p_id": delivery_id}).first()
         if seen is not None and seen.status == "failed" and not delivery.bad_headers:
             # A redelivery of one whose handling failed: that is a request to try again.
             _status, detail = self._handle_again(tx, seen)

@@ -22,6 +22,11 @@ deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
 #: An earlier copy of a delivery, with everything needed to handle it again.
 FIND_DELIVERY: Select[Any] = select(deliveries).where(deliveries.c.delivery_id == bindparam("p_id"))
 
+#: Earlier copies of several deliveries at once (a group's, app/web/group_commit.py).
+FIND_DELIVERIES: Select[Any] = select(deliveries).where(
+    deliveries.c.delivery_id.in_(bindparam("p_ids", expanding=True))
+)
+
 #: Record a delivery, its columns as parameters. A copy already there (a
 #: concurrent transaction committed it first) makes this a no-op with
 #: ``rowcount`` 0 instead of an error, so the caller rolls back only its own

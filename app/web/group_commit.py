@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.exc import OperationalError
 
 from app.engine.store.async_store import StoreThreads
-from app.intake import Checked, Intake, IntakeResult
+from app.intake import LOOK, Checked, Intake, IntakeResult
 from app.metrics import instruments
 
 log = logging.getLogger("repairbot.intake")
@@ -77,9 +77,16 @@ def _record(
 ) -> None:
     try:
         with intake.store.transaction() as tx:
+            earlier = intake.recorded(tx, [delivery.delivery_id for _, delivery in signed])
+            looked_up: set[str] = set()
             for index, delivery in signed:
+                key = delivery.delivery_id
+                # A second copy within the group looks for itself (the first
+                # may have been recorded here, just now).
+                seen = earlier.get(key) if key not in looked_up else LOOK
+                looked_up.add(key)
                 before = len(tx.jobs)
-                result = intake.record(tx, delivery)
+                result = intake.record(tx, delivery, seen)
                 outcomes[index] = replace(result, jobs=tx.jobs[before:])
     except Exception as exc:
         log.warning(
