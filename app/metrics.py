@@ -81,6 +81,11 @@ class Instruments:
             ["result"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
+        self.intake_batch = Histogram(
+            "repairbot_intake_batch_deliveries",
+            "Webhook deliveries recorded together in one transaction (group commit).",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+        )
         self.intake_results = Counter(
             "repairbot_intake_results", "Webhook deliveries by answer.", ["status", "event"]
         )

@@ -8,13 +8,17 @@ against a bare Starlette endpoint that only verifies the signature
 
 The payloads are the real ones in /work/shared/data/github/webhooks (every
 event and action there, in turn), each delivery with a fresh
-``X-GitHub-Delivery``. Two figures per server:
+``X-GitHub-Delivery``. Figures per server:
 
 - deliveries per second with ``--in-flight`` requests always outstanding
   (closed loop, ``--seconds`` after a warm-up);
 - latency at a steady ``--rate`` deliveries per second (open loop: each
   delivery is due at a fixed time and its latency counts from then, so a slow
-  answer delays nothing else and hides nothing), p50 and p99.
+  answer delays nothing else and hides nothing), p50 and p99;
+
+and, from ``/proc``, the server process's CPU time per delivery in the closed
+loop: on a shared machine the rates swing with the neighbours' load, the CPU a
+delivery costs much less.
 
 ``repairbot web`` records each delivery and routes it to its handler before
 it answers; the benchmark counts afterwards that every delivery answered 2xx
@@ -77,6 +81,8 @@ class ServerFigures:
     per_second: float = 0.0
     p50_ms: float = 0.0
     p99_ms: float = 0.0
+    #: Server CPU (user + system) per delivery in the closed loop.
+    cpu_ms: float = 0.0
     statuses: Counter[int] = field(default_factory=Counter)
     recorded: int | None = None
 
@@ -208,14 +214,28 @@ async def open_loop(sender: Sender, rate: float, seconds: float) -> list[float]:
     return latencies
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time process ``pid`` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(
-    port: int, payloads: list[Payload], args: argparse.Namespace, f: ServerFigures
+    server: subprocess.Popen[bytes],
+    port: int,
+    payloads: list[Payload],
+    args: argparse.Namespace,
+    f: ServerFigures,
 ) -> None:
     sender = Sender(port, payloads)
     try:
         for _ in range(WARMUP // args.in_flight):
             await asyncio.gather(*(sender.send() for _ in range(args.in_flight)))
+        # The server's own CPU per delivery: unlike deliveries per second it
+        # hardly moves with what else the machine runs.
+        cpu, sent = cpu_seconds(server.pid), sender.sent
         f.per_second = await closed_loop(sender, args.in_flight, args.seconds)
+        f.cpu_ms = (cpu_seconds(server.pid) - cpu) * 1000 / max(1, sender.sent - sent)
         latencies = await open_loop(sender, args.rate, args.steady_seconds)
     finally:
         await sender.close()
@@ -282,7 +302,7 @@ async def run_bare(
     log = tmp / "bare.log"
     process = start_bare(argv, secret, log)
     async with serving(process, log, port):
-        await measure(port, payloads, args, figures)
+        await measure(process, port, payloads, args, figures)
     return figures
 
 
@@ -308,7 +328,7 @@ async def run_ours(
                 log_level="WARNING",
             )
         async with serving(process, log, port):
-            await measure(port, payloads, args, figures)
+            await measure(process, port, payloads, args, figures)
         engine = make_engine(url)
         try:
             with engine.connect() as conn:
@@ -355,15 +375,16 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[ServerFigures, 
 def table(pairs: list[tuple[ServerFigures, ServerFigures]], args: argparse.Namespace) -> str:
     lines = [
         f"| database | ours/s | bare/s | ours/bare | ours p50 / p99 ms at {args.rate:g}/s "
-        "| bare p50 / p99 ms | answers (ours) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| bare p50 / p99 ms | CPU ms/delivery ours / bare | answers (ours) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for ours, bare in pairs:
         answers = ", ".join(f"{n}x{status}" for status, n in sorted(ours.statuses.items()))
         lines.append(
             f"| {ours.db} | {ours.per_second:.0f} | {bare.per_second:.0f} "
             f"| {ours.per_second / bare.per_second:.2f}x | {ours.p50_ms:.1f} / {ours.p99_ms:.1f} "
-            f"| {bare.p50_ms:.1f} / {bare.p99_ms:.1f} | {answers} |"
+            f"| {bare.p50_ms:.1f} / {bare.p99_ms:.1f} "
+            f"| {ours.cpu_ms:.2f} / {bare.cpu_ms:.2f} | {answers} |"
         )
     return "\n".join(lines)
 

@@ -33,6 +33,7 @@ from app.evidence import open_evidence_store
 from app.intake import Intake
 from app.web.access import RepoAccess
 from app.web.api import Api
+from app.web.group_commit import GroupCommit
 from app.web.guard import Guard
 from app.web.headers import SecurityHeaders
 from app.web.limits import BodyGate, BodyLimits
@@ -126,6 +127,7 @@ def create_app(
     if run_worker and worker is None:
         raise TypeError("run_worker needs the worker runtime (Runtime), not a client")
     intake = Intake(runtime.store, runtime.registry, router, settings)
+    writer = GroupCommit(intake, runtime.threads)
     gate = BodyGate(
         BodyLimits(
             max_bytes=settings.webhook_max_bytes,
@@ -134,7 +136,7 @@ def create_app(
         )
     )
     routes: list[BaseRoute] = [
-        Route("/webhooks/github", webhook_endpoint(intake, runtime, gate), methods=["POST"]),
+        Route("/webhooks/github", webhook_endpoint(writer, runtime, gate), methods=["POST"]),
         Route("/healthz", health_endpoint(runtime)),
     ]
     if settings.sign_in_configured:
@@ -153,4 +155,6 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)])
     #: The intake's byte budget, for operators' tests and probes in this process.
     app.state.body_gate = gate
+    #: The deliveries' one writer, for tests that look at how they were grouped.
+    app.state.intake_writer = writer
     return app

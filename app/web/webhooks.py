@@ -1,9 +1,9 @@
 """``POST /webhooks/github``: read the body (within the gate's limits), hand
-it to the intake, dispatch the jobs it committed, answer fast."""
+it to the intake's writer (group commit), dispatch the jobs it committed,
+answer fast."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.engine.client import RuntimeClient
-from app.intake import Intake
 from app.logs import log_context
 from app.metrics import instruments
+from app.web.group_commit import GroupCommit
 from app.web.limits import BodyGate, BodyRefused
 
 _EVENT_NAME = re.compile(r"^[a-z_]{1,40}$")
@@ -23,7 +23,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 log = logging.getLogger("repairbot.web")
 
 
-def webhook_endpoint(intake: Intake, runtime: RuntimeClient, gate: BodyGate) -> Endpoint:
+def webhook_endpoint(writer: GroupCommit, runtime: RuntimeClient, gate: BodyGate) -> Endpoint:
     async def receive(request: Request) -> Response:
         started = time.perf_counter()
         meter = instruments()
@@ -31,8 +31,9 @@ def webhook_endpoint(intake: Intake, runtime: RuntimeClient, gate: BodyGate) -> 
         with log_context(delivery_id=delivery or None):
             try:
                 async with gate.body(request) as body:
-                    # The database work is short but synchronous: keep it off the event loop.
-                    result = await asyncio.to_thread(intake.receive, request.headers, body)
+                    # Recorded on the store's thread, off the event loop, in a
+                    # transaction shared with the deliveries that arrived with it.
+                    result = await writer.receive(request.headers, body)
             except BodyRefused as refused:
                 response = refused.response()
                 meter.intake_results.labels(str(response.status_code), "-").inc()

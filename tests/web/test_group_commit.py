@@ -1,0 +1,237 @@
+"""Group commit: deliveries that queue while a transaction runs are recorded
+and handled together in the next one, each answered after it commits; a
+duplicate or a failing handler in the group affects only itself; a group
+whose transaction fails is recorded one delivery at a time.
+
+To make a group form for certain, the tests hold the deliveries table
+against writers from another connection (SQLite: the write lock; PostgreSQL:
+``LOCK TABLE``), so the first delivery's transaction waits, and the next ones
+queue behind it; then they let go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine, func, select, text
+
+from app.app_tables import WebhookDelivery
+from app.config import Settings
+from app.engine.registry import Registry
+from app.engine.runtime import Runtime
+from app.engine.store.schema import runs
+from app.web import create_app
+from app.web.group_commit import GroupCommit
+from app.webhooks.routing import HandlerContext, Router
+from handlers import build_router
+from tests.web.support import SECRET, Poster, example, parked_command, parked_repair
+
+table = WebhookDelivery.__table__  # type: ignore[attr-defined]
+
+#: An event no handler takes (recorded as ignored).
+STAR = {"action": "created", "sender": {"login": "octo", "id": 1}}
+
+#: A ``ping`` handler that starts a run and then fails: its run must vanish.
+failing = Router()
+
+
+@failing.on("ping")
+def start_then_fail(event: Any, ctx: HandlerContext) -> None:
+    ctx.start("repair", f"doomed-{ctx.delivery_id}", {})
+    raise RuntimeError("handler bug")
+
+
+@pytest.fixture
+async def app(db_engine: Engine) -> AsyncIterator[tuple[Poster, GroupCommit]]:
+    settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
+    runtime = Runtime(db_engine, Registry.of([parked_repair, parked_command]))
+    web = create_app(settings, runtime, router=Router(build_router(), failing))
+    transport = httpx.ASGITransport(app=web)
+    async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:
+        yield Poster(client, SECRET), web.state.intake_writer
+
+
+@contextmanager
+def writers_held(engine: Engine) -> Iterator[None]:
+    """No other connection can write a delivery until the block ends."""
+    with engine.connect() as conn:
+        tx = conn.begin()  # SQLite: BEGIN IMMEDIATE, the write lock (app/engine/db.py)
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("LOCK TABLE webhook_deliveries IN EXCLUSIVE MODE"))
+        try:
+            yield
+        finally:
+            tx.rollback()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in 5 s")
+
+
+@asynccontextmanager
+async def grouped(
+    writer: GroupCommit, engine: Engine, poster: Poster
+) -> AsyncIterator[Callable[..., asyncio.Task[httpx.Response]]]:
+    """Posts made inside the block wait in one group behind a first delivery
+    (answered 202 before the group's); the group goes when the block ends."""
+    posted: list[asyncio.Task[httpx.Response]] = []
+
+    def post(*args: Any, **kwargs: Any) -> asyncio.Task[httpx.Response]:
+        task = asyncio.create_task(poster.post(*args, **kwargs))
+        posted.append(task)
+        return task
+
+    with writers_held(engine):
+        first = asyncio.create_task(poster.post("star", STAR, delivery="first"))
+        await until(lambda: writer.in_transaction == 1)
+        yield post
+        await until(lambda: writer.waiting == len(posted))
+    assert (await first).status_code == 202
+    await asyncio.gather(*posted)
+
+
+def _labeled(number: int) -> dict[str, Any]:
+    payload = example("issues", "labeled")
+    payload["label"]["name"] = "repairbot"
+    payload["installation"] = {"id": 4242}
+    payload["issue"]["number"] = number
+    return payload
+
+
+def _rows(engine: Engine) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return {r.delivery_id: r for r in conn.execute(select(table))}
+
+
+def _run_ids(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(select(runs.c.workflow_id)).scalars())
+
+
+async def test_deliveries_that_arrive_together_share_one_transaction(
+    app: Any, db_engine: Engine
+) -> None:
+    poster, writer = app
+    async with grouped(writer, db_engine, poster) as post:
+        answers = [post("issues", _labeled(n), delivery=f"d-{n}") for n in range(1, 11)]
+    assert [a.result().status_code for a in answers] == [202] * 10
+    # Two transactions: the first delivery alone (nothing waited when it
+    # came), then the ten that queued behind it, together.
+    assert (writer.batches, writer.deliveries) == (2, 11)
+    rows = _rows(db_engine)
+    assert len(rows) == 11 and {rows[f"d-{n}"].status for n in range(1, 11)} == {"handled"}
+    # One transaction, one clock reading: all ten share their time of receipt.
+    assert len({rows[f"d-{n}"].received_at for n in range(1, 11)}) == 1
+    assert rows["first"].received_at < rows["d-1"].received_at
+    assert len(_run_ids(db_engine)) == 10
+
+
+async def test_a_duplicate_and_a_failing_handler_affect_only_themselves(
+    app: Any, db_engine: Engine
+) -> None:
+    poster, writer = app
+    async with grouped(writer, db_engine, poster) as post:
+        a = post("issues", _labeled(1), delivery="a")
+        a_again = post("issues", _labeled(1), delivery="a")  # a copy in the same group
+        first_again = post("star", STAR, delivery="first")  # a copy committed before
+        doomed = post("ping", example("ping", "ping"), delivery="doomed")
+        b = post("issues", _labeled(2), delivery="b")
+        malformed = post("issues", b"{not json", delivery="bad")
+    assert writer.batches == 2
+    assert a.result().status_code == 202 and b.result().status_code == 202
+    assert a_again.result().status_code == 200
+    assert "already received" in a_again.result().json()["message"]
+    assert first_again.result().status_code == 200
+    # As without grouping: the failure is recorded and acknowledged, and the
+    # handler's own writes are gone.
+    assert doomed.result().status_code == 202
+    assert "failed" in doomed.result().json()["message"]
+    assert malformed.result().status_code == 400
+    rows = _rows(db_engine)
+    statuses = {key: row.status for key, row in rows.items()}
+    assert statuses == {
+        "first": "ignored",
+        "a": "handled",
+        "doomed": "failed",
+        "b": "handled",
+        "bad": "malformed",
+    }
+    assert "RuntimeError: handler bug" in rows["doomed"].detail
+    assert not any(w.startswith("doomed-") for w in _run_ids(db_engine))
+    assert len(_run_ids(db_engine)) == 2  # a's and b's runs, once each
+
+
+@contextmanager
+def poisoned(engine: Engine, delivery_id: str) -> Iterator[None]:
+    """Recording ``delivery_id`` fails in the database. PostgreSQL: at COMMIT
+    (a deferred constraint trigger), so the group's commit itself fails.
+    SQLite: at its INSERT (SQLite has no deferred triggers)."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(
+                text(
+                    "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                    "RAISE EXCEPTION 'poisoned delivery'; END $$"
+                )
+            )
+            conn.execute(
+                text(
+                    "CREATE CONSTRAINT TRIGGER poison AFTER INSERT ON webhook_deliveries "
+                    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+                    f"WHEN (NEW.delivery_id = '{delivery_id}') EXECUTE FUNCTION poison()"
+                )
+            )
+        else:
+            conn.execute(
+                text(
+                    "CREATE TRIGGER poison BEFORE INSERT ON webhook_deliveries "
+                    f"WHEN NEW.delivery_id = '{delivery_id}' "
+                    "BEGIN SELECT RAISE(ABORT, 'poisoned delivery'); END"
+                )
+            )
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("DROP TRIGGER poison ON webhook_deliveries"))
+                conn.execute(text("DROP FUNCTION poison()"))
+            else:
+                conn.execute(text("DROP TRIGGER poison"))
+
+
+async def test_a_group_whose_transaction_fails_is_recorded_one_by_one(
+    app: Any, db_engine: Engine
+) -> None:
+    poster, writer = app
+    with poisoned(db_engine, "poison"):
+        async with grouped(writer, db_engine, poster) as post:
+            a = post("issues", _labeled(1), delivery="a")
+            poison = post("issues", _labeled(2), delivery="poison")
+            b = post("issues", _labeled(3), delivery="b")
+    assert writer.batches == 2
+    assert a.result().status_code == 202 and b.result().status_code == 202
+    # Not recorded, so not acknowledged: GitHub marks it failed and the
+    # delivery reconciler has it sent again.
+    assert poison.result().status_code == 503
+    rows = _rows(db_engine)
+    assert {rows["a"].status, rows["b"].status} == {"handled"} and "poison" not in rows
+    with db_engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(runs)).scalar_one() == 2
+
+
+async def test_a_delivery_alone_is_written_at_once(app: Any, db_engine: Engine) -> None:
+    poster, writer = app
+    for n in range(3):
+        response = await poster.post("issues", _labeled(n + 1), delivery=f"d-{n}")
+        assert response.status_code == 202
+    assert (writer.batches, writer.deliveries) == (3, 3)
