@@ -23,7 +23,6 @@ class Dispatcher(Protocol):
         """The ids among ``jobs`` (as last sent) that sit in the channel, due
         and untaken, and will run when a worker is free: the relay does not
         send those again. May raise; the relay then sends them all again."""
-        ...
 
 
 class InProcessDispatcher:
