@@ -36,7 +36,9 @@ def test_survivors_are_out_of_full_passes(unfreeze_after: None) -> None:
     survivor = Node()
     assert gc.is_tracked(survivor)
     frozen = freeze_startup_heap()
-    assert frozen == gc.get_freeze_count() > 0
+    # Frozen objects still die by reference count (another thread of the
+    # test process may drop some), so the count can only have fallen since.
+    assert 0 < gc.get_freeze_count() <= frozen
     # A full pass walks generation 2; the survivor is in none of the three.
     assert not any(obj is survivor for g in range(3) for obj in gc.get_objects(g))
     gc.unfreeze()
