@@ -12,6 +12,12 @@ from app.engine.errors import StaleLease
 from app.engine.jobs import Job, activity_job
 from app.engine.policy import ActivityOptions
 from app.engine.store.base import StoreBase
+from app.engine.store.combined import (
+    CLAIM_AND_START,
+    CLAIM_ONLY_AND_START,
+    COMPLETE_AND_FINISH,
+    dialect_has_ctes,
+)
 from app.engine.store.eager import start_attempt
 from app.engine.store.rows import Claim, Failure
 from app.engine.store.schema import (
@@ -72,11 +78,15 @@ class ActivityAttempts(StoreBase):
                 "p_worker": worker_id,
                 "p_code": code_version,
             }
-            if can_run is None:
-                row = tx.conn.execute(CLAIM, params).first()
-            else:
+            if can_run is not None:
                 params["p_can_run"] = list(can_run)
-                row = tx.conn.execute(CLAIM_ONLY, params).first()
+            if dialect_has_ctes(tx.conn):
+                # The claim, its attempt's row and the consumed job at once.
+                params["p_ref"] = str(task_id)
+                both = CLAIM_AND_START if can_run is None else CLAIM_ONLY_AND_START
+                row = tx.conn.execute(both, params).first()
+                return None if row is None else self._claim_of(tx, task_id, row)
+            row = tx.conn.execute(CLAIM if can_run is None else CLAIM_ONLY, params).first()
             if row is None:
                 return None
             return self._claimed(tx, task_id, row, worker_id, code_version)
@@ -85,6 +95,11 @@ class ActivityAttempts(StoreBase):
         """Record the attempt a claim took (its row, the consumed job) and hand it out."""
         start_attempt(tx, task_id, row.attempt, row.fencing_token, worker_id, code_version)
         tx.conn.execute(DROP_ACTIVITY_JOBS, {"p_ref": str(task_id)})
+        return self._claim_of(tx, task_id, row)
+
+    @staticmethod
+    def _claim_of(tx: Tx, task_id: int, row: Any) -> Claim:
+        """The attempt a claim's row describes, as the worker runs it."""
         return Claim(
             task_id=task_id,
             run_id=row.run_id,
@@ -154,12 +169,9 @@ class ActivityAttempts(StoreBase):
 
     def _complete(self, task_id: int, token: int, result: Any, outcome: str) -> list[Job] | None:
         with self.transaction() as tx:
-            params = {"p_task": task_id, "p_token": token, "p_result": result, "p_now": tx.now}
-            row = tx.conn.execute(COMPLETE_TASK, params).first()
+            row = self._accept_result(tx, task_id, token, result, outcome)
             if row is None:
-                self._reject_stale(tx, task_id, token, "completion")
                 return None
-            self._finish_attempt(tx, task_id, token, outcome, None)
             tx.append_event(
                 row.run_id,
                 ev.ACTIVITY_COMPLETED,
@@ -293,6 +305,24 @@ class ActivityAttempts(StoreBase):
                 .values(history_length=run.history_length + 1)
             )
             tx.close_run(row.run_id, "needs-human", error=record)
+
+    def _accept_result(
+        self, tx: Tx, task_id: int, token: int, result: Any, outcome: str
+    ) -> Any | None:
+        """Complete the task with ``result`` and end its attempt with ``outcome``,
+        if ``token`` is current: the task's row (run, command, activity,
+        attempt, worker, code version). None, with the stale write counted,
+        when it is not."""
+        params = {"p_task": task_id, "p_token": token, "p_result": result, "p_now": tx.now}
+        if dialect_has_ctes(tx.conn):
+            row = tx.conn.execute(COMPLETE_AND_FINISH, params | {"p_outcome": outcome}).first()
+        else:
+            row = tx.conn.execute(COMPLETE_TASK, params).first()
+            if row is not None:
+                self._finish_attempt(tx, task_id, token, outcome, None)
+        if row is None:
+            self._reject_stale(tx, task_id, token, "completion")
+        return row
 
     def _finish_attempt(
         self, tx: Tx, task_id: int, token: int, outcome: str, failure: Failure | None

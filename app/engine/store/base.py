@@ -28,7 +28,9 @@ class StoreBase:
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
         with self.engine.begin() as conn:
-            yield Tx(conn, self.clock())
+            tx = Tx(conn, self.clock())
+            yield tx
+            tx.flush_events()
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:

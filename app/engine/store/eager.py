@@ -20,9 +20,10 @@ from typing import Any
 from app.engine.history_commands import HistoryCommand
 from app.engine.policy import ActivityOptions
 from app.engine.store.base import StoreBase
+from app.engine.store.combined import SCHEDULE_CLAIMED, dialect_has_ctes, schedule_claimed_params
 from app.engine.store.rows import Claim, RunRow
 from app.engine.store.schema import lease_expiry
-from app.engine.store.statements import INSERT_ATTEMPT
+from app.engine.store.statements import INSERT_ATTEMPT, SCHEDULE_ACTIVITY
 from app.engine.store.tx import Tx
 
 
@@ -72,22 +73,43 @@ def start_attempt(
 
 
 class EagerClaims(StoreBase):
-    def _record_eager_claim(
-        self, tx: Tx, task_id: int, run: RunRow, command: HistoryCommand, offer: EagerOffer
-    ) -> Claim:
-        attrs = command.attrs
-        start_attempt(tx, task_id, 1, 1, offer.worker_id, offer.code_version)
-        return Claim(
-            task_id=task_id,
-            run_id=run.run_id,
-            cmd=command.cmd,
-            workflow_id=run.workflow_id,
-            activity=attrs["activity"],
-            operation_id=attrs["operation_id"],
-            input=attrs["input"],
-            attempt=1,
-            token=1,
-            needs_reconcile=False,
-            options=ActivityOptions.from_json(attrs["options"]),
-            started_at=tx.now,
-        )
+    def _insert_claimed(
+        self,
+        tx: Tx,
+        row: dict[str, Any],
+        run: RunRow,
+        command: HistoryCommand,
+        offer: EagerOffer,
+    ) -> int | None:
+        """Insert the task ``row`` (already claimed, ``EagerOffer.claimed_row``)
+        and its attempt's row, and hand the attempt to ``offer``; None, with
+        nothing written, when the operation id is taken."""
+        if dialect_has_ctes(tx.conn):
+            params = schedule_claimed_params(row)
+            task_id = tx.conn.execute(SCHEDULE_CLAIMED, params).scalar()
+        else:
+            task_id = tx.conn.execute(SCHEDULE_ACTIVITY[tx.conn.dialect.name], row).scalar()
+            if task_id is not None:
+                start_attempt(tx, int(task_id), 1, 1, offer.worker_id, offer.code_version)
+        if task_id is None:
+            return None
+        offer.taken = _first_attempt(tx, int(task_id), run, command)
+        return int(task_id)
+
+
+def _first_attempt(tx: Tx, task_id: int, run: RunRow, command: HistoryCommand) -> Claim:
+    attrs = command.attrs
+    return Claim(
+        task_id=task_id,
+        run_id=run.run_id,
+        cmd=command.cmd,
+        workflow_id=run.workflow_id,
+        activity=attrs["activity"],
+        operation_id=attrs["operation_id"],
+        input=attrs["input"],
+        attempt=1,
+        token=1,
+        needs_reconcile=False,
+        options=ActivityOptions.from_json(attrs["options"]),
+        started_at=tx.now,
+    )

@@ -35,7 +35,7 @@ from app.engine.store.activities import ActivityAttempts
 from app.engine.store.eager import EagerOffer
 from app.engine.store.rows import Claim, RunRow
 from app.engine.store.schema import tasks
-from app.engine.store.statements import COMPLETE_TASK, TASK_BY_OPERATION
+from app.engine.store.statements import TASK_BY_OPERATION
 from app.engine.store.workflow_tasks import WorkflowTasks
 
 
@@ -72,21 +72,24 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         jobs: list[Job] = []
         try:
             with self.transaction() as tx:
-                params = {
-                    "p_task": claim.task_id,
-                    "p_token": claim.token,
-                    "p_result": result,
-                    "p_now": tx.now,
-                }
-                if tx.conn.execute(COMPLETE_TASK, params).first() is None:
-                    self._reject_stale(tx, claim.task_id, claim.token, "completion")
+                if self._accept_result(tx, claim.task_id, claim.token, result, "completed") is None:
                     stale = True
                 else:
-                    self._finish_attempt(tx, claim.task_id, claim.token, "completed", None)
-                    tx.insert_event(run.run_id, completed.seq, completed.type, completed.data)
+                    tx.defer_event(run.run_id, completed.seq, completed.type, completed.data)
                     after = replace(run, history_length=completed.seq)
+                    # No workflow-task job of this run can be left to drop:
+                    # the run's last commit that was not fused dropped them, a
+                    # fused one writes none, and every writer of one since
+                    # (an event from outside, a start, the reconciler for a
+                    # run such an event marked pending) moved history, which
+                    # the guard catches.
                     if not self._write_step(
-                        tx, after, step, expected=run.history_length, offer=offer
+                        tx,
+                        after,
+                        step,
+                        expected=run.history_length,
+                        offer=offer,
+                        jobs_to_drop=False,
                     ):
                         raise _HistoryMoved
                     self.faults.hit("fused.mid_commit")

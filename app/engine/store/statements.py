@@ -20,10 +20,13 @@ from sqlalchemy import (
     Float,
     Insert,
     Select,
+    String,
     Update,
     bindparam,
     case,
+    cast,
     delete,
+    func,
     insert,
     select,
 )
@@ -75,6 +78,44 @@ BUMP_HISTORY: Update = (
 
 LOAD_RUN: Select[Any] = select(runs).where(runs.c.run_id == bindparam("p_run"))
 
+
+def _start_run(dialect_insert: Any) -> Insert:
+    workflow_id = bindparam("p_workflow_id", type_=String)
+    number = (
+        select(func.count() + 1)
+        .select_from(runs)
+        .where(runs.c.workflow_id == workflow_id)
+        .scalar_subquery()
+    )
+    stmt: Insert = (
+        dialect_insert(runs)
+        .values(
+            run_id=workflow_id + "/" + cast(number, String),
+            workflow_id=workflow_id,
+            active_key=workflow_id,
+            workflow_name=bindparam("p_name"),
+            workflow_version=bindparam("p_version"),
+            status="running",
+            input=bindparam("p_input", type_=runs.c.input.type),
+            history_length=1,
+            pending_task=True,
+            deadline_at=bindparam("p_deadline", type_=Float),
+            continued_from=bindparam("p_continued_from", type_=String),
+            created_at=bindparam("p_now", type_=Float),
+            updated_at=bindparam("p_now", type_=Float),
+        )
+        # Taken: a run is active for this workflow id (its unique active key),
+        # or a concurrent start took the same run number. No row comes back.
+        .on_conflict_do_nothing()
+        .returning(runs.c.run_id)
+    )
+    return stmt
+
+
+#: A new run, numbered after the workflow id's earlier runs (``<id>/<n>``),
+#: unless one is active for the workflow id: then nothing is written.
+START_RUN: dict[str, Insert] = _per_dialect(_start_run(pg_insert), _start_run(sqlite_insert))
+
 LOAD_EVENTS: Select[Any] = (
     select(events.c.seq, events.c.type, events.c.data)
     .where(events.c.run_id == bindparam("p_run"), events.c.seq > bindparam("p_after"))
@@ -82,6 +123,20 @@ LOAD_EVENTS: Select[Any] = (
 )
 
 # -- workflow task commit -------------------------------------------------------
+
+_scheduled = tasks.c.status == "scheduled"
+
+#: A closing run's tasks, in one statement: queued ones are cancelled, running
+#: ones are asked to stop (their next heartbeat reads it).
+STOP_RUN_TASKS: Update = (
+    tasks.update()
+    .where(tasks.c.run_id == bindparam("p_run"), tasks.c.status.in_(("scheduled", "running")))
+    .values(
+        status=case((_scheduled, "cancelled"), else_=tasks.c.status),
+        closed_at=case((_scheduled, bindparam("p_now", type_=Float)), else_=tasks.c.closed_at),
+        cancel_requested=case((_scheduled, tasks.c.cancel_requested), else_=True),
+    )
+)
 
 #: The optimistic-concurrency guard of a workflow task in its common form (no
 #: cancel phase, no park): it moves only from the history length replayed.

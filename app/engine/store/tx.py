@@ -5,14 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, String, cast, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, String, cast, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.engine import history_commands as ev
 from app.engine.jobs import Job, retractions, workflow_queue, workflow_task_job
 from app.engine.store.rows import RunRow, StartResult, run_row
 from app.engine.store.schema import counters, outbox, runs, signals, tasks, timers
-from app.engine.store.statements import ADD_JOB, BUMP_HISTORY, INSERT_EVENT
+from app.engine.store.statements import (
+    ADD_JOB,
+    BUMP_HISTORY,
+    INSERT_EVENT,
+    START_RUN,
+    STOP_RUN_TASKS,
+)
 from app.engine.tables import (
     OPEN_STATUSES,
     PARKED_STATUSES,
@@ -27,6 +33,8 @@ class Tx:
     conn: Connection
     now: float
     jobs: list[Job] = field(default_factory=list)
+    #: Events written together by ``flush_events`` (one statement, not one each).
+    deferred_events: list[dict[str, Any]] = field(default_factory=list)
 
     # -- outbox ----------------------------------------------------------------
 
@@ -69,10 +77,20 @@ class Tx:
 
     def insert_event(self, run_id: str, seq: int, type_: str, data: dict[str, Any]) -> None:
         """Write the event at ``seq`` (the caller has claimed that position)."""
-        self.conn.execute(
-            INSERT_EVENT,
-            {"run_id": run_id, "seq": seq, "type": type_, "data": data, "created_at": self.now},
-        )
+        self.defer_event(run_id, seq, type_, data)
+        self.flush_events()
+
+    def defer_event(self, run_id: str, seq: int, type_: str, data: dict[str, Any]) -> None:
+        """Write the event at ``seq`` with the others of this transaction, at
+        the next ``flush_events`` (the store flushes before every commit). A
+        workflow task's events go together: one round trip, not one each."""
+        row = {"run_id": run_id, "seq": seq, "type": type_, "data": data, "created_at": self.now}
+        self.deferred_events.append(row)
+
+    def flush_events(self) -> None:
+        if self.deferred_events:
+            rows, self.deferred_events = self.deferred_events, []
+            self.conn.execute(INSERT_EVENT, rows)
 
     # -- client operations (usable inside a caller's transaction) -------------
 
@@ -124,38 +142,23 @@ class Tx:
         """Start a run unless one is active for ``workflow_id`` (then return it).
 
         ``operator``: who started it by hand and why (recorded in history)."""
-        existing = self.active_run(workflow_id)
-        if existing is not None:
-            return StartResult(existing.run_id, created=False)
-        count = self.conn.execute(
-            select(func.count()).select_from(runs).where(runs.c.workflow_id == workflow_id)
-        ).scalar_one()
-        run_id = f"{workflow_id}/{int(count) + 1}"
-        try:
-            with self.conn.begin_nested():
-                self.conn.execute(
-                    insert(runs).values(
-                        run_id=run_id,
-                        workflow_id=workflow_id,
-                        active_key=workflow_id,
-                        workflow_name=workflow_name,
-                        workflow_version=workflow_version,
-                        status="running",
-                        input=input,
-                        history_length=1,
-                        pending_task=True,
-                        deadline_at=self.now + deadline_seconds if deadline_seconds else None,
-                        continued_from=continued_from,
-                        created_at=self.now,
-                        updated_at=self.now,
-                    )
-                )
-        except IntegrityError:
-            # A concurrent start won the race for this workflow id.
-            raced = self.active_run(workflow_id)
-            if raced is None:
-                raise
-            return StartResult(raced.run_id, created=False)
+        params = {
+            "p_workflow_id": workflow_id,
+            "p_name": workflow_name,
+            "p_version": workflow_version,
+            "p_input": input,
+            "p_deadline": self.now + deadline_seconds if deadline_seconds else None,
+            "p_continued_from": continued_from,
+            "p_now": self.now,
+        }
+        run_id = self.conn.execute(START_RUN[self.conn.dialect.name], params).scalar()
+        if run_id is None:
+            active = self.active_run(workflow_id)
+            if active is None:
+                # A concurrent start took this run number, and its run has
+                # closed already: nothing to report as the active run.
+                raise RuntimeError(f"a concurrent start of {workflow_id!r} took its run number")
+            return StartResult(active.run_id, created=False)
         started = {
             "input": input,
             "workflow": workflow_name,
@@ -261,30 +264,24 @@ class Tx:
         if parked:
             return
         # Nothing may keep running for a closed run: stop its tasks and timers.
-        self.conn.execute(
-            update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "scheduled")
-            .values(status="cancelled", closed_at=self.now)
-        )
-        self.conn.execute(
-            update(tasks)
-            .where(tasks.c.run_id == run_id, tasks.c.status == "running")
-            .values(cancel_requested=True)
-        )
+        self.conn.execute(STOP_RUN_TASKS, {"p_run": run_id, "p_now": self.now})
         cancelled_timers = self.conn.execute(
             update(timers)
             .where(timers.c.run_id == run_id, timers.c.status == "pending")
             .values(status="cancelled")
             .returning(timers.c.cmd)
         ).scalars()
-        # Tidy: no outbox row or delayed job may outlive the run.
-        refs = [f"{run_id}|{cmd}" for cmd in cancelled_timers]
-        self.drop_jobs((outbox.c.kind == "timer") & outbox.c.ref.in_(refs))
-        self.drop_jobs((outbox.c.kind == "workflow_task") & (outbox.c.ref == run_id))
+        # Tidy, in one statement: no outbox row or delayed job may outlive the run.
         closed_tasks = select(cast(tasks.c.id, String)).where(
             tasks.c.run_id == run_id, tasks.c.status.in_(("cancelled", "failed", "completed"))
         )
-        self.drop_jobs((outbox.c.kind == "activity") & outbox.c.ref.in_(closed_tasks))
+        left = ((outbox.c.kind == "workflow_task") & (outbox.c.ref == run_id)) | (
+            (outbox.c.kind == "activity") & outbox.c.ref.in_(closed_tasks)
+        )
+        refs = [f"{run_id}|{cmd}" for cmd in cancelled_timers]
+        if refs:
+            left |= (outbox.c.kind == "timer") & outbox.c.ref.in_(refs)
+        self.drop_jobs(left)
 
     def bump_counter(self, name: str, by: int = 1) -> None:
         moved = self.conn.execute(

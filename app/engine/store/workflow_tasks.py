@@ -58,15 +58,19 @@ class WorkflowTasks(EagerClaims):
         *,
         expected: int,
         offer: EagerOffer | None = None,
+        jobs_to_drop: bool = True,
     ) -> bool:
         """Write a workflow task's commands after ``run.history_length``, guarded
         by the history length ``expected`` (the one replayed, and read by the
         caller); False, with nothing written, when history moved meanwhile.
-        ``offer``: an activity this task schedules may be claimed at once."""
+        ``offer``: an activity this task schedules may be claimed at once.
+        ``jobs_to_drop``: False when the caller knows no workflow-task job of
+        the run can be left (see ``complete_and_continue``)."""
         written = len(step.commands) + (1 if step.outcome is not None else 0)
         if not self._guard(tx, run, step, expected, run.history_length + written):
             return False
-        tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run.run_id})
+        if jobs_to_drop:
+            tx.conn.execute(DROP_WORKFLOW_TASK_JOBS, {"p_ref": run.run_id})
         follow_ups: list[tuple[str, dict[str, Any]]] = []
         seq = run.history_length
         for command in step.commands:
@@ -75,6 +79,9 @@ class WorkflowTasks(EagerClaims):
         if step.outcome is not None:
             seq += 1
             self._write_outcome(tx, run, seq, step.outcome)
+        # The task's own events, in one statement, before any follow-up event
+        # takes the next history position.
+        tx.flush_events()
         if step.cancel_delivered:
             follow_ups.extend(self._stop_active_work(tx, run.run_id, step.cancel_boundary))
         for type_, data in follow_ups:
@@ -131,7 +138,7 @@ class WorkflowTasks(EagerClaims):
         if command.type == ev.ACTIVITY_SCHEDULED:
             # The input lives in the task row; history keeps its hash only.
             data = {k: v for k, v in data.items() if k not in ("input", "options")}
-        tx.insert_event(run.run_id, seq, command.type, data)
+        tx.defer_event(run.run_id, seq, command.type, data)
         attrs = command.attrs
         if command.type == ev.ACTIVITY_SCHEDULED:
             conflict = self._schedule_activity(tx, run, command, offer)
@@ -187,17 +194,14 @@ class WorkflowTasks(EagerClaims):
                 now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
             ),
         }
-        eager = offer is not None and offer.wants(attrs["activity"])
-        if eager:
-            assert offer is not None
+        if offer is not None and offer.wants(attrs["activity"]):
             row |= offer.claimed_row(options, now)
-        task_id = tx.conn.execute(SCHEDULE_ACTIVITY[tx.conn.dialect.name], row).scalar()
-        if task_id is not None:
-            if eager:
-                assert offer is not None
-                offer.taken = self._record_eager_claim(tx, int(task_id), run, command, offer)
-            else:
+            task_id = self._insert_claimed(tx, row, run, command, offer)
+        else:
+            task_id = tx.conn.execute(SCHEDULE_ACTIVITY[tx.conn.dialect.name], row).scalar()
+            if task_id is not None:
                 tx.add_job(activity_job(int(task_id), 1, activity=attrs["activity"]))
+        if task_id is not None:
             return None
         # The operation id is taken: by this same operation, done (its result
         # is the answer), or by another use, which is refused.
@@ -222,7 +226,7 @@ class WorkflowTasks(EagerClaims):
             data["result"] = outcome.result
         if outcome.error is not None:
             data["error"] = outcome.error
-        tx.insert_event(run.run_id, seq, TERMINAL_EVENT[outcome.status], data)
+        tx.defer_event(run.run_id, seq, TERMINAL_EVENT[outcome.status], data)
         tx.close_run(run.run_id, outcome.status, result=outcome.result, error=outcome.error)
         if outcome.status == "continued-as-new":
             tx.start_run(
