@@ -80,8 +80,12 @@ class RuntimeClient:
             return outcome, tx.jobs
 
         outcome, jobs = await self.threads.run(transact)
-        await self.dispatch(jobs)
+        await self.hand_on(jobs)
         return outcome
+
+    async def hand_on(self, jobs: list[Job]) -> None:
+        """Where the jobs of this client's own operations go: its dispatcher."""
+        await self.dispatch(jobs)
 
     async def start_workflow(
         self,

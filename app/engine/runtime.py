@@ -16,6 +16,7 @@ from app.engine.activity_context import Dependencies
 from app.engine.client import SETTLED, RuntimeClient
 from app.engine.db_retry import retrying
 from app.engine.dispatch import Dispatcher, InProcessDispatcher
+from app.engine.jobs import Job
 from app.engine.reconciler import Reconciler
 from app.engine.registry import Registry
 from app.engine.worker import Worker
@@ -103,6 +104,14 @@ class Runtime(RuntimeClient):
         # Claiming a run's next activity in the commit that schedules it is
         # eager execution too: only where this process runs follow-ups itself.
         self.worker.claims_eagerly = eager or isinstance(dispatcher, InProcessDispatcher)
+
+    async def hand_on(self, jobs: list[Job]) -> None:
+        """Operations made in a worker process (a run started or signalled here)
+        hand their jobs to the worker, as its own follow-ups do: with eager
+        follow-ups on, the run's next workflow task starts in this process
+        rather than travelling through Redis; otherwise they go to the
+        dispatcher as before."""
+        await self.worker.emit(jobs)
 
     def start_liveness(self) -> None:
         """Beat this worker's liveness row until :meth:`stop` (any dispatch mode).

@@ -11,7 +11,9 @@ sent here as one statement with data-modifying CTEs:
 - a claim, its attempt's row and the consumed job (``CLAIM_AND_START``,
   ``CLAIM_ONLY_AND_START``);
 - a scheduled activity inserted already claimed and its attempt's row
-  (``SCHEDULE_CLAIMED``).
+  (``SCHEDULE_CLAIMED``);
+- a closed run's work stopped: its queued tasks cancelled, its running ones
+  asked to stop, its timers cancelled and its jobs dropped (``STOP_RUN_WORK``).
 
 Each later part reads the first part's ``RETURNING`` rows, so it writes
 nothing when the first part matched nothing (a stale token, a task not due,
@@ -28,18 +30,28 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Select,
+    String,
     Update,
     bindparam,
+    cast,
     delete,
     exists,
     insert,
     literal,
+    or_,
     select,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql.dml import ReturningDelete
 
 from app.engine.store.schema import attempts, outbox, tasks
-from app.engine.store.statements import CLAIM, CLAIM_ONLY, COMPLETE_TASK
+from app.engine.store.statements import (
+    CANCEL_RUN_TIMERS,
+    CLAIM,
+    CLAIM_ONLY,
+    COMPLETE_TASK,
+    STOP_RUN_TASKS,
+)
 
 
 def dialect_has_ctes(conn: Connection) -> bool:
@@ -142,6 +154,38 @@ def _schedule_claimed() -> Select[Any]:
 #: A task inserted as attempt 1 under token 1 and that attempt's row; no row
 #: back (and nothing written) when its operation id is taken.
 SCHEDULE_CLAIMED: Select[Any] = _schedule_claimed()
+
+
+def _stop_run_work() -> ReturningDelete[Any, Any, Any]:
+    run_id = bindparam("p_run", type_=String)
+    stopped = STOP_RUN_TASKS.cte("stopped")
+    cancelled = CANCEL_RUN_TIMERS.cte("cancelled_timers")
+    # Every CTE reads the snapshot from before the statement: a task still
+    # "scheduled" there is one ``stopped`` cancels, so the jobs of every task
+    # that is not running go, as they do after the separate statements.
+    not_running = select(cast(tasks.c.id, String)).where(
+        tasks.c.run_id == run_id, tasks.c.status != "running"
+    )
+    timer_refs = select(run_id + "|" + cast(cancelled.c.cmd, String))
+    stmt = (
+        delete(outbox)
+        .where(
+            or_(
+                (outbox.c.kind == "workflow_task") & (outbox.c.ref == run_id),
+                (outbox.c.kind == "activity") & outbox.c.ref.in_(not_running),
+                (outbox.c.kind == "timer") & outbox.c.ref.in_(timer_refs),
+            )
+        )
+        .returning(outbox.c.job_id, outbox.c.queue, outbox.c.relays)
+        .add_cte(stopped)
+        .add_cte(cancelled)
+    )
+    return stmt
+
+
+#: ``STOP_RUN_TASKS``, ``CANCEL_RUN_TIMERS`` and the drop of the run's jobs
+#: (``Tx.stop_run_work``); returns the dropped jobs.
+STOP_RUN_WORK: ReturningDelete[Any, Any, Any] = _stop_run_work()
 
 
 def schedule_claimed_params(row: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from app.engine.store.schema import attempts, events, outbox, runs, tasks
+from app.engine.store.schema import attempts, events, outbox, runs, tasks, timers
 from app.engine.tables import OPEN_STATUSES
 
 
@@ -138,6 +138,14 @@ STOP_RUN_TASKS: Update = (
     )
 )
 
+#: A closing run's pending timers are cancelled; their commands come back.
+CANCEL_RUN_TIMERS: Update = (
+    timers.update()
+    .where(timers.c.run_id == bindparam("p_run"), timers.c.status == "pending")
+    .values(status="cancelled")
+    .returning(timers.c.cmd)
+)
+
 #: The optimistic-concurrency guard of a workflow task in its common form (no
 #: cancel phase, no park): it moves only from the history length replayed.
 GUARDED_COMMIT: Update = (
@@ -151,6 +159,28 @@ GUARDED_COMMIT: Update = (
         history_length=bindparam("p_length"),
         pending_task=False,
         updated_at=bindparam("p_now"),
+    )
+)
+
+
+#: ``GUARDED_COMMIT`` for a workflow task that ends the run (no cancel phase,
+#: not parked): the run's row closes in the same statement.
+GUARDED_CLOSE: Update = (
+    runs.update()
+    .where(
+        runs.c.run_id == bindparam("p_run"),
+        runs.c.history_length == bindparam("p_expected"),
+        runs.c.status.in_(OPEN_STATUSES),
+    )
+    .values(
+        history_length=bindparam("p_length"),
+        pending_task=False,
+        updated_at=bindparam("p_now"),
+        status=bindparam("p_status"),
+        result=bindparam("p_result"),
+        error=bindparam("p_error"),
+        active_key=None,
+        closed_at=bindparam("p_now"),
     )
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,11 +11,13 @@ from sqlalchemy.exc import IntegrityError
 
 from app.engine import history_commands as ev
 from app.engine.jobs import Job, retractions, workflow_queue, workflow_task_job
+from app.engine.store.combined import STOP_RUN_WORK, dialect_has_ctes
 from app.engine.store.rows import RunRow, StartResult, run_row
-from app.engine.store.schema import counters, outbox, runs, signals, tasks, timers
+from app.engine.store.schema import counters, outbox, runs, signals, tasks
 from app.engine.store.statements import (
     ADD_JOB,
     BUMP_HISTORY,
+    CANCEL_RUN_TIMERS,
     INSERT_EVENT,
     START_RUN,
     STOP_RUN_TASKS,
@@ -24,6 +27,21 @@ from app.engine.tables import (
     PARKED_STATUSES,
     WAITING_FOR_OPERATOR,
 )
+
+
+def closing_values(status: str, result: Any, error: Any, now: float) -> dict[str, Any]:
+    """The run row's columns once it ends (or parks) with ``status``: a parked
+    run keeps its workflow id (its active key) and is not closed."""
+    values: dict[str, Any] = {
+        "status": status,
+        "result": result,
+        "error": error,
+        "pending_task": False,
+        "updated_at": now,
+    }
+    if status not in PARKED_STATUSES:
+        values |= {"active_key": None, "closed_at": now}
+    return values
 
 
 @dataclass
@@ -59,6 +77,10 @@ class Tx:
             .where(condition)
             .returning(outbox.c.job_id, outbox.c.queue, outbox.c.relays)
         ).all()
+        self._retract(dropped)
+
+    def _retract(self, dropped: Sequence[Any]) -> None:
+        """After commit, the channel drops the delayed jobs of these outbox rows."""
         for row in dropped:
             self.jobs.extend(retractions(row.job_id, row.queue, row.relays))
 
@@ -250,28 +272,22 @@ class Tx:
         return record
 
     def close_run(self, run_id: str, status: str, *, result: Any = None, error: Any = None) -> None:
-        parked = status in PARKED_STATUSES
-        values: dict[str, Any] = {
-            "status": status,
-            "result": result,
-            "error": error,
-            "pending_task": False,
-            "updated_at": self.now,
-        }
-        if not parked:
-            values |= {"active_key": None, "closed_at": self.now}
+        values = closing_values(status, result, error, self.now)
         self.conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
-        if parked:
+        if status not in PARKED_STATUSES:
+            self.stop_run_work(run_id)
+
+    def stop_run_work(self, run_id: str) -> None:
+        """After the run's row closed: nothing may keep running for it. Queued
+        tasks are cancelled, running ones asked to stop (their next heartbeat
+        reads it), timers cancelled, and no outbox row or delayed job may
+        outlive the run."""
+        params = {"p_run": run_id, "p_now": self.now}
+        if dialect_has_ctes(self.conn):
+            self._retract(self.conn.execute(STOP_RUN_WORK, params).all())
             return
-        # Nothing may keep running for a closed run: stop its tasks and timers.
-        self.conn.execute(STOP_RUN_TASKS, {"p_run": run_id, "p_now": self.now})
-        cancelled_timers = self.conn.execute(
-            update(timers)
-            .where(timers.c.run_id == run_id, timers.c.status == "pending")
-            .values(status="cancelled")
-            .returning(timers.c.cmd)
-        ).scalars()
-        # Tidy, in one statement: no outbox row or delayed job may outlive the run.
+        self.conn.execute(STOP_RUN_TASKS, params)
+        cancelled_timers = self.conn.execute(CANCEL_RUN_TIMERS, params).scalars()
         closed_tasks = select(cast(tasks.c.id, String)).where(
             tasks.c.run_id == run_id, tasks.c.status.in_(("cancelled", "failed", "completed"))
         )

@@ -23,13 +23,15 @@ from app.engine.store.schema import (
 )
 from app.engine.store.statements import (
     DROP_WORKFLOW_TASK_JOBS,
+    GUARDED_CLOSE,
     GUARDED_COMMIT,
     SCHEDULE_ACTIVITY,
     TASK_BY_OPERATION,
 )
-from app.engine.store.tx import Tx
+from app.engine.store.tx import Tx, closing_values
 from app.engine.tables import (
     OPEN_STATUSES,
+    PARKED_STATUSES,
     WAITING_FOR_OPERATOR,
 )
 
@@ -92,8 +94,10 @@ class WorkflowTasks(EagerClaims):
         self, tx: Tx, run: RunRow, step: WorkflowTaskResult, expected: int, new_length: int
     ) -> bool:
         """Move the run's history length from ``expected`` to ``new_length``;
-        False when history moved meanwhile (or the run closed)."""
+        False when history moved meanwhile (or the run closed). A step that
+        ends the run closes its row in the same statement."""
         park = step.park_reason is not None and step.outcome is None
+        outcome = step.outcome
         if not step.cancel_phase and not park:
             params = {
                 "p_run": run.run_id,
@@ -101,7 +105,15 @@ class WorkflowTasks(EagerClaims):
                 "p_length": new_length,
                 "p_now": tx.now,
             }
-            return bool(tx.conn.execute(GUARDED_COMMIT, params).rowcount)
+            if outcome is None:
+                return bool(tx.conn.execute(GUARDED_COMMIT, params).rowcount)
+            if outcome.status not in PARKED_STATUSES:
+                closing = {
+                    "p_status": outcome.status,
+                    "p_result": outcome.result,
+                    "p_error": outcome.error,
+                }
+                return bool(tx.conn.execute(GUARDED_CLOSE, params | closing).rowcount)
         values: dict[str, Any] = {
             "history_length": new_length,
             "pending_task": False,
@@ -113,6 +125,9 @@ class WorkflowTasks(EagerClaims):
             # The code waits for an operator: parked, holding no worker.
             values["status"] = "needs-human"
             values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
+        if outcome is not None:
+            # The run ends (or parks) in this same statement (``_write_outcome``).
+            values |= closing_values(outcome.status, outcome.result, outcome.error, tx.now)
         return bool(
             tx.conn.execute(
                 update(runs)
@@ -227,7 +242,9 @@ class WorkflowTasks(EagerClaims):
         if outcome.error is not None:
             data["error"] = outcome.error
         tx.defer_event(run.run_id, seq, TERMINAL_EVENT[outcome.status], data)
-        tx.close_run(run.run_id, outcome.status, result=outcome.result, error=outcome.error)
+        # The run's row was closed by the guard (``_guard``).
+        if outcome.status not in PARKED_STATUSES:
+            tx.stop_run_work(run.run_id)
         if outcome.status == "continued-as-new":
             tx.start_run(
                 workflow_name=run.workflow_name,
