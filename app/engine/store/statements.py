@@ -148,40 +148,30 @@ CANCEL_RUN_TIMERS: Update = (
 
 #: The optimistic-concurrency guard of a workflow task in its common form (no
 #: cancel phase, no park): it moves only from the history length replayed.
-GUARDED_COMMIT: Update = (
-    runs.update()
-    .where(
-        runs.c.run_id == bindparam("p_run"),
-        runs.c.history_length == bindparam("p_expected"),
-        runs.c.status.in_(OPEN_STATUSES),
-    )
-    .values(
-        history_length=bindparam("p_length"),
-        pending_task=False,
-        updated_at=bindparam("p_now"),
-    )
+_GUARDED: Update = runs.update().where(
+    runs.c.run_id == bindparam("p_run"),
+    runs.c.history_length == bindparam("p_expected"),
+    runs.c.status.in_(OPEN_STATUSES),
+)
+
+GUARDED_COMMIT: Update = _GUARDED.values(
+    history_length=bindparam("p_length"),
+    pending_task=False,
+    updated_at=bindparam("p_now"),
 )
 
 
 #: ``GUARDED_COMMIT`` for a workflow task that ends the run (no cancel phase,
 #: not parked): the run's row closes in the same statement.
-GUARDED_CLOSE: Update = (
-    runs.update()
-    .where(
-        runs.c.run_id == bindparam("p_run"),
-        runs.c.history_length == bindparam("p_expected"),
-        runs.c.status.in_(OPEN_STATUSES),
-    )
-    .values(
-        history_length=bindparam("p_length"),
-        pending_task=False,
-        updated_at=bindparam("p_now"),
-        status=bindparam("p_status"),
-        result=bindparam("p_result"),
-        error=bindparam("p_error"),
-        active_key=None,
-        closed_at=bindparam("p_now"),
-    )
+GUARDED_CLOSE: Update = _GUARDED.values(
+    history_length=bindparam("p_length"),
+    pending_task=False,
+    updated_at=bindparam("p_now"),
+    status=bindparam("p_status"),
+    result=bindparam("p_result"),
+    error=bindparam("p_error"),
+    active_key=None,
+    closed_at=bindparam("p_now"),
 )
 
 
