@@ -6,7 +6,7 @@ against a bare Starlette endpoint that only verifies the signature
     python -m bench.intake [--db sqlite postgres] [--seconds 10] [--in-flight 16]
                            [--rate 100] [--steady-seconds 10]
 
-The payloads are the real ones in /work/shared/data/github/webhooks (every
+The payloads are the real ones in tests/data/github/webhooks (every
 event and action there, in turn), each delivery with a fresh
 ``X-GitHub-Delivery``. Figures per server:
 
@@ -61,7 +61,7 @@ from bench.environment import ROOT, at_start, heading, load
 from bench.fleet_setup import add_service_args, empty_redis, run_with_logs
 from bench.spec import POSTGRES, SQLITE
 
-PAYLOADS = Path("/work/shared/data/github/webhooks")
+PAYLOADS = ROOT / "tests" / "data" / "github" / "webhooks"
 RATIO_GOAL = 0.9
 P99_GOAL_MS = 50.0
 WARMUP = 200

@@ -32,6 +32,7 @@ from sqlalchemy import Engine, event
 
 from bench.databases import fresh_database
 from bench.engine import DEFAULT_POSTGRES
+from bench.environment import ROOT
 from bench.spec import INPROCESS, OURS, POSTGRES, SQLITE, Case
 
 # A prefix, so it matches the store as one module or as a package of mixins.
@@ -253,7 +254,7 @@ def top_lines(stats: pstats.Stats, n: int, count: int = 12) -> list[str]:
 
 
 def _short(filename: str) -> str:
-    for marker in ("site-packages/", "/work/main/", "python3.11/"):
+    for marker in ("site-packages/", f"{ROOT}/", "python3.11/"):
         if marker in filename:
             return filename.split(marker, 1)[1]
     return filename

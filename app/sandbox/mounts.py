@@ -48,8 +48,8 @@ def plan(isolation: Isolation, writable: Sequence[Path]) -> list[Step]:
 class _Mounts:
     """Mount steps in order, with the directories leading to them.
 
-    bubblewrap would create the parents of a mount point (``/work/ws-1``
-    needs ``/work``) as root-only directories the sandbox user cannot cross,
+    bubblewrap would create the parents of a mount point (``/srv/ws-1``
+    needs ``/srv``) as root-only directories the sandbox user cannot cross,
     so they are created first, world-readable.
     """
 
