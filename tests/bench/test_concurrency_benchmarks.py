@@ -81,3 +81,7 @@ def test_intake_records_every_acknowledged_delivery(capsys: pytest.CaptureFixtur
     # against the 2xx answers inside the benchmark, which raises otherwise).
     answers = row.split("|")[-2].strip()  # the last column
     assert answers.endswith("x202") and "," not in answers
+    # The durable floor was measured beside it (its own recorded-count check
+    # also runs inside the benchmark) and its ratio is in the row.
+    cells = [cell.strip() for cell in row.split("|")]
+    assert float(cells[3]) > 0 and cells[4].endswith("x")
