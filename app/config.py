@@ -166,6 +166,12 @@ class Settings:
     cancel_on_close: bool = True
     #: REPAIRBOT_CANCEL_ON_UNLABEL: removing the trigger label cancels its run.
     cancel_on_unlabel: bool = True
+    #: REPAIRBOT_ONBOARDING: on installation, propose ``.github/repairbot.yml``
+    #: in a pull request to each repository that has none.
+    onboarding: bool = True
+    #: REPAIRBOT_REQUIRE_CONFIG: a repository without ``.github/repairbot.yml``
+    #: gets no run (the issue is told how to add one); ``false`` runs with defaults.
+    require_config: bool = True
 
     #: REPAIRBOT_EVIDENCE_STORE: ``database`` (default: every machine reads it) or
     #: ``folder`` (``<data_dir>/evidence``; one machine only).
@@ -327,6 +333,8 @@ class Settings:
             "REPAIRBOT_TRIGGER_LABEL": self.trigger_label,
             "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
             "REPAIRBOT_CANCEL_ON_UNLABEL": str(self.cancel_on_unlabel).lower(),
+            "REPAIRBOT_ONBOARDING": str(self.onboarding).lower(),
+            "REPAIRBOT_REQUIRE_CONFIG": str(self.require_config).lower(),
             "REPAIRBOT_FAULT_POINT": self.fault_point,
             "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
             "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
@@ -404,6 +412,8 @@ class Settings:
             "trigger_label": env.get("REPAIRBOT_TRIGGER_LABEL", "repairbot"),
             "cancel_on_close": _bool(env, "REPAIRBOT_CANCEL_ON_CLOSE", True),
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
+            "onboarding": _bool(env, "REPAIRBOT_ONBOARDING", True),
+            "require_config": _bool(env, "REPAIRBOT_REQUIRE_CONFIG", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
             "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",

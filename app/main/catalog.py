@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from activities import agent, github, repo_commands, runs, workspace
+from activities import agent, github, onboarding, repo_commands, runs, workspace
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
+from app.workflows import onboarding as onboarding_workflow
 
 
 def build_registry() -> Registry:
     return Registry.of(
-        [*example.WORKFLOWS, *slash_command.WORKFLOWS, *repair.WORKFLOWS],
+        [
+            *example.WORKFLOWS,
+            *slash_command.WORKFLOWS,
+            *repair.WORKFLOWS,
+            *onboarding_workflow.WORKFLOWS,
+        ],
         [
             *example_activities.ACTIVITIES,
             *github.ACTIVITIES,
@@ -18,5 +24,6 @@ def build_registry() -> Registry:
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,
+            *onboarding.ACTIVITIES,
         ],
     )
