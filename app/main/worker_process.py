@@ -51,7 +51,7 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     )
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(
-            settings, transport=metered_transport(settings.github_api_url)
+            settings, transport=metered_transport(settings.github_api_url), engine=engine
         )
         deps.add(GitHubAccess(factory, settings.github_git_url))
 

@@ -8,6 +8,7 @@ the store lock (git calls block; the lock makes each request atomic). The
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Callable
@@ -208,7 +209,7 @@ class Endpoint:
         params["__path__"] = request.url.path[len(self.emu.base_path) :]
         urls = self.emu.urls_for(request)
         auth_header = request.headers.get("authorization")
-        status, body, headers = await anyio.to_thread.run_sync(
+        status, body, headers, principal = await anyio.to_thread.run_sync(
             self._run, auth_header, params, request.query_params, raw, urls
         )
         if fault is not None and fault.kind == "drop":
@@ -218,6 +219,16 @@ class Endpoint:
             raise DroppedResponse("emulator dropped the connection after applying the request")
         if status < 300:
             body = adapt(body, version, self.spec.key)
+        if self.spec.method == "GET" and status == 200 and principal is not None:
+            tag = etag(body, principal.label, version)
+            headers = {**headers, "etag": tag}
+            if tag in if_none_match(request.headers.get("if-none-match")):
+                # Not Modified: no body, and (as on GitHub, for an authorized
+                # request) not counted against the primary rate limit.
+                with self.emu.store.lock:
+                    headers.update(self.emu.rate.refund(principal))
+                await _send_not_modified(send, headers, version=version)
+                return
         await _send_json(send, status, body, headers, version=version)
 
     def _run(
@@ -227,8 +238,10 @@ class Endpoint:
         query: QueryParams,
         raw: bytes,
         urls: Urls,
-    ) -> tuple[int, Any, dict[str, str]]:
+    ) -> tuple[int, Any, dict[str, str], Principal | None]:
+        """The answer, and who asked (``None`` when authentication failed)."""
         store = self.emu.store
+        principal: Principal | None = None
         with store.lock:
             try:
                 principal = authenticate(store, auth_header)
@@ -236,11 +249,11 @@ class Endpoint:
                 headers = self.emu.rate.count(principal)
                 ctx = Ctx(self.emu, principal, params, query, raw, urls)
                 reply = self.spec.handler(ctx)
-                return reply.status, reply.body, {**headers, **reply.headers}
+                return reply.status, reply.body, {**headers, **reply.headers}, principal
             except AuthError as exc:
-                return exc.status, ApiError(exc.status, exc.message).body(), {}
+                return exc.status, ApiError(exc.status, exc.message).body(), {}, None
             except ApiError as exc:
-                return exc.status, exc.body(), exc.headers
+                return exc.status, exc.body(), exc.headers, principal
 
     def _check_auth_mode(self, principal: Principal) -> None:
         mode = self.spec.auth
@@ -279,6 +292,35 @@ def fault_answer(fault: Fault, now: float) -> tuple[int, dict[str, Any], dict[st
         "x-ratelimit-resource": "core",
     }
     return status, ApiError(status, "API rate limit exceeded for installation.").body(), headers
+
+
+def etag(body: Any, principal: str, version: str | None) -> str:
+    """A weak validator of the answer, as GitHub's: it depends on the body and
+    on who asks (``Vary: Authorization``: one installation's or user's tag never
+    validates another's copy), not on which of their tokens asked, so a copy
+    stays valid across installation-token renewals."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(body, sort_keys=True).encode())
+    digest.update(b"\0" + principal.encode() + b"\0" + (version or "").encode())
+    return f'W/"{digest.hexdigest()[:40]}"'
+
+
+def if_none_match(header: str | None) -> set[str]:
+    """The entity tags of an ``If-None-Match`` header (weak comparison: ``W/``
+    is ignored on both sides, as RFC 9110 asks for GET)."""
+    if not header:
+        return set()
+    tags = {tag.strip() for tag in header.split(",") if tag.strip()}
+    return {tag if tag.startswith("W/") else f"W/{tag}" for tag in tags}
+
+
+async def _send_not_modified(send: Send, headers: dict[str, str], *, version: str | None) -> None:
+    head = [(b"x-github-request-id", uuid.uuid4().hex[:16].upper().encode())]
+    if version is not None:
+        head.append((b"x-github-api-version-selected", version.encode()))
+    head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": 304, "headers": head})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _send_json(
