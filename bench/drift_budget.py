@@ -19,8 +19,11 @@ counted against the REST limit, and is left out here).
 Time is simulated: checks run one after another in the order of their
 simulated times, and each counted request is put in the simulated hour of its
 check (what GitHub counts, every answer but a 304, is counted here beside the
-emulator), so a day takes minutes. The emulator's own clock is left alone:
-the App's JWT and installation tokens carry real times.
+emulator), so a day takes minutes. The emulator's own clock is left alone
+(the App's JWT and installation tokens carry real times); its rate counter
+starts a new window at each simulated hour. The shared rate budget is left
+out here (it would wait for real resets); tests/github/test_gh_conditional.py
+covers it.
 Meanwhile ``--changes`` of the runs get a human comment at a random moment
 (seeded), and each change must be seen by the run's next check (the answer
 that follows a change is a full 200, never a stored copy).
@@ -56,7 +59,6 @@ from app.github.auth import AppCredentials
 from app.github.client import GitHubClientFactory
 from app.github.conditional import DatabaseConditionalStore
 from app.github.merge import read_pull
-from app.github.rate_budget import RateBudget
 from app.github.repos import RepoRef
 from app.migrate import upgrade
 from bench.environment import at_start, heading, load
@@ -193,7 +195,6 @@ async def simulate(
         credentials=AppCredentials(str(app[0]), app[1]),
         transport=counting,
         conditional=DatabaseConditionalStore(engine) if engine else None,
-        budget=RateBudget(engine) if engine else None,
     )
     gh = factory.for_installation(installation)
     repo = RepoRef(OWNER, REPO)
@@ -202,6 +203,8 @@ async def simulate(
     change_at = {run: rng.uniform(args.interval, horizon * 0.9) for run in changed}
     pending: dict[int, float] = {}  # run -> when its change happened, until seen
     for at, run, _n in checks:
+        if int(at // 3600) != counting.hour:
+            emu.rate.reset()  # GitHub's next window (see the module's docstring)
         counting.hour = int(at // 3600)
         if run in change_at and change_at[run] <= at:
             number = issues[run]
@@ -264,6 +267,9 @@ async def run(args: argparse.Namespace) -> list[Figures]:
                 upgrade(database)
                 results = []
                 for mode in args.modes:
+                    # Each mode from a fresh window: the emulator counts by its
+                    # wall clock, and this benchmark packs days into minutes.
+                    emu.rate.reset()
                     started = time.monotonic()
                     figures = await simulate(
                         emu, people, mode, installation, (app_id, private), issues, args, database
