@@ -3,7 +3,8 @@
 Namespaces: PID (the command's tree dies with it: bwrap's init is PID 1 and
 ``--die-with-parent`` ties it to us), mount (a new root holding only what
 :class:`~app.sandbox.policy.Isolation` lists), network (only a loopback of
-its own, unless the step may use the network), IPC and UTS. A private
+its own, always: a step that may use the network reaches only the egress
+proxy, through a socket bound in, see :mod:`app.sandbox.egress`), IPC and UTS. A private
 ``/proc`` and ``/tmp``, a minimal ``/dev``.
 
 User: a root worker keeps no privilege inside. bwrap runs as root to build
@@ -37,17 +38,16 @@ def bwrap_argv(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    network: bool,
     as_root: bool,
+    sockets: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
     """The full command line: ``bwrap <options> -- [setpriv ... --] <argv>``."""
     out = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
     out += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
-    if not network:
-        out.append("--unshare-net")
+    out.append("--unshare-net")  # never the host's network (docs/security.md)
     if not as_root:
         out += ["--unshare-user", "--uid", str(isolation.uid), "--gid", str(isolation.gid)]
-    for step in plan(isolation, writable):
+    for step in plan(isolation, writable, sockets):
         out += _render(step)
     out += ["--chdir", os.path.realpath(cwd)]
     if as_root:
@@ -70,6 +70,8 @@ def _render(step: Step) -> list[str]:
         return ["--perms", "0755", "--dir", path]
     if kind == "tmpfs":
         return ["--perms", step[2], "--tmpfs", path]
+    if kind == "sock":
+        return ["--bind", step[2], path]
     if kind == "null":
         return ["--ro-bind", "/dev/null", path]
     return [f"--{kind}", path]  # proc, dev

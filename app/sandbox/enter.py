@@ -88,6 +88,8 @@ def build(spec: dict) -> None:  # type: ignore[type-arg]
             mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={item[2]}")
         elif kind == "null":
             bind("/dev/null", target, read_only=True)
+        elif kind == "sock":
+            bind(item[2], target, read_only=False)
         elif kind == "proc":
             os.makedirs(target, exist_ok=True)
             mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -100,8 +102,7 @@ def build(spec: dict) -> None:  # type: ignore[type-arg]
                 os.symlink(link, f"{target}/{name}")
             os.symlink("/proc/self/fd/1", f"{target}/stdout")
             os.symlink("/proc/self/fd/2", f"{target}/stderr")
-    if spec.get("loopback"):
-        _loopback_up()
+    _loopback_up()  # a network namespace of its own: bring its lo up
     os.chdir(root)
     _check(libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
     _check(libc.umount2(b".", MNT_DETACH), "umount old root")

@@ -23,6 +23,7 @@ from typing import Literal
 
 from app.sandbox.bwrap import SETPRIV, bwrap_argv, bwrap_path
 from app.sandbox.cgroups import CommandCgroup
+from app.sandbox.forward import PortForward, wrap
 from app.sandbox.mounts import plan
 from app.sandbox.policy import Isolation, SandboxUnavailable
 
@@ -68,7 +69,6 @@ def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
         PROBE,
         cwd=probe,
         writable=[],
-        network=False,
         as_root=as_root,
     )
     if as_root and not os.access(SETPRIV, os.X_OK):
@@ -128,7 +128,6 @@ def _probe_unshare(unshare: str, as_root: bool, uid: int, gid: int) -> str | Non
             PROBE,
             cwd=Path("/"),
             writable=[],
-            network=False,
             as_root=as_root,
             mount_point=mount_point,
         )
@@ -162,18 +161,24 @@ def prepare(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    network: bool,
     memory_bytes: int | None,
     max_tasks: int | None,
     apply_rlimits: Callable[[], None],
+    forwards: Sequence[PortForward] = (),
 ) -> Launch:
-    """What to execute for ``argv``; the caller must call ``cleanup`` afterwards."""
+    """What to execute for ``argv``; the caller must call ``cleanup`` afterwards.
+
+    The command never shares the host's network: ``forwards`` (see
+    :mod:`app.sandbox.forward`) are its only ways out.
+    """
     backend = backend_for(isolation)
     mount_point = None
     as_root = _as_root()
     if backend != "none" and as_root:
         for path in writable:
             _hand_over(path, isolation.uid, isolation.gid)
+    argv = wrap(argv, forwards, sandboxed=backend != "none")
+    sockets = [(f.inside(), f.socket) for f in forwards]
     if backend == "none":
         wrapped = list(argv)
     elif backend == "bwrap":
@@ -183,8 +188,8 @@ def prepare(
             argv,
             cwd=cwd,
             writable=writable,
-            network=network,
             as_root=as_root,
+            sockets=sockets,
         )
     else:
         mount_point = Path(tempfile.mkdtemp(prefix="repairbot-root-"))
@@ -194,9 +199,9 @@ def prepare(
             argv,
             cwd=cwd,
             writable=writable,
-            network=network,
             as_root=as_root,
             mount_point=mount_point,
+            sockets=sockets,
         )
     cgroup = CommandCgroup.create(memory_bytes=memory_bytes, max_tasks=max_tasks)
 
@@ -222,24 +227,21 @@ def unshare_argv(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    network: bool,
     as_root: bool,
     mount_point: Path,
+    sockets: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
     """``unshare <namespaces> -- python enter.py <spec>``: the fallback backend."""
-    out = [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts"]
-    if not network:
-        out.append("--net")
+    out = [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts", "--net"]
     if not as_root:
         out += ["--user", "--map-root-user"]
     spec = {
         "root": str(mount_point),
-        "mounts": plan(isolation, writable),
+        "mounts": plan(isolation, writable, sockets),
         "cwd": os.path.realpath(cwd),
         "uid": isolation.uid,
         "gid": isolation.gid,
         "argv": list(argv),
-        "loopback": not network,  # a namespace of its own: bring its lo up
     }
     return [*out, "--", sys.executable, "-I", "-S", str(ENTER), json.dumps(spec)]
 

@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict
 from app.engine.errors import ActivityCancelled
 from app.repo_config import Command
 from app.sandbox import Isolation, Launch, prepare
+from app.sandbox.forward import PortForward
 
 Heartbeat = Callable[[dict[str, Any]], Awaitable[bool]]
 
@@ -285,15 +286,18 @@ async def run_command(
     heartbeat: Heartbeat | None = None,
     writable: Sequence[Path] = (),
     network: bool = False,
+    forwards: Sequence[PortForward] = (),
 ) -> CommandRun:
     """Run ``command`` in ``cwd`` and return what happened.
 
     ``cwd``, ``home``, ``tmpdir`` and ``writable`` are the only paths the
     command may write (they must lie in the workspace); ``network`` lets it
-    reach the network. A non-zero exit or a timeout is a result, not an
-    exception. Raises :class:`~app.sandbox.SandboxUnavailable` (nothing ran)
-    when no sandbox can be built, :class:`ActivityCancelled` if ``heartbeat``
-    reports cancellation, and re-raises whatever ``heartbeat`` raises (a lost
+    reach the network. ``forwards`` make servers outside reachable inside as
+    ``127.0.0.1:PORT`` (:mod:`app.sandbox.forward`). A non-zero exit or a
+    timeout is a result, not an exception. Raises
+    :class:`~app.sandbox.SandboxUnavailable` (nothing ran) when no sandbox
+    can be built, :class:`ActivityCancelled` if ``heartbeat`` reports
+    cancellation, and re-raises whatever ``heartbeat`` raises (a lost
     lease); in every case everything the command started is dead before this
     returns or raises.
     """
@@ -310,7 +314,7 @@ async def run_command(
         argv,
         cwd=cwd,
         writable=_unique([cwd, home, tmpdir, *writable]),
-        network=network,
+        forwards=forwards,
         memory_bytes=sandbox.limits.memory_bytes,
         max_tasks=sandbox.limits.tasks,
         apply_rlimits=sandbox.limits.apply,
