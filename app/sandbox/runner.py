@@ -13,8 +13,11 @@ What the sandbox promises (the isolation itself is the rest of :mod:`app.sandbox
   explicitly. The app's secrets (tokens, keys, database URLs) are therefore
   absent, and the few names that must never reach a command are refused
   even as explicit extras.
-- Network: none (a loopback of its own) unless the caller allows it for
-  this command; the result records which.
+- Network: a namespace of its own, always (a loopback and nothing else).
+  A command the caller lets use the network (``network=True``) reaches the
+  operator's allow-listed hosts through the egress proxy outside the
+  sandbox (:mod:`app.sandbox.egress`) and nothing else; the result records
+  which.
 - Time: a wall-clock limit. On timeout or cancellation the sandbox's PID
   namespace is torn down, so every process the command started dies with
   it (a ``setsid`` daemon included), not only the process group.
@@ -49,6 +52,7 @@ from pydantic import BaseModel, ConfigDict
 from app.engine.errors import ActivityCancelled
 from app.repo_config import Command
 from app.sandbox import Isolation, Launch, prepare
+from app.sandbox.egress import EgressPolicy, egress, proxy_env
 from app.sandbox.forward import PortForward
 
 Heartbeat = Callable[[dict[str, Any]], Awaitable[bool]]
@@ -136,6 +140,9 @@ class Sandbox:
     isolation: Isolation = field(default_factory=Isolation)
     #: Seconds between heartbeats while a command runs.
     heartbeat_interval: float = 10.0
+    #: Where a networked command may connect, through the egress proxy
+    #: (``REPAIRBOT_EGRESS_ALLOW``; :mod:`app.sandbox.egress`).
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
 
 
 class CommandResult(BaseModel):
@@ -154,7 +161,8 @@ class CommandResult(BaseModel):
     output_tail: str
     #: The sandbox it ran in: ``bwrap`` or ``none`` (the operator disabled it).
     sandbox: str = "none"
-    #: Whether it could reach the network (setup commands, when the config allows).
+    #: Whether it could reach the allow-listed hosts through the egress proxy
+    #: (base setup commands, when the config allows).
     network: bool = False
 
     @property
@@ -308,12 +316,46 @@ async def run_command(
     missing = _missing_program(argv[0], cwd=cwd, path=env["PATH"])
     if missing is not None:
         return _not_started(command, missing, 127)
+    writable = _unique([cwd, home, tmpdir, *writable])
+    if not network or sandbox.isolation.mode == "none":
+        # Unsandboxed (the operator's choice) means the host's network anyway.
+        return await _launch(
+            command, argv, cwd, env, writable, forwards, sandbox, time_limit, network, heartbeat
+        )
+    async with egress(sandbox.egress) as (_, proxy):
+        env |= proxy_env(proxy.port)
+        return await _launch(
+            command,
+            argv,
+            cwd,
+            env,
+            writable,
+            [*forwards, proxy],
+            sandbox,
+            time_limit,
+            network,
+            heartbeat,
+        )
+
+
+async def _launch(
+    command: Command,
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    writable: list[Path],
+    forwards: Sequence[PortForward],
+    sandbox: Sandbox,
+    time_limit: float,
+    network: bool,
+    heartbeat: Heartbeat | None,
+) -> CommandRun:
     launch = await asyncio.to_thread(
         prepare,
         sandbox.isolation,
         argv,
         cwd=cwd,
-        writable=_unique([cwd, home, tmpdir, *writable]),
+        writable=writable,
         forwards=forwards,
         memory_bytes=sandbox.limits.memory_bytes,
         max_tasks=sandbox.limits.tasks,
