@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from app.sandbox import seccomp
 from app.sandbox.bwrap import SETPRIV, bwrap_argv, bwrap_path
 from app.sandbox.cgroups import CommandCgroup
 from app.sandbox.forward import PortForward, wrap
@@ -45,9 +46,14 @@ class Launch:
     preexec: Callable[[], None]
     #: An empty directory the ``unshare`` backend mounts the new root on.
     mount_point: Path | None = None
+    #: Descriptors the child inherits (bwrap's seccomp program).
+    pass_fds: tuple[int, ...] = ()
 
     def cleanup(self) -> None:
         """Kill anything left in the command's cgroup and remove it."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.mount_point is not None:
@@ -62,21 +68,24 @@ def _as_root() -> bool:
 @functools.cache
 def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
     """``None`` when bwrap builds a sandbox here; otherwise why not."""
-    probe = Path("/")
+    if as_root and not os.access(SETPRIV, os.X_OK):
+        return f"{SETPRIV} (util-linux) is missing: cannot drop privileges inside the sandbox"
+    fd = seccomp.memfd()
     argv = bwrap_argv(
         bwrap,
         Isolation(uid=uid, gid=gid),
         PROBE,
-        cwd=probe,
+        cwd=Path("/"),
         writable=[],
         as_root=as_root,
+        seccomp_fd=fd,
     )
-    if as_root and not os.access(SETPRIV, os.X_OK):
-        return f"{SETPRIV} (util-linux) is missing: cannot drop privileges inside the sandbox"
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=[fd])
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be started: {exc}"
+    finally:
+        os.close(fd)
     if done.returncode != 0:
         return f"bwrap failed: {done.stderr.decode(errors='replace').strip()[:300]}"
     return None
@@ -89,6 +98,10 @@ def backend_for(isolation: Isolation) -> Backend:
     """
     if isolation.mode == "none":
         return "none"
+    try:
+        seccomp.program()
+    except seccomp.SeccompUnsupported as exc:
+        raise SandboxUnavailable(str(exc)) from None
     problems = []
     if isolation.mode in ("auto", "bwrap"):
         bwrap = bwrap_path()
@@ -179,9 +192,11 @@ def prepare(
             _hand_over(path, isolation.uid, isolation.gid)
     argv = wrap(argv, forwards, sandboxed=backend != "none")
     sockets = [(f.inside(), f.socket) for f in forwards]
+    pass_fds: tuple[int, ...] = ()
     if backend == "none":
         wrapped = list(argv)
     elif backend == "bwrap":
+        pass_fds = (seccomp.memfd(),)
         wrapped = bwrap_argv(
             bwrap_path() or "bwrap",
             isolation,
@@ -189,6 +204,7 @@ def prepare(
             cwd=cwd,
             writable=writable,
             as_root=as_root,
+            seccomp_fd=pass_fds[0],
             sockets=sockets,
         )
     else:
@@ -217,6 +233,7 @@ def prepare(
         cgroup=cgroup,
         preexec=preexec,
         mount_point=mount_point,
+        pass_fds=pass_fds,
     )
 
 
@@ -242,6 +259,7 @@ def unshare_argv(
         "uid": isolation.uid,
         "gid": isolation.gid,
         "argv": list(argv),
+        "seccomp": seccomp.program().hex(),
     }
     return [*out, "--", sys.executable, "-I", "-S", str(ENTER), json.dumps(spec)]
 

@@ -39,6 +39,8 @@ def plan(
             mounts.bind("ro", path)
     mounts.add(("proc", "/proc"), Path("/proc"), tmpfs=False)
     mounts.add(("dev", "/dev"), Path("/dev"), tmpfs=False)
+    # POSIX shared memory and semaphores (multiprocessing's locks live there).
+    mounts.tmpfs(Path("/dev/shm"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
     mounts.tmpfs(Path("/tmp"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
     for path in isolation.visible_paths():  # after /tmp: one may lie under it
         mounts.bind("ro", path)

@@ -391,6 +391,7 @@ async def _run(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=launch.preexec,
+            pass_fds=launch.pass_fds,
         )
     except (FileNotFoundError, PermissionError) as exc:
         # What a shell would report (127 / 126): the repository's command is
