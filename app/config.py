@@ -84,13 +84,15 @@ def read_app_file(path: Path) -> dict[str, str]:
 
 
 def _egress(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    """REPAIRBOT_EGRESS_ALLOW (unset: the registries; empty: nowhere) and _PRIVATE."""
+    """REPAIRBOT_EGRESS_ALLOW (unset: the registries; ``none``: nowhere) and _PRIVATE."""
+    raw = env.get("REPAIRBOT_EGRESS_ALLOW", "").strip()
     try:
-        allow = (
-            parse_destinations(env["REPAIRBOT_EGRESS_ALLOW"], setting="REPAIRBOT_EGRESS_ALLOW")
-            if "REPAIRBOT_EGRESS_ALLOW" in env
-            else DEFAULT_ALLOW
-        )
+        if not raw:
+            allow: tuple[str, ...] = DEFAULT_ALLOW
+        elif raw.lower() == "none":
+            allow = ()
+        else:
+            allow = parse_destinations(raw, setting="REPAIRBOT_EGRESS_ALLOW")
         private = parse_destinations(
             env.get("REPAIRBOT_EGRESS_ALLOW_PRIVATE", ""),
             setting="REPAIRBOT_EGRESS_ALLOW_PRIVATE",
@@ -218,7 +220,8 @@ class Settings:
     #: REPAIRBOT_EGRESS_ALLOW: where a networked sandbox step (the base's setup
     #: with ``network: setup``) may connect through the egress proxy: ``host``
     #: (ports 443 and 80) or ``host:port``, comma-separated; default: the
-    #: common package registries (app/sandbox/egress.py DEFAULT_ALLOW).
+    #: common package registries (app/sandbox/egress.py DEFAULT_ALLOW);
+    #: ``none``: networked steps reach nothing.
     egress_allow: tuple[str, ...] = DEFAULT_ALLOW
     #: REPAIRBOT_EGRESS_ALLOW_PRIVATE: exact ``host:port`` entries allowed to
     #: resolve to loopback/private/link-local addresses (a mirror on your own
@@ -381,7 +384,7 @@ class Settings:
             "REPAIRBOT_AGENT_NETWORK": str(self.agent_network).lower(),
             "REPAIRBOT_SANDBOX": self.sandbox,
             "REPAIRBOT_SANDBOX_READ_ONLY": os.pathsep.join(map(str, self.sandbox_read_only)),
-            "REPAIRBOT_EGRESS_ALLOW": ",".join(self.egress_allow),
+            "REPAIRBOT_EGRESS_ALLOW": ",".join(self.egress_allow) or "none",
             "REPAIRBOT_EGRESS_ALLOW_PRIVATE": ",".join(self.egress_allow_private),
         }
         if self.app_file is not None:
