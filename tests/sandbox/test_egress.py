@@ -52,21 +52,24 @@ async def listen(host: str, answer: bytes) -> Listener:
     return listener
 
 
-@pytest.fixture
-async def registry() -> AsyncIterator[Listener]:
-    server = await listen("127.0.0.1", b"registry-ok")
+async def serving(answer: bytes) -> AsyncIterator[Listener]:
+    server = await listen("127.0.0.1", answer)
     yield server
     assert server.server is not None
     server.server.close()
+
+
+@pytest.fixture
+async def registry() -> AsyncIterator[Listener]:
+    async for server in serving(b"registry-ok"):
+        yield server
 
 
 @pytest.fixture
 async def web_port() -> AsyncIterator[Listener]:
     """Stands in for repairbot's web port, the emulator: anything on the worker's loopback."""
-    server = await listen("127.0.0.1", b"SECRET-web")
-    yield server
-    assert server.server is not None
-    server.server.close()
+    async for server in serving(b"SECRET-web"):
+        yield server
 
 
 @pytest.fixture(params=["bwrap", "unshare"])
