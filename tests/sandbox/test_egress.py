@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -170,6 +171,34 @@ async def test_a_networked_step_reaches_nothing_directly(
     got = outcomes(await run(tmp_path, sandbox, with_args(DIRECT, targets), network=True))
     assert all(v.startswith("blocked") for v in got.values()), got
     assert web_port.got == [] and registry.got == []
+
+
+async def test_a_networked_step_cannot_reach_the_hosts_abstract_unix_sockets(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """Abstract sockets (D-Bus, container runtimes) belong to the network namespace."""
+    name = f"repairbot-test-{os.getpid()}-{id(sandbox)}"
+    got: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got.append(await reader.read(100))
+        writer.close()
+
+    server = await asyncio.start_unix_server(serve, path="\0" + name)
+    code = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        f"    s.connect('\\0{name}'); s.sendall(b'stolen'); print('REACHED')\n"
+        "except OSError as exc:\n"
+        "    print('blocked', exc)\n"
+    )
+    try:
+        out = await run(tmp_path, sandbox, code, network=True)
+    finally:
+        server.close()
+    assert out.output.startswith(b"blocked"), out.output
+    assert got == []
 
 
 async def test_through_the_proxy_local_services_and_metadata_are_refused(
