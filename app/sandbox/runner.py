@@ -300,7 +300,8 @@ async def run_command(
 
     ``cwd``, ``home``, ``tmpdir`` and ``writable`` are the only paths the
     command may write (they must lie in the workspace); ``network`` lets it
-    reach the network. ``forwards`` make servers outside reachable inside as
+    reach ``sandbox.egress``'s allow-list through the egress proxy (never the
+    host's network). ``forwards`` make servers outside reachable inside as
     ``127.0.0.1:PORT`` (:mod:`app.sandbox.forward`). A non-zero exit or a
     timeout is a result, not an exception. Raises
     :class:`~app.sandbox.SandboxUnavailable` (nothing ran) when no sandbox
