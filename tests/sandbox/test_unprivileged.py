@@ -31,12 +31,32 @@ from tests.sandbox import probes
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("unprivileged_driver.py")
 KEY = "unprivileged-worker-private-key-5d2c"
-#: The system interpreter: the test's own may live under a 0700 home.
-PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _reachable_by_others(path: str) -> bool:
+    """Every directory on the way may be crossed, and the file run, by any user."""
+    real = Path(os.path.realpath(path))
+    if not real.is_file() or not real.stat().st_mode & 0o001:
+        return False
+    return all(parent.stat().st_mode & 0o001 for parent in real.parents)
+
+
+def _python_for_others() -> str:
+    """This interpreter if another user can run it, else the system's of the same version
+    (the test's own may live under a 0700 home, like pyenv's under /root)."""
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, system):
+        if _reachable_by_others(candidate):
+            return os.path.realpath(candidate)
+    return ""
+
+
+PYTHON = _python_for_others()
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not os.access(PYTHON, os.X_OK) or shutil.which("setpriv") is None,
-    reason="needs root (to become a throwaway user), setpriv and " + PYTHON,
+    os.geteuid() != 0 or not PYTHON or shutil.which("setpriv") is None,
+    reason="needs root (to become a throwaway user), setpriv, and a Python "
+    f"{sys.version_info.major}.{sys.version_info.minor} other users can run",
 )
 
 
