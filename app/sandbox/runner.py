@@ -323,20 +323,39 @@ async def run_command(
         return await _launch(
             command, argv, cwd, env, writable, forwards, sandbox, time_limit, network, heartbeat
         )
-    async with egress(sandbox.egress) as (_, proxy):
-        env |= proxy_env(proxy.port)
-        return await _launch(
+    async with egress(sandbox.egress) as (proxy, forward):
+        env |= proxy_env(forward.port)
+        run = await _launch(
             command,
             argv,
             cwd,
             env,
             writable,
-            [*forwards, proxy],
+            [*forwards, forward],
             sandbox,
             time_limit,
             network,
             heartbeat,
         )
+    return _with_refusals(run, proxy.refused)
+
+
+#: Refusals listed under a command's output, at most (a loop could make thousands).
+_REFUSALS_SHOWN = 20
+
+
+def _with_refusals(run: CommandRun, refused: Sequence[str]) -> CommandRun:
+    """The egress proxy's refusals appended to the output: a package manager
+    seldom prints the 403's body, and the maintainer must learn which host to
+    ask the operator for."""
+    if not refused:
+        return run
+    lines = [f"[repairbot egress refused: {reason}]" for reason in refused[:_REFUSALS_SHOWN]]
+    if len(refused) > _REFUSALS_SHOWN:
+        lines.append(f"[... and {len(refused) - _REFUSALS_SHOWN} more refusals]")
+    note = "\n" + "\n".join(lines) + "\n"
+    result = run.result.model_copy(update={"output_tail": run.result.output_tail + note})
+    return CommandRun(result=result, output=run.output + note.encode())
 
 
 async def _launch(

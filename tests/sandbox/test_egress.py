@@ -131,7 +131,9 @@ def with_args(code: str, args: object) -> str:
 
 def outcomes(out: CommandRun) -> dict[str, str]:
     assert out.result.exit_code == 0, out.output
-    result: dict[str, str] = json.loads(out.output.decode().strip().splitlines()[-1])
+    # The last JSON line: the proxy's refusals are listed after the output.
+    lines = [line for line in out.output.decode().splitlines() if line.startswith("{")]
+    result: dict[str, str] = json.loads(lines[-1])
     return result
 
 
@@ -215,9 +217,25 @@ async def test_through_the_proxy_local_services_and_metadata_are_refused(
         "169.254.169.254:80",
         "[::1]:5432",
     ]
-    got = outcomes(await run(tmp_path, sandbox, with_args(VIA_PROXY, targets), network=True))
+    out = await run(tmp_path, sandbox, with_args(VIA_PROXY, targets), network=True)
+    got = outcomes(out)
     assert all(v.startswith("HTTP/1.1 403") for v in got.values()), got
     assert web_port.got == []
+    assert out.output.count(b"[repairbot egress refused: ") == len(targets)
+
+
+async def test_the_log_says_which_host_was_refused(tmp_path: Path, sandbox: Sandbox) -> None:
+    """A package manager rarely prints the 403's body: the command's log does."""
+    code = (
+        "import urllib.request\n"
+        "try:\n"
+        "    urllib.request.urlopen('http://example.com/', timeout=10)\n"
+        "except OSError as exc:\n"
+        "    print('failed', exc)\n"
+    )
+    out = await run(tmp_path, sandbox, code, network=True)
+    note = b"[repairbot egress refused: example.com:80 is not on the egress allow-list"
+    assert note in out.output and note.decode() in out.result.output_tail
 
 
 async def test_a_step_without_network_has_no_proxy_either(
