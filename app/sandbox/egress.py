@@ -69,6 +69,8 @@ RESOLVE_TIMEOUT = 30.0
 #: A tunnel with no byte either way for this long is closed.
 IDLE_TIMEOUT = 300.0
 MAX_CONNECTIONS = 64
+#: Refusals per command written to the worker's log.
+LOGGED_REFUSALS = 20
 #: Hop-by-hop and proxy headers never passed on to the origin.
 _DROPPED = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "host"}
 _LABEL = r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?"
@@ -195,7 +197,8 @@ class EgressProxy:
                 await self._handle(reader, writer)
             except Refused as exc:
                 self.refused.append(exc.reason)
-                log.warning("egress refused: %s", exc.reason)
+                if len(self.refused) <= LOGGED_REFUSALS:  # a loop must not flood the log
+                    log.warning("egress refused: %s", exc.reason)
                 await _answer(writer, exc.status, exc.reason)
             except (OSError, asyncio.IncompleteReadError, TimeoutError):
                 pass  # the client or the origin went away
