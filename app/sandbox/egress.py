@@ -191,6 +191,7 @@ class EgressProxy:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._slots.locked():
             await _answer(writer, 503, "too many connections through the egress proxy")
+            writer.close()
             return
         async with self._slots:
             try:

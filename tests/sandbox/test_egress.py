@@ -22,6 +22,7 @@ import pytest
 
 from app.repo_config import Command
 from app.sandbox import Isolation
+from app.sandbox import egress as egress_module
 from app.sandbox.egress import Destination, EgressPolicy, EgressProxy, egress, system_resolve
 from app.sandbox.runner import CommandRun, Sandbox, run_command
 
@@ -383,3 +384,30 @@ async def test_anything_else_gets_one_clear_line(request_line: bytes) -> None:
 def test_destination_prints_v6_in_brackets() -> None:
     assert str(Destination("::1", 80)) == "[::1]:80"
     assert str(replace(Destination("a", 1), port=2)) == "a:2"
+
+
+async def test_connections_beyond_the_cap_are_answered_503(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(egress_module, "MAX_CONNECTIONS", 3)
+    async with egress(EgressPolicy()) as (proxy, forward):
+        held = [await asyncio.open_unix_connection(str(forward.socket)) for _ in range(3)]
+        while not proxy._slots.locked():  # all three handlers hold a slot (recorded state)
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_unix_connection(str(forward.socket))
+        answer = await reader.read()
+        writer.close()
+        for _, held_writer in held:
+            held_writer.close()
+    assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in answer
+
+
+async def test_an_oversized_request_head_is_refused() -> None:
+    answer, _ = await ask(EgressPolicy(), b"GET http://pypi.org/ HTTP/1.1\r\nX: " + b"a" * 20000)
+    assert answer.startswith(b"HTTP/1.1 431")
+
+
+async def test_a_head_that_never_ends_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(egress_module, "HEAD_TIMEOUT", 0.2)
+    answer, proxy = await ask(EgressPolicy(), b"CONNECT pypi.org:443 HTTP/1.1\r\n")
+    assert answer == b"" and proxy.refused == []
