@@ -411,3 +411,20 @@ async def test_a_head_that_never_ends_is_dropped(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(egress_module, "HEAD_TIMEOUT", 0.2)
     answer, proxy = await ask(EgressPolicy(), b"CONNECT pypi.org:443 HTTP/1.1\r\n")
     assert answer == b"" and proxy.refused == []
+
+
+async def test_a_silent_tunnel_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(egress_module, "IDLE_TIMEOUT", 0.2)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # says nothing, closes only when the proxy does
+        writer.close()
+
+    origin = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = origin.sockets[0].getsockname()[1]
+    try:
+        policy = EgressPolicy(allow_private=(f"127.0.0.1:{port}",))
+        answer, _ = await ask(policy, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+    finally:
+        origin.close()
+    assert answer == b"HTTP/1.1 200 Connection established\r\n\r\n"  # then closed
