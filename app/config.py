@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.sandbox.egress import DEFAULT_ALLOW, EgressPolicy, parse_destinations
 from app.sandbox.policy import Isolation, parse_mode
 
 
@@ -80,6 +81,26 @@ def read_app_file(path: Path) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} is not a JSON object")
     return {var: str(raw[key]) for key, var in APP_FILE_KEYS.items() if raw.get(key)}
+
+
+def _egress(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """REPAIRBOT_EGRESS_ALLOW (unset: the registries; ``none``: nowhere) and _PRIVATE."""
+    raw = env.get("REPAIRBOT_EGRESS_ALLOW", "").strip()
+    try:
+        if not raw:
+            allow: tuple[str, ...] = DEFAULT_ALLOW
+        elif raw.lower() == "none":
+            allow = ()
+        else:
+            allow = parse_destinations(raw, setting="REPAIRBOT_EGRESS_ALLOW")
+        private = parse_destinations(
+            env.get("REPAIRBOT_EGRESS_ALLOW_PRIVATE", ""),
+            setting="REPAIRBOT_EGRESS_ALLOW_PRIVATE",
+            need_port=True,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return {"egress_allow": allow, "egress_allow_private": private}
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -202,6 +223,16 @@ class Settings:
     sandbox_read_only: tuple[Path, ...] = ()
     #: GITHUB_PRIVATE_KEY_FILE: where the key was read from (hidden from commands).
     github_private_key_file: Path | None = None
+    #: REPAIRBOT_EGRESS_ALLOW: where a networked sandbox step (the base's setup
+    #: with ``network: setup``) may connect through the egress proxy: ``host``
+    #: (ports 443 and 80) or ``host:port``, comma-separated; default: the
+    #: common package registries (app/sandbox/egress.py DEFAULT_ALLOW);
+    #: ``none``: networked steps reach nothing.
+    egress_allow: tuple[str, ...] = DEFAULT_ALLOW
+    #: REPAIRBOT_EGRESS_ALLOW_PRIVATE: exact ``host:port`` entries allowed to
+    #: resolve to loopback/private/link-local addresses (a mirror on your own
+    #: network). Empty by default.
+    egress_allow_private: tuple[str, ...] = ()
 
     #: REPAIRBOT_PUBLIC_URL: where people reach this service (the sign-in
     #: callback and links are built from it), e.g. ``https://repairbot.example.com``.
@@ -281,8 +312,12 @@ class Settings:
     def isolation(self) -> Isolation:
         """The sandbox repository commands run in on this worker."""
         hidden = [self.data_dir, Path.home()]
-        if self.github_private_key_file is not None:
-            hidden.append(self.github_private_key_file)
+        # Every secret file the settings read (grep _FILE): a 0600 file is no
+        # protection on the unprivileged path, whose sandbox user is the
+        # worker's user outside its user namespace.
+        for secret_file in (self.github_private_key_file, self.app_file):
+            if secret_file is not None:
+                hidden.append(secret_file)
         if self.database_url.startswith("sqlite:///"):
             # The database may live outside the data directory.
             hidden.append(Path(self.database_url.removeprefix("sqlite:///")))
@@ -291,6 +326,10 @@ class Settings:
             read_only=self.sandbox_read_only,
             hidden=tuple(hidden),
         )
+
+    def egress_policy(self) -> EgressPolicy:
+        """Where networked sandbox steps may connect (the operator's allow-list)."""
+        return EgressPolicy(allow=self.egress_allow, allow_private=self.egress_allow_private)
 
     def secret_env(self) -> dict[str, str]:
         """The secrets, as ``from_env`` reads them: hand them to a worker process
@@ -353,6 +392,8 @@ class Settings:
             "REPAIRBOT_AGENT_NETWORK": str(self.agent_network).lower(),
             "REPAIRBOT_SANDBOX": self.sandbox,
             "REPAIRBOT_SANDBOX_READ_ONLY": os.pathsep.join(map(str, self.sandbox_read_only)),
+            "REPAIRBOT_EGRESS_ALLOW": ",".join(self.egress_allow) or "none",
+            "REPAIRBOT_EGRESS_ALLOW_PRIVATE": ",".join(self.egress_allow_private),
         }
         if self.app_file is not None:
             env["REPAIRBOT_APP_FILE"] = str(self.app_file)
@@ -444,6 +485,7 @@ class Settings:
                 Path(p) for p in env.get("REPAIRBOT_SANDBOX_READ_ONLY", "").split(os.pathsep) if p
             ),
             "github_private_key_file": Path(key_path) if key_path else None,
+            **_egress(env),
         }
         if kwargs["arq_poll_delay"] <= 0:
             raise ConfigError("REPAIRBOT_ARQ_POLL_DELAY must be a positive number of seconds")

@@ -41,7 +41,7 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     deps = Dependencies(
         settings,
         open_evidence_store(settings, engine),
-        Sandbox(isolation=settings.isolation()),
+        Sandbox(isolation=settings.isolation(), egress=settings.egress_policy()),
         replace(
             AgentPolicy.from_env(dict(settings.agent_env), default=_default_agent(settings)),
             command_network=settings.agent_network,
