@@ -115,6 +115,9 @@ class EmulatorClient:
         self.base_path = "/" + base_path.strip("/") if base_path.strip("/") else ""
         self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport, timeout=timeout)
         self.tokens: dict[str, str] = {}
+        #: Ids of the repositories this client created, by lowercased full name
+        #: (repairbot keys its runs by repository id).
+        self.repo_ids: dict[str, int] = {}
         self.faults = Faults(self)
         self.deliveries = Deliveries(self)
 
@@ -249,7 +252,12 @@ class EmulatorClient:
                 "private": private,
             },
         )
+        self.repo_ids[f"{owner}/{name}".lower()] = int(result["id"])
         return result
+
+    def repo_id(self, full_name: str) -> int:
+        """The id of a repository this client created (it survives renames)."""
+        return self.repo_ids[full_name.lower()]
 
     async def set_permission(self, owner: str, repo: str, login: str, permission: str) -> None:
         await self.control(

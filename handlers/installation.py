@@ -9,6 +9,7 @@ from app.app_tables import Installation, InstallationRepository
 from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
 from app.webhooks.routing import HandlerContext, Router
+from handlers.moves import end_runs, installation_runs
 
 router = Router()
 installations = Installation.__table__  # type: ignore[attr-defined]
@@ -100,6 +101,13 @@ def installation(event: InstallationEvent, ctx: HandlerContext) -> None:
     elif event.action == "deleted":
         ctx.tx.conn.execute(
             _DEACTIVATE_REPOSITORIES, {"p_installation": event.installation.id, "p_now": ctx.tx.now}
+        )
+        # The app lost every token for these repositories: the runs cannot
+        # clean anything there any more, so they end now.
+        end_runs(
+            ctx,
+            list(installation_runs(ctx, event.installation.id)),
+            f"the app was uninstalled by @{event.sender.login}",
         )
 
 
