@@ -24,8 +24,10 @@ from tests.e2e.scenario import (
     review,
     status_comment,
     wait_end,
+    wait_for,
     wait_phase,
     wait_status_comment,
+    workflow_id,
 )
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -66,14 +68,35 @@ async def _quiet_end(stack: LocalStack, number: int) -> None:
     try:
         run = await wait_end(stack, number, timeout=90)
     except TimeoutError:
-        found = stack.runtime.store.find_run(f"repair:{stack.repo}#{number}")
+        found = stack.runtime.store.find_run(workflow_id(stack, number))
         assert found is not None
         raise AssertionError(stack.runtime.query(found.run_id, "status")) from None
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "not-triggered", run.result
+    await _nothing_on_github(stack, number)
+
+
+async def _nothing_on_github(stack: LocalStack, number: int) -> None:
     state = await github_state(stack, number)
     assert state["status_comments"] == [] and state["branches"] == ["main"]
     assert state["pulls"] == []
+
+
+def _triages(stack: LocalStack, name: str) -> list[Any]:
+    assert stack.runtime is not None
+    return [run for run in stack.runtime.store.list_runs() if run.workflow_name == name]
+
+
+async def _triages_done(stack: LocalStack, name: str, count: int, timeout: float = 60) -> list[Any]:
+    """The ``count`` triage runs named ``name``, once every one has ended."""
+    await stack.gh.deliveries.wait()
+
+    def done() -> bool:
+        runs = _triages(stack, name)
+        return len(runs) == count and all(run.status == "completed" for run in runs)
+
+    await wait_for(f"{count} {name} runs completed", done, timeout=timeout)
+    return _triages(stack, name)
 
 
 @SQLITE_ONLY
@@ -119,15 +142,49 @@ async def test_label_from_a_bot_is_ignored_unless_allow_listed(stack: LocalStack
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["trigger_label: fixme\n"], indirect=True)
 async def test_the_repository_trigger_label_is_the_one_that_counts(stack: LocalStack) -> None:
+    """Another label starts no run at all: the triage reads the config first."""
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
     number = await open_labelled_issue(stack)  # "repairbot": not this repository's trigger
-    await _quiet_end(stack, number)
+    [triage] = await _triages_done(stack, "label-triage", 1)
+    assert triage.result["started"] is False, triage.result
+    assert stack.runtime.store.find_run(workflow_id(stack, number)) is None
+    await _nothing_on_github(stack, number)
     people = stack.people
     await stack.gh.add_label(
         people.owner, stack.repo_name, number, "fixme", as_user=people.maintainer
     )
     status = await wait_phase(stack, number, "awaiting-review")
     assert status["pull_number"]
+
+
+@SQLITE_ONLY
+async def test_the_trigger_added_together_with_another_label_starts_its_run(
+    stack: LocalStack,
+) -> None:
+    """Bug 3: the label picker adds ``bug`` and ``repairbot`` in one edit (two
+    deliveries, ``bug`` first). ``bug`` must not start a run that holds the
+    issue while the ``repairbot`` delivery is dropped as "already running"."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.owner, title="Slugs", body="Broken."
+    )
+    number = int(issue["number"])
+    await stack.gh.rest(
+        "POST",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}/labels",
+        as_user=people.maintainer,
+        body={"labels": ["bug", "repairbot"]},
+    )
+    triages = await _triages_done(stack, "label-triage", 2)
+    by_label = {run.input["request"]["label"]: run.result for run in triages}
+    assert by_label["bug"]["started"] is False
+    assert by_label["repairbot"]["started"] is True, by_label
+    run = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert run is not None and run.input["label"] == "repairbot"
+    await wait_phase(stack, number, "awaiting-review")
 
 
 HOSTILE_REPRO = "```repro\nsh -c 'echo pwned > /tmp/repairbot-pwned; exit 1'\n```\n"
@@ -261,3 +318,108 @@ async def test_an_expired_approval_does_not_merge(stack: LocalStack) -> None:
     await review(stack, status["pull_number"], "APPROVE", body="Fresh approval.")
     run = await wait_end(stack, number)
     assert run.result["outcome"] == "merged", run.result
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_relabel_while_the_cancel_cleans_up_starts_the_next_run(
+    stack: LocalStack,
+) -> None:
+    """Bug 4: the label is removed (the run cancels) and added back while the
+    cancel is still closing the pull request; the relabel waits for that run
+    to end and then starts the next one instead of being swallowed."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    first = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert first is not None
+    # Closing the pull request (the cancel's cleanup) hangs for a while.
+    await stack.gh.faults.add("PATCH /repos/{owner}/{repo}/pulls/{pull_number}", "delay", delay=4.0)
+    await stack.gh.remove_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+
+    def cancelling() -> bool:
+        assert stack.runtime is not None
+        run = stack.runtime.store.load_run(first.run_id)
+        return run is not None and run.status == "cancelling"
+
+    await wait_for("the first run is cancelling", cancelling)
+    await stack.gh.add_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+    triages = await _triages_done(stack, "label-triage", 2, timeout=90)
+    [relabel] = [run for run in triages if run.result.get("run_id") != first.run_id]
+    assert relabel.result["started"] is True, relabel.result
+    ended = stack.runtime.store.load_run(first.run_id)
+    assert ended is not None and ended.status in ("cancelled", "completed"), ended
+    second = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert second is not None and second.run_id == relabel.result["run_id"] != first.run_id
+    await wait_phase(stack, number, "awaiting-review")
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_the_merge_closing_the_issue_is_not_a_cancel(stack: LocalStack) -> None:
+    """Bug 5: the pull request says ``Fixes #N``, so GitHub closes the issue
+    when repairbot merges it; that close is the run's own effect."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.status == "completed" and run.result["outcome"] == "merged", run.result
+    issue = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}/issues/{number}", as_user=people.owner
+    )
+    assert issue["state"] == "closed" and issue["state_reason"] == "completed"
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_closing_by_someone_without_write_access_does_not_cancel(
+    stack: LocalStack,
+) -> None:
+    """Issue 19 item 7: the issue's author (read access) closes their own
+    issue; the maintainer's run goes on and the issue says why."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.reader, title="Slugs", body="Broken."
+    )
+    number = int(issue["number"])
+    await stack.gh.add_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+    await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=people.reader,
+        body={"state": "closed"},
+    )
+    [triage] = await _triages_done(stack, "close-triage", 1)
+    assert triage.result["cancelled"] is False, triage.result
+    comments = (await github_state(stack, number))["comments"]
+    assert any("only people with write access" in c["body"] for c in comments)
+    again = await wait_phase(stack, number, "awaiting-review", timeout=10)
+    assert again["pull"]["state"] == "open"
+    # A maintainer's close does cancel it.
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=people.maintainer,
+        body={"state": "open"},
+    )
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=people.maintainer,
+        body={"state": "closed"},
+    )
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "cancelled", run.result
