@@ -181,6 +181,14 @@ async def test_the_trigger_added_together_with_another_label_starts_its_run(
     triages = await _triages_done(stack, "label-triage", 2)
     by_label = {run.input["request"]["label"]: run.result for run in triages}
     assert by_label["bug"]["started"] is False
+    # ``bug`` never asked for a run, whichever delivery was handled first.
+    [bug] = [run for run in triages if run.input["request"]["label"] == "bug"]
+    asked = [
+        event.data.get("activity")
+        for event in stack.runtime.store.load_events(bug.run_id)
+        if event.type == "activity_scheduled"
+    ]
+    assert asked == ["triage.trigger_config"], asked
     assert by_label["repairbot"]["started"] is True, by_label
     run = stack.runtime.store.find_run(workflow_id(stack, number))
     assert run is not None and run.input["label"] == "repairbot"
