@@ -229,6 +229,31 @@ class EmulatorClient:
         )
         return result
 
+    async def suspend_installation(self, installation_id: int, *, suspended: bool = True) -> None:
+        verb = "suspend" if suspended else "unsuspend"
+        await self.control("POST", f"/installations/{installation_id}/{verb}")
+
+    async def delete_issue(self, owner: str, repo: str, number: int, *, as_user: str) -> None:
+        await self.control("DELETE", f"/repos/{owner}/{repo}/issues/{number}", {"as": as_user})
+
+    async def transfer_issue(
+        self, owner: str, repo: str, number: int, to: str, *, as_user: str
+    ) -> dict[str, Any]:
+        """Move the issue to ``to`` (``owner/name``); its new ``{repository, number}``."""
+        result: dict[str, Any] = await self.control(
+            "POST",
+            f"/repos/{owner}/{repo}/issues/{number}/transfer",
+            {"as": as_user, "repository": to},
+        )
+        return result
+
+    async def rename_repo(self, owner: str, repo: str, name: str, *, as_user: str) -> None:
+        """A rename through REST (admin); the client keeps the id under the new name."""
+        await self.rest("PATCH", f"/repos/{owner}/{repo}", as_user=as_user, body={"name": name})
+        moved = self.repo_ids.pop(f"{owner}/{repo}".lower(), None)
+        if moved is not None:
+            self.repo_ids[f"{owner}/{name}".lower()] = moved
+
     async def delete_installation(self, installation_id: int) -> None:
         await self.control("DELETE", f"/installations/{installation_id}")
 

@@ -101,7 +101,10 @@ class Ctx:
         Invisible repositories are 404 (GitHub does not confirm they exist);
         visible but not writable ones are 403.
         """
-        repo = self.emu.store.repo(self.params["owner"], self.params["repo"])
+        owner, name = self.params["owner"], self.params["repo"]
+        repo = self.emu.store.repo(owner, name)
+        if repo is None:
+            self._redirect_if_moved(owner, name)
         if repo is None or not can_see(self.emu.store, self.principal, repo):
             raise not_found()
         if self.principal.kind == "anonymous" and level != "read":
@@ -113,6 +116,25 @@ class Ctx:
                 raise ApiError(403, f"Must have {role} access to repository")
             raise not_found()
         return repo
+
+    def _redirect_if_moved(self, owner: str, name: str) -> None:
+        """A renamed or transferred repository's old name answers as GitHub's
+        does: 301 for reads, 307 (keep the method and body) for the rest,
+        with the new location (GitHub's points at ``/repositories/{id}``;
+        here at the new name, which serves the same resource)."""
+        from emulator.moves import moved_repo
+
+        repo = moved_repo(self.emu, owner, name)
+        if repo is None or not can_see(self.emu.store, self.principal, repo):
+            return
+        path = self.params.get("__path__", "")
+        old = f"/repos/{owner}/{name}"
+        if path.lower().startswith(old.lower()):
+            path = f"/repos/{repo.full_name}" + path[len(old) :]
+        query = f"?{self.query}" if str(self.query) else ""
+        location = f"{self.urls.api}{path}{query}"
+        status = 301 if self.params.get("__method__", "GET") in ("GET", "HEAD") else 307
+        raise ApiError(status, "Moved Permanently", headers={"Location": location})
 
     def actor(self) -> User:
         """The user an action is attributed to: the human, or the app's bot account."""
@@ -206,6 +228,7 @@ class Endpoint:
             return
         params = {k: str(v) for k, v in request.path_params.items()}
         params["__path__"] = request.url.path[len(self.emu.base_path) :]
+        params["__method__"] = request.method
         urls = self.emu.urls_for(request)
         auth_header = request.headers.get("authorization")
         status, body, headers = await anyio.to_thread.run_sync(
