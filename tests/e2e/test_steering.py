@@ -15,9 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import WEBHOOK_SECRET, LocalStack
+from app.engine.store.schema import tasks
 from tests.e2e.scenario import (
     github_state,
     open_labelled_issue,
@@ -431,3 +433,40 @@ async def test_closing_by_someone_without_write_access_does_not_cancel(
     )
     run = await wait_end(stack, number)
     assert run.result["outcome"] == "cancelled", run.result
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_a_renamed_repository_keeps_its_run(stack: LocalStack) -> None:
+    """Bug 6: after a rename GitHub sends the new ``full_name`` with the same
+    repository id. The label sent again starts no second run, the review of
+    the run's pull request reaches it, and its later GitHub calls use the new
+    name (told by the ``repository.renamed`` delivery)."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    first = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert first is not None
+    await stack.gh.rename_repo(people.owner, stack.repo_name, "slugify-ng", as_user=people.owner)
+    stack.repo_name = "slugify-ng"
+    await stack.gh.comment(
+        people.owner, stack.repo_name, number, "/repair", as_user=people.maintainer
+    )
+    [command] = await _triages_done(stack, "slash-command", 1)
+    assert command.result["obeyed"] is True
+    replies = [c["body"] for c in (await github_state(stack, number))["comments"]]
+    assert any(f"already active for this issue: `{first.run_id}`" in r for r in replies), replies
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.run_id == first.run_id
+    assert run.result["outcome"] == "merged", run.result
+    assert len([r for r in stack.runtime.store.list_runs() if r.workflow_name == "repair"]) == 1
+    with stack.runtime.store.engine.connect() as conn:
+        merges = conn.execute(
+            select(tasks.c.input).where(
+                tasks.c.run_id == run.run_id, tasks.c.activity == "github.merge"
+            )
+        ).scalars()
+        assert [m["repo"] for m in merges] == [f"{people.owner}/slugify-ng"]
