@@ -98,6 +98,13 @@ def installation(event: InstallationEvent, ctx: HandlerContext) -> None:
     ctx.notes.append(f"installation {event.installation.id} is {status}")
     if event.action == "created":
         _set_repositories(ctx, event.installation.id, event.repositories, active=True)
+    elif event.action in ("suspend", "unsuspend"):
+        # Nothing to change in the runs: while suspended every GitHub call
+        # answers 403 "This installation has been suspended", which their
+        # activities wait out (app/github/errors.py); after unsuspend the
+        # next retry goes through.
+        waiting = len(list(installation_runs(ctx, event.installation.id)))
+        ctx.notes.append(f"{waiting} open runs {'wait' if status == 'suspended' else 'go on'}")
     elif event.action == "deleted":
         ctx.tx.conn.execute(
             _DEACTIVATE_REPOSITORIES, {"p_installation": event.installation.id, "p_now": ctx.tx.now}

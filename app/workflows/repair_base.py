@@ -22,9 +22,9 @@ from app.evidence import EvidenceRef
 from app.repo_config import Command, RepoConfig
 from app.workflows.calls import call, first, schedule
 from app.workflows.contracts import RunRequest
-from app.workflows.triage_contracts import REPOSITORY_MOVED, RepositoryMovedSignal
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
 from app.workflows.state import Outcome, Phase, RunState
+from app.workflows.triage_contracts import REPOSITORY_MOVED, RepositoryMovedSignal
 
 R = TypeVar("R", bound=BaseModel)
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.app_tables import Installation
 from app.engine.store.schema import runs, signals
