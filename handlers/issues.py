@@ -28,6 +28,17 @@ from handlers.moves import move_run
 router = Router()
 
 
+def _request(event: IssuesEvent, ctx: HandlerContext) -> RunRequest:
+    """The run request this event stands for (its sender asked)."""
+    return repair_request(
+        event,
+        trigger="label",
+        requested_by=event.sender.login,
+        delivery_id=ctx.delivery_id,
+        git_url=ctx.settings.github_git_url,
+    )
+
+
 @router.on("issues", "labeled")
 def labeled(event: IssuesEvent, ctx: HandlerContext) -> None:
     assert event.label is not None
@@ -40,14 +51,7 @@ def labeled(event: IssuesEvent, ctx: HandlerContext) -> None:
     if event.installation is None:
         ctx.notes.append("no installation in the payload: cannot act")
         return
-    request = repair_request(
-        event,
-        trigger="label",
-        requested_by=event.sender.login,
-        delivery_id=ctx.delivery_id,
-        git_url=ctx.settings.github_git_url,
-    )
-    triage = LabelTriage(request=request, default_trigger=ctx.settings.trigger_label)
+    triage = LabelTriage(request=_request(event, ctx), default_trigger=ctx.settings.trigger_label)
     ctx.start(
         LABEL_TRIAGE_WORKFLOW, triage_workflow_id(ctx.delivery_id), triage.model_dump(mode="json")
     )
@@ -89,14 +93,7 @@ def closed(event: IssuesEvent, ctx: HandlerContext) -> None:
     if ctx.tx.active_run(issue_run(ctx, event.repository, event.issue.number)) is None:
         ctx.notes.append("no active run for this issue")
         return
-    request = repair_request(
-        event,
-        trigger="label",
-        requested_by=event.sender.login,
-        delivery_id=ctx.delivery_id,
-        git_url=ctx.settings.github_git_url,
-    )
-    triage = CloseTriage(request=request, closer=event.sender.login)
+    triage = CloseTriage(request=_request(event, ctx), closer=event.sender.login)
     ctx.start(
         CLOSE_TRIAGE_WORKFLOW, triage_workflow_id(ctx.delivery_id), triage.model_dump(mode="json")
     )
