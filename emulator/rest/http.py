@@ -107,6 +107,7 @@ class Ctx:
             self._redirect_if_moved(owner, name)
         if repo is None or not can_see(self.emu.store, self.principal, repo):
             raise not_found()
+        self._redirect_if_transferred(repo)
         if self.principal.kind == "anonymous" and level != "read":
             raise ApiError(401, "Requires authentication")
         if not may(self.principal, repo, permission=permission, level=level, role=role):
@@ -116,6 +117,28 @@ class Ctx:
                 raise ApiError(403, f"Must have {role} access to repository")
             raise not_found()
         return repo
+
+    def _redirect_if_transferred(self, repo: Repo) -> None:
+        """An issue transferred away answers with a redirect to its new place."""
+        raw = self.params.get("issue_number")
+        moved = repo.transferred_issues.get(int(raw)) if raw and raw.isdigit() else None
+        if moved is None:
+            return
+        target_id, number = moved
+        target = next((r for r in self.emu.store.repos.values() if r.id == target_id), None)
+        if target is None or not can_see(self.emu.store, self.principal, target):
+            return
+        path = self.params.get("__path__", "")
+        old = f"/repos/{self.params['owner']}/{self.params['repo']}/issues/{raw}"
+        if path.lower().startswith(old.lower()):
+            path = f"/repos/{target.full_name}/issues/{number}" + path[len(old) :]
+        self._redirect(path)
+
+    def _redirect(self, path: str) -> None:
+        query = f"?{self.query}" if str(self.query) else ""
+        location = f"{self.urls.api}{path}{query}"
+        status = 301 if self.params.get("__method__", "GET") in ("GET", "HEAD") else 307
+        raise ApiError(status, "Moved Permanently", headers={"Location": location})
 
     def _redirect_if_moved(self, owner: str, name: str) -> None:
         """A renamed or transferred repository's old name answers as GitHub's
@@ -131,10 +154,7 @@ class Ctx:
         old = f"/repos/{owner}/{name}"
         if path.lower().startswith(old.lower()):
             path = f"/repos/{repo.full_name}" + path[len(old) :]
-        query = f"?{self.query}" if str(self.query) else ""
-        location = f"{self.urls.api}{path}{query}"
-        status = 301 if self.params.get("__method__", "GET") in ("GET", "HEAD") else 307
-        raise ApiError(status, "Moved Permanently", headers={"Location": location})
+        self._redirect(path)
 
     def actor(self) -> User:
         """The user an action is attributed to: the human, or the app's bot account."""

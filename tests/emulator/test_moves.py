@@ -148,6 +148,12 @@ async def test_transferring_an_issue_sends_transferred_with_its_new_place(
         await gh.rest.issues.async_list_comments("octo", "other", moved["number"])
     ).parsed_data
     assert [c.body for c in comments] == ["hello"]
+    # The old number redirects there, for reads and writes (githubkit follows).
+    via_old = (await gh.rest.issues.async_get("octo", "demo", made["number"])).parsed_data
+    assert via_old.number == moved["number"] and via_old.title == "moving"
+    await gh.rest.issues.async_create_comment("octo", "demo", made["number"], body="still here")
+    again = (await gh.rest.issues.async_list_comments("octo", "other", moved["number"])).parsed_data
+    assert [c.body for c in again] == ["hello", "still here"]
 
 
 async def test_a_reader_closes_their_own_issue_but_not_others(world: World) -> None:
