@@ -20,6 +20,7 @@ from sqlalchemy import select
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import WEBHOOK_SECRET, LocalStack
 from app.engine.store.schema import tasks
+from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import (
     github_state,
     open_labelled_issue,
@@ -470,3 +471,44 @@ async def test_a_renamed_repository_keeps_its_run(stack: LocalStack) -> None:
             )
         ).scalars()
         assert [m["repo"] for m in merges] == [f"{people.owner}/slugify-ng"]
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_a_transferred_issue_keeps_its_run_and_a_deleted_one_ends_it(
+    stack: LocalStack,
+) -> None:
+    """``issues.transferred``: the run is re-keyed to the issue's new place,
+    so events about the new issue reach it; ``issues.deleted`` there cancels
+    it, and it closes its pull request and deletes its branch."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    first = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert first is not None
+    await stack.gh.create_repo_from_folder(people.owner, "elsewhere", None)
+    await stack.gh.set_permission(people.owner, "elsewhere", people.maintainer, "write")
+    moved = await stack.gh.transfer_issue(
+        people.owner, stack.repo_name, number, f"{people.owner}/elsewhere", as_user=people.owner
+    )
+    await stack.gh.deliveries.wait()
+    new_key = repair_workflow_id(stack.gh.repo_id(f"{people.owner}/elsewhere"), moved["number"])
+    found = stack.runtime.store.find_run(new_key)
+    assert found is not None and found.run_id == first.run_id
+
+    await stack.gh.delete_issue(people.owner, "elsewhere", moved["number"], as_user=people.owner)
+    ended = await stack.runtime.wait_for(first.run_id, timeout=60)
+    # The pull request and branch are cleaned; the final status comment has
+    # no issue left to go to, which the run records as its one leftover.
+    assert ended.status == "cleanup-incomplete", ended
+    assert [left.split(":")[0] for left in ended.error["leftovers"]] == ["the final status comment"]
+    pulls = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}/pulls?state=all", as_user=people.owner
+    )
+    branches = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}/branches", as_user=people.owner
+    )
+    assert [p["state"] for p in pulls] == ["closed"]
+    assert [b["name"] for b in branches] == ["main"]
