@@ -24,6 +24,7 @@ from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import (
     github_state,
     open_labelled_issue,
+    record_history,
     review,
     status_comment,
     wait_end,
@@ -471,6 +472,7 @@ async def test_a_renamed_repository_keeps_its_run(stack: LocalStack) -> None:
             )
         ).scalars()
         assert [m["repo"] for m in merges] == [f"{people.owner}/slugify-ng"]
+    record_history(stack, number, "repair_v2_repository_renamed")
 
 
 @pytest.mark.slow
