@@ -68,7 +68,7 @@ def no_answer(exc: BaseException) -> bool:
 
 #: GitHub's answer to any call with a suspended installation's credentials.
 SUSPENDED = "This installation has been suspended"
-SUSPENDED_RETRY_SECONDS = 300.0
+SUSPENDED_RETRY_SECONDS = 60.0
 
 
 def github_message(exc: RequestFailed) -> str:
@@ -183,8 +183,8 @@ def _classify_status(exc: RequestFailed, what: str, now: Clock) -> ActivityFailu
         return PermanentError(f"GitHub refused our credentials for {what} after a token refresh")
     if status == 403 and message.startswith(SUSPENDED):
         # The owner suspended the installation: every call fails until they
-        # unsuspend it, so the run waits (retries far apart, holding no
-        # worker; an unsuspend delivery brings the next retry forward).
+        # unsuspend it, so the call waits (retried a minute apart, holding no
+        # worker) and goes through after the unsuspend.
         return TransientError(f"{what}: {message}", next_retry_delay=SUSPENDED_RETRY_SECONDS)
     return PermanentError(f"GitHub answered {status} to {what}: {message}")
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from app.app_tables import Installation
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import WEBHOOK_SECRET, LocalStack
 from app.engine.store.schema import tasks
@@ -514,3 +515,63 @@ async def test_a_transferred_issue_keeps_its_run_and_a_deleted_one_ends_it(
     )
     assert [p["state"] for p in pulls] == ["closed"]
     assert [b["name"] for b in branches] == ["main"]
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_uninstalling_the_app_ends_its_runs_at_once(stack: LocalStack) -> None:
+    """``installation.deleted``: the app lost access, so nothing on GitHub can
+    be cleaned; the run ends now and its record says so."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.delete_installation(stack.installation_id)
+    run = await wait_end(stack, number)
+    assert run.status == "terminated", run
+    assert "uninstalled" in run.error["reason"]
+    assert "nothing is left on GitHub to clean up" in run.error["reason"]
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_a_suspended_installation_pauses_and_unsuspend_goes_on(stack: LocalStack) -> None:
+    """While suspended, GitHub refuses the app's calls (403) and sends it no
+    events; after ``unsuspend`` the waiting run takes its approval and merges."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    waiting = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert waiting is not None
+    # Suspended while the run waits (its status comment and check written).
+    await wait_for("the waiting run calls nothing", lambda: _idle(stack, waiting.run_id))
+    await stack.gh.suspend_installation(stack.installation_id)
+    await stack.gh.deliveries.wait()
+    assert _installation_status(stack) == "suspended"
+    await stack.gh.suspend_installation(stack.installation_id, suspended=False)
+    await stack.gh.deliveries.wait()
+    assert _installation_status(stack) == "active"
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "merged", run.result
+
+
+def _idle(stack: LocalStack, run_id: str) -> bool:
+    """No activity of the run is scheduled or running (recorded state)."""
+    assert stack.runtime is not None
+    with stack.runtime.store.engine.connect() as conn:
+        busy = conn.execute(
+            select(tasks.c.id).where(
+                tasks.c.run_id == run_id, tasks.c.status.in_(("scheduled", "running"))
+            )
+        ).first()
+    return busy is None
+
+
+def _installation_status(stack: LocalStack) -> str:
+    assert stack.runtime is not None
+    table = Installation.__table__  # type: ignore[attr-defined]
+    with stack.runtime.store.engine.connect() as conn:
+        [status] = conn.execute(select(table.c.status)).scalars().all()
+    return str(status)

@@ -186,5 +186,5 @@ def test_a_suspended_installation_waits_instead_of_failing() -> None:
     unsuspends it: the run waits for that (retries far apart), it does not end."""
     result = classify(failed(403, body={"message": "This installation has been suspended"}))
     assert isinstance(result, TransientError)
-    assert result.next_retry_delay == 300.0
+    assert result.next_retry_delay == 60.0
     assert isinstance(classify(failed(403, body={"message": "Forbidden"})), PermanentError)
