@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sqlalchemy import and_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from app.engine.store.schema import runs, signals
 from app.webhooks.models import Repository
@@ -41,9 +42,15 @@ def move_run(
         .where(runs.c.run_id == run.run_id)
         .values(workflow_id=target, active_key=target, updated_at=ctx.tx.now)
     )
-    ctx.tx.conn.execute(
-        update(signals).where(signals.c.run_id == run.run_id).values(workflow_id=target)
-    )
+    try:
+        with ctx.tx.conn.begin_nested():
+            # Dedupe keys follow the run, so a redelivered review stays one signal.
+            ctx.tx.conn.execute(
+                update(signals).where(signals.c.run_id == run.run_id).values(workflow_id=target)
+            )
+    except IntegrityError:
+        # An older run under the target key saw the same keys: they stay where they are.
+        ctx.notes.append(f"signals of {run.run_id} keep their old key")
     ctx.notes.append(f"run {run.run_id} moved to {target}")
 
 

@@ -37,7 +37,11 @@ LONGEST_WAIT_SECONDS = 3600.0
 HOLDING = frozenset({"running", "cancelling", "needs-human", "blocked-nondeterministic"})
 
 
-async def _say(ctx: WorkflowContext, request: RunRequest, step: str, body: str) -> None:
+async def _say(
+    ctx: WorkflowContext, request: RunRequest, step: str, body: str, *, op_run: str | None = None
+) -> None:
+    """A comment on the issue; ``op_run`` (default: this triage) names its
+    marker, so one shared by several triages is one comment, updated."""
     await call(
         ctx,
         github.comment,
@@ -45,7 +49,7 @@ async def _say(ctx: WorkflowContext, request: RunRequest, step: str, body: str) 
             repo=request.repo,
             installation_id=request.installation_id,
             issue_number=request.issue_number,
-            op_run=ctx.run_id,
+            op_run=op_run or ctx.run_id,
             op_step=step,
             body=body,
         ),
@@ -137,13 +141,16 @@ async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
         step="permission",
     )
     if not granted.may_write:
+        # One comment per person per issue, however often they close it
+        # (the marker does not name this triage): no comment spam by toggling.
         await _say(
             ctx,
             request,
-            "closed-by-reader",
+            closer,
             f"@{closer} closed this issue, but only people with write access to this "
             f"repository can stop a repair, so run `{seen.run_id}` goes on. A maintainer "
             "can stop it with `/repair cancel`.",
+            op_run=f"closed-by-reader:{request.repo_id or request.repo}#{request.issue_number}",
         )
         return {"cancelled": False, "why": f"@{closer} has {granted.permission} access"}
     outcome = await call(
