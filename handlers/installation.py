@@ -11,6 +11,7 @@ from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
 from app.webhooks.routing import HandlerContext, Router
 from app.workflows.onboarding import ONBOARDING_WORKFLOW, OnboardRequest, onboarding_workflow_id
+from handlers.moves import end_runs, installation_runs
 
 router = Router()
 installations = Installation.__table__  # type: ignore[attr-defined]
@@ -116,9 +117,23 @@ def installation(event: InstallationEvent, ctx: HandlerContext) -> None:
     if event.action == "created":
         _set_repositories(ctx, event.installation.id, event.repositories, active=True)
         _onboard(ctx, event.installation.id, event.repositories)
+    elif event.action in ("suspend", "unsuspend"):
+        # Nothing to change in the runs: while suspended every GitHub call
+        # answers 403 "This installation has been suspended", which their
+        # activities wait out (app/github/errors.py); after unsuspend the
+        # next retry goes through.
+        waiting = len(list(installation_runs(ctx, event.installation.id)))
+        ctx.notes.append(f"{waiting} open runs {'wait' if status == 'suspended' else 'go on'}")
     elif event.action == "deleted":
         ctx.tx.conn.execute(
             _DEACTIVATE_REPOSITORIES, {"p_installation": event.installation.id, "p_now": ctx.tx.now}
+        )
+        # The app lost every token for these repositories: the runs cannot
+        # clean anything there any more, so they end now.
+        end_runs(
+            ctx,
+            list(installation_runs(ctx, event.installation.id)),
+            f"the app was uninstalled by @{event.sender.login}",
         )
 
 

@@ -181,7 +181,7 @@ async def run_demo(
             people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
         )
         say(f"@{people.maintainer} labelled it `repairbot`\n")
-        workflow_id = repair_workflow_id(stack.repo, number)
+        workflow_id = repair_workflow_id(stack.gh.repo_id(stack.repo), number)
         # A random moment mid-run: a random phase, a random delay into it.
         crash_phase = rng.choice(CRASH_PHASES) if crash else None
         crash_delay = rng.uniform(0.0, 0.6)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from activities import agent, github, onboarding, repo_commands, runs, workspace
+from activities import agent, github, onboarding, repo_commands, runs, triage, workspace
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
 from app.workflows import onboarding as onboarding_workflow
+from app.workflows import triage as triage_workflows
 
 
 def build_registry() -> Registry:
@@ -16,11 +17,13 @@ def build_registry() -> Registry:
             *slash_command.WORKFLOWS,
             *repair.WORKFLOWS,
             *onboarding_workflow.WORKFLOWS,
+            *triage_workflows.WORKFLOWS,
         ],
         [
             *example_activities.ACTIVITIES,
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
+            *triage.ACTIVITIES,
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,

@@ -102,9 +102,13 @@ class Ctx:
         Invisible repositories are 404 (GitHub does not confirm they exist);
         visible but not writable ones are 403.
         """
-        repo = self.emu.store.repo(self.params["owner"], self.params["repo"])
+        owner, name = self.params["owner"], self.params["repo"]
+        repo = self.emu.store.repo(owner, name)
+        if repo is None:
+            self._redirect_if_moved(owner, name)
         if repo is None or not can_see(self.emu.store, self.principal, repo):
             raise not_found()
+        self._redirect_if_transferred(repo)
         if self.principal.kind == "anonymous" and level != "read":
             raise ApiError(401, "Requires authentication")
         if not may(self.principal, repo, permission=permission, level=level, role=role):
@@ -114,6 +118,44 @@ class Ctx:
                 raise ApiError(403, f"Must have {role} access to repository")
             raise not_found()
         return repo
+
+    def _redirect_if_transferred(self, repo: Repo) -> None:
+        """An issue transferred away answers with a redirect to its new place."""
+        raw = self.params.get("issue_number")
+        moved = repo.transferred_issues.get(int(raw)) if raw and raw.isdigit() else None
+        if moved is None:
+            return
+        target_id, number = moved
+        target = next((r for r in self.emu.store.repos.values() if r.id == target_id), None)
+        if target is None or not can_see(self.emu.store, self.principal, target):
+            return
+        path = self.params.get("__path__", "")
+        old = f"/repos/{self.params['owner']}/{self.params['repo']}/issues/{raw}"
+        if path.lower().startswith(old.lower()):
+            path = f"/repos/{target.full_name}/issues/{number}" + path[len(old) :]
+        self._redirect(path)
+
+    def _redirect(self, path: str) -> None:
+        query = f"?{self.query}" if str(self.query) else ""
+        location = f"{self.urls.api}{path}{query}"
+        status = 301 if self.params.get("__method__", "GET") in ("GET", "HEAD") else 307
+        raise ApiError(status, "Moved Permanently", headers={"Location": location})
+
+    def _redirect_if_moved(self, owner: str, name: str) -> None:
+        """A renamed or transferred repository's old name answers as GitHub's
+        does: 301 for reads, 307 (keep the method and body) for the rest,
+        with the new location (GitHub's points at ``/repositories/{id}``;
+        here at the new name, which serves the same resource)."""
+        from emulator.moves import moved_repo
+
+        repo = moved_repo(self.emu, owner, name)
+        if repo is None or not can_see(self.emu.store, self.principal, repo):
+            return
+        path = self.params.get("__path__", "")
+        old = f"/repos/{owner}/{name}"
+        if path.lower().startswith(old.lower()):
+            path = f"/repos/{repo.full_name}" + path[len(old) :]
+        self._redirect(path)
 
     def actor(self) -> User:
         """The user an action is attributed to: the human, or the app's bot account."""
@@ -207,6 +249,7 @@ class Endpoint:
             return
         params = {k: str(v) for k, v in request.path_params.items()}
         params["__path__"] = request.url.path[len(self.emu.base_path) :]
+        params["__method__"] = request.method
         urls = self.emu.urls_for(request)
         auth_header = request.headers.get("authorization")
         status, body, headers, principal = await anyio.to_thread.run_sync(

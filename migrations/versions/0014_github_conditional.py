@@ -1,7 +1,7 @@
 """conditional-request cache and shared rate budget per installation
 
 Revision ID: 0014
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-02 01:10:00
 """
 
@@ -12,7 +12,7 @@ import sqlmodel
 from alembic import op
 
 revision = "0014"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
