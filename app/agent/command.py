@@ -29,15 +29,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
+from app.agent.proxy import ModelProxy, Upstream
+from app.checkout import read_untrusted
 from app.repo_config import Command
 from app.sandbox.runner import Heartbeat, Sandbox, run_command
 from app.workspace import changed_paths, diff_from
 
 log = logging.getLogger("repairbot.agent")
+
+#: Largest result file read (a summary and two numbers).
+MAX_RESULT_BYTES = 64 * 1024
 
 
 class CommandAgent(Agent):
@@ -50,8 +56,10 @@ class CommandAgent(Agent):
         extra_env: Mapping[str, str] | None = None,
         heartbeat: Heartbeat | None = None,
         network: bool = False,
+        model_access: ModelAccess | None = None,
     ) -> None:
         self.command = command
+        self.model_access = model_access
         self.network = network
         self.time_limit = time_limit
         self.sandbox = sandbox
@@ -64,8 +72,16 @@ class CommandAgent(Agent):
         return f"command:{Path(program).name}"
 
     async def propose(self, request: AgentRequest) -> AgentProposal:
+        if self.model_access is None:
+            return await self._propose(request, {})
+        access = self.model_access
+        # The token lives exactly as long as this attempt's command.
+        async with access.proxy.attempt(access.upstream) as token:
+            return await self._propose(request, access.env(token))
+
+    async def _propose(self, request: AgentRequest, model_env: Mapping[str, str]) -> AgentProposal:
         ws = request.workspace
-        env = {**self.extra_env, **write_inputs(request)}
+        env = {**self.extra_env, **model_env, **write_inputs(request)}
         run = await run_command(
             self.command,
             cwd=ws.repo,
@@ -87,7 +103,7 @@ class CommandAgent(Agent):
             raise AgentFailed(
                 f"the agent exited with status {run.result.exit_code}", transcript=run.output
             )
-        report = _read_report(Path(env["REPAIRBOT_RESULT_FILE"]))
+        report = await _read_report(Path(env["REPAIRBOT_RESULT_FILE"]))
         patch = await diff_from(ws, request.diff_base)
         return AgentProposal(
             patch=patch,
@@ -98,6 +114,31 @@ class CommandAgent(Agent):
             backend=self.name,
             transcript=run.output,
         )
+
+
+@dataclass(frozen=True)
+class ModelAccess:
+    """How the operator's command agent reaches its model: through the proxy.
+
+    The agent gets the proxy's address and a per-attempt token in the
+    variables its SDK reads (``OPENAI_BASE_URL``/``OPENAI_API_KEY`` or the
+    ``ANTHROPIC_`` pair, plus ``REPAIRBOT_MODEL_BASE_URL``/``_TOKEN``); the
+    real key stays in the worker (:mod:`app.agent.proxy`).
+    """
+
+    proxy: ModelProxy
+    upstream: Upstream
+    #: The proxy as the sandbox reaches it (its socket forwarded to this address).
+    address: str
+
+    def env(self, token: str) -> dict[str, str]:
+        prefix = self.upstream.provider.upper()
+        return {
+            "REPAIRBOT_MODEL_BASE_URL": self.address,
+            "REPAIRBOT_MODEL_TOKEN": token,
+            f"{prefix}_BASE_URL": self.address,
+            f"{prefix}_API_KEY": token,
+        }
 
 
 def write_inputs(request: AgentRequest) -> dict[str, str]:
@@ -132,10 +173,12 @@ def write_inputs(request: AgentRequest) -> dict[str, str]:
     }
 
 
-def _read_report(path: Path) -> dict[str, Any]:
-    # Optional: an agent that writes nothing still proposes its diff.
+async def _read_report(path: Path) -> dict[str, Any]:
+    # Optional: an agent that writes nothing still proposes its diff. The
+    # agent chose what sits at this path (a FIFO, a link to /dev/zero, a
+    # huge file): read it like every file the sandbox touched.
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(await read_untrusted(path, limit=MAX_RESULT_BYTES))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from app.agent.budget import Usage
 from app.agent.steps import STEP, Step, redact
 from app.evidence import EvidenceError, EvidenceStore
 from app.github.gitcmd import git_env, run_git
+from app.secrets import KnownSecrets
 from app.workspace import Workspace, diff_from
 
 log = logging.getLogger("repairbot.agent")
@@ -66,7 +67,7 @@ class LoopHost:
     #: A named fault point (crash tests); inert in production.
     fault: Callable[[str], None] = lambda _name: None
     #: Values never written to the journal or the transcript.
-    secrets: Sequence[str] = ()
+    secrets: KnownSecrets = field(default_factory=KnownSecrets)
 
 
 @dataclass

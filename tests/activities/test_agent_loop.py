@@ -59,7 +59,7 @@ def agent_config(llm: FakeLLM, provider: str) -> dict[str, Any]:
         "provider": provider,
         "model": "gpt-test" if provider == "openai" else "claude-test",
         "base_url": llm.openai_url if provider == "openai" else llm.url,
-        "api_key_env": "TEAM_KEY",
+        "api_key_env": f"TEAM_{provider.upper()}_KEY",
     }
 
 
@@ -73,7 +73,9 @@ async def loop_deps(deps: Dependencies, llm: FakeLLM) -> AsyncIterator[Dependenc
 
 def policy(llm: FakeLLM, **kwargs: Any) -> AgentPolicy:
     return AgentPolicy(
-        api_keys={"TEAM_KEY": API_KEY},
+        # One key per provider, each bound to its own URL.
+        api_keys={"TEAM_OPENAI_KEY": API_KEY, "TEAM_ANTHROPIC_KEY": API_KEY},
+        key_urls={"TEAM_OPENAI_KEY": llm.openai_url, "TEAM_ANTHROPIC_KEY": llm.url},
         allowed_base_urls=frozenset({llm.openai_url, llm.url}),
         **kwargs,
     )
