@@ -83,8 +83,15 @@ class _QuietServer(uvicorn.Server):
 
 
 class ModelProxy:
-    def __init__(self, socket_path: Path, *, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        client: httpx.AsyncClient,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
         self.socket_path = Path(socket_path)
+        self.max_request_bytes = max_request_bytes
         self.client = client
         self._grants: dict[str, Upstream] = {}
         self._server: _QuietServer | None = None
@@ -173,14 +180,15 @@ class ModelProxy:
         segments = path.split("/")
         if "%" in raw_path or any(s in ("..", ".") for s in segments) or "//" in path:
             return _error(400, "path not allowed")
+        cap = self.max_request_bytes
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_REQUEST_BYTES):
-            return _error(413, f"request larger than {MAX_REQUEST_BYTES} bytes")
+        if length is not None and (not length.isdigit() or int(length) > cap):
+            return _error(413, f"request larger than {cap} bytes")
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
-            if len(body) > MAX_REQUEST_BYTES:
-                return _error(413, f"request larger than {MAX_REQUEST_BYTES} bytes")
+            if len(body) > cap:
+                return _error(413, f"request larger than {cap} bytes")
         base = httpx.URL(upstream.base_url)
         url = base.copy_with(
             path=base.path.rstrip("/") + "/" + path, query=request.url.query.encode() or None
