@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
+from app.agent.prompt import feedback_for_model
 from app.agent.proxy import ModelProxy, Upstream
+from app.agent.untrusted import DATA_NOTICE, issue_for_model, strip_invisible, visible_text
 from app.checkout import read_untrusted
 from app.repo_config import Command
 from app.sandbox.runner import Heartbeat, Sandbox, run_command
@@ -146,19 +148,29 @@ def write_inputs(request: AgentRequest) -> dict[str, str]:
     scratch = request.workspace.scratch
     scratch.mkdir(parents=True, exist_ok=True)
     issue = scratch / "issue.md"
-    issue.write_text(f"# {request.issue_title}\n\n{request.issue_body}\n")
+    # What readers of the issue see, framed as data: hidden parts (HTML
+    # comments...) never reach the agent (app/agent/untrusted.py).
+    issue.write_text(issue_for_model(request.issue_title, request.issue_body) + "\n")
     repro = scratch / "reproduction-output.txt"
     repro.write_text(request.reproduction_output)
     feedback = scratch / "feedback.md"
-    feedback.write_text("\n\n".join(f"## {item.kind}\n\n{item.text}" for item in request.feedback))
+    feedback.write_text(
+        "\n\n".join(f"## {item.kind}\n\n{feedback_for_model(item)}" for item in request.feedback)
+    )
     result = scratch / "result.json"
     result.unlink(missing_ok=True)
     payload = {
         "attempt": request.attempt,
         "base_sha": request.workspace.base_sha,
-        "issue": {"title": request.issue_title, "body": request.issue_body},
+        "issue": {
+            "title": strip_invisible(request.issue_title).strip(),
+            "body": visible_text(request.issue_body),
+            "notice": DATA_NOTICE,
+        },
         "reproduction": {"commands": request.reproduction, "output_file": str(repro)},
-        "feedback": [item.model_dump() for item in request.feedback],
+        "feedback": [
+            {"kind": item.kind, "text": feedback_for_model(item)} for item in request.feedback
+        ],
     }
     req = scratch / "request.json"
     req.write_text(json.dumps(payload, indent=2))
