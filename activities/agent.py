@@ -44,6 +44,7 @@ from app.agent import (
     LoopStopped,
     build_agent,
 )
+from app.agent.base import REFUSED_WORKSPACES, ProposalRefused
 from app.agent.budget import Caps, Usage, price_of
 from app.agent.proxy import ModelProxy
 from app.engine.activity_context import ActivityContext
@@ -177,9 +178,13 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
             test_command=request.test,
         )
         try:
-            proposal = await keep_alive(
-                actx, agent.propose(agent_request), doing="asking the agent"
-            )
+            try:
+                proposal = await keep_alive(
+                    actx, agent.propose(agent_request), doing="asking the agent"
+                )
+            except REFUSED_WORKSPACES as exc:
+                # The built-in loop records its workspace after every tool call.
+                raise ProposalRefused(f"the proposal was refused: {exc}") from None
         except AgentFailed as failure:
             return _failed(actx, request, store, failure).model_dump(mode="json")
     return _proposed(actx, request, store, proposal).model_dump(mode="json")

@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
+from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest, proposal_diff
 from app.agent.budget import LoopBudget, Price, Usage
 from app.agent.chat import ChatModel, ContextTooLong
 from app.agent.context import ContextBudget, choose_files
@@ -51,7 +51,6 @@ from app.agent.untrusted import visible_text
 from app.engine.errors import ActivityCancelled, TransientError
 from app.evidence import EvidenceError
 from app.sandbox.runner import Sandbox
-from app.workspace import changed_paths, diff_from
 
 T = TypeVar("T")
 
@@ -172,10 +171,11 @@ class BuiltinAgent(Agent):
                 continue
             self._check(journal)
             await self._model_turn(journal)
+        patch, changed = await proposal_diff(ws, baseline, transcript=self._transcript(journal))
         return AgentProposal(
-            patch=await diff_from(ws, baseline),
+            patch=patch,
             summary=done.output,
-            files_changed=await changed_paths(ws, baseline),
+            files_changed=changed,
             input_tokens=journal.usage.input_tokens,
             output_tokens=journal.usage.output_tokens,
             backend=self.name,

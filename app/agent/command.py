@@ -33,14 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
+from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest, proposal_diff
 from app.agent.prompt import feedback_for_model
 from app.agent.proxy import ModelProxy, Upstream
 from app.agent.untrusted import DATA_NOTICE, issue_for_model, strip_invisible, visible_text
 from app.checkout import read_untrusted
 from app.repo_config import Command
 from app.sandbox.runner import Heartbeat, Sandbox, run_command
-from app.workspace import changed_paths, diff_from
 
 log = logging.getLogger("repairbot.agent")
 
@@ -106,11 +105,11 @@ class CommandAgent(Agent):
                 f"the agent exited with status {run.result.exit_code}", transcript=run.output
             )
         report = await _read_report(Path(env["REPAIRBOT_RESULT_FILE"]))
-        patch = await diff_from(ws, request.diff_base)
+        patch, changed = await proposal_diff(ws, request.diff_base, transcript=run.output)
         return AgentProposal(
             patch=patch,
             summary=str(report.get("summary") or "").strip(),
-            files_changed=await changed_paths(ws, request.diff_base),
+            files_changed=changed,
             input_tokens=_count(report.get("input_tokens")),
             output_tokens=_count(report.get("output_tokens")),
             backend=self.name,
