@@ -13,11 +13,16 @@ from typing import TypeVar
 
 import pytest
 
+from app.agent import CommandAgent
 from app.agent.files import Checkout, FileRefused
+from app.agent.journal import restore_workspace
 from app.agent.search import search
 from app.agent.tools import Toolbox
 from app.checkout import TooLarge, UnsafePath, read_untrusted, read_untrusted_sync
-from app.workspace import Workspace
+from app.repo_config import Command
+from app.sandbox.runner import Sandbox
+from app.workspace import Workspace, snapshot
+from tests.agent.test_command_agent import request
 
 T = TypeVar("T")
 #: A deadline for work that must not block; passing it means the guard is gone.
@@ -132,3 +137,43 @@ async def test_search_finds_and_refuses_like_before(repo: Path) -> None:
     assert ok and text == "ok.txt:1: fine"
     ok, text = await search(repo, "(")
     assert not ok and "not a valid regular expression" in text
+
+
+async def test_restoring_a_workspace_never_reads_the_checkouts_git_config(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    # Setup (repository code) ran before the loop resumes and owns repo/.git.
+    baseline = await snapshot(workspace)
+    planted = tmp_path / "fsmonitor-ran"
+    hook = workspace.repo / ".git" / "hook.sh"
+    hook.write_text(f"#!/bin/sh\necho ran > {planted}\n")
+    hook.chmod(0o755)
+    with (workspace.repo / ".git" / "config").open("a") as fh:
+        fh.write(f"[core]\n\tfsmonitor = {hook}\n")
+    (workspace.repo / "calc.py").write_text("changed\n")
+    await restore_workspace(workspace, baseline, None)
+    assert not planted.exists()
+    assert "return a" in (workspace.repo / "calc.py").read_text()  # back to the baseline
+
+
+async def test_a_result_file_that_is_a_fifo_does_not_block_the_worker(
+    workspace: Workspace,
+) -> None:
+    agent = CommandAgent(
+        Command(shell='mkfifo "$REPAIRBOT_RESULT_FILE"'),
+        time_limit=30,
+        sandbox=Sandbox(heartbeat_interval=0.05),
+    )
+    result = workspace.scratch / "result.json"
+    proposal = await unblocking(result, agent.propose(request(workspace)))
+    assert proposal.summary == "" and proposal.patch == ""
+
+
+async def test_a_result_file_linked_to_dev_zero_is_not_read(workspace: Workspace) -> None:
+    agent = CommandAgent(
+        Command(shell='ln -s /dev/zero "$REPAIRBOT_RESULT_FILE"'),
+        time_limit=30,
+        sandbox=Sandbox(heartbeat_interval=0.05),
+    )
+    proposal = await agent.propose(request(workspace))
+    assert proposal.summary == ""
