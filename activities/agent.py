@@ -295,7 +295,7 @@ def _proposed(
         kind="agent-transcript",
         name=f"agent-attempt-{request.attempt}.log",
     )
-    if secrets.found_in(proposal.patch) or secrets.found_in(proposal.summary):
+    if secrets.found_in(proposal.patch):
         # Not redacted and proposed: a patch with a hole in it is not the
         # change that would be verified, and the agent had no business
         # holding a secret. The run ends; nothing is stored or pushed.
