@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import secrets
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,12 +86,15 @@ class _QuietServer(uvicorn.Server):
 class ModelProxy:
     def __init__(
         self,
-        socket_path: Path,
+        socket_path: Path | None = None,
         *,
         client: httpx.AsyncClient,
         max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
-        self.socket_path = Path(socket_path)
+        # Default: a private directory made at start (unix socket paths are
+        # short, so not under a deep data directory).
+        self._given_path = socket_path
+        self.socket_path = Path(socket_path) if socket_path else Path()
         self.max_request_bytes = max_request_bytes
         self.client = client
         self._grants: dict[str, Upstream] = {}
@@ -132,6 +136,8 @@ class ModelProxy:
     # -- serving --------------------------------------------------------------
 
     async def start(self) -> None:
+        if self._given_path is None:
+            self.socket_path = Path(tempfile.mkdtemp(prefix="repairbot-proxy-")) / "model.sock"
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
