@@ -140,6 +140,8 @@ TOKEN_SHAPES = re.compile(
     r"rbp-[A-Za-z0-9_-]{40,})"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
 )
+#: The model proxy's per-attempt tokens (app/agent/proxy.py).
+PROXY_TOKEN = re.compile(r"\brbp-[A-Za-z0-9_-]{40,}")
 #: Shorter values are not treated as secrets (they would redact ordinary words).
 MIN_SECRET_LENGTH = 8
 #: The settings' variables whose values are secrets (agent keys come from the policy).
@@ -171,6 +173,7 @@ class KnownSecrets:
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._values: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
+        self._held: re.Pattern[str] = PROXY_TOKEN
         self.add(*values)
 
     def __repr__(self) -> str:  # never show the values
@@ -205,11 +208,15 @@ class KnownSecrets:
 
     def _compiled(self) -> re.Pattern[str]:
         if self._pattern is None:
-            # Longest first: a key that contains another secret goes whole.
-            known = sorted(self._values, key=len, reverse=True)
-            alternatives = [re.escape(v) for v in known] + [TOKEN_SHAPES.pattern]
-            self._pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
+            self._pattern = self._build([TOKEN_SHAPES.pattern])
+            self._held = self._build([PROXY_TOKEN.pattern])
         return self._pattern
+
+    def _build(self, shapes: list[str]) -> re.Pattern[str]:
+        # Longest first: a key that contains another secret goes whole.
+        known = sorted(self._values, key=len, reverse=True)
+        alternatives = [re.escape(v) for v in known] + shapes
+        return re.compile("|".join(f"(?:{a})" for a in alternatives))
 
     def redact(self, text: str) -> str:
         return self._compiled().sub(REDACTED, text)
@@ -219,7 +226,14 @@ class KnownSecrets:
         return self.redact(data.decode(errors="surrogateescape")).encode(errors="surrogateescape")
 
     def found_in(self, text: str) -> bool:
-        return self._compiled().search(text) is not None
+        """Whether ``text`` holds a value this worker holds (or a proxy token).
+
+        Token *shapes* are not enough here: a proposal may legitimately hold
+        ``sk-learn-...`` or a test fixture's PEM header, and it is refused
+        outright, not redacted.
+        """
+        self._compiled()
+        return self._held.search(text) is not None
 
 
 def _parts(value: str) -> list[str]:

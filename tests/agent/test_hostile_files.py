@@ -14,6 +14,7 @@ from typing import TypeVar
 import pytest
 
 from app.agent import CommandAgent
+from app.agent.context import ContextBudget, choose_files
 from app.agent.files import Checkout, FileRefused
 from app.agent.journal import restore_workspace
 from app.agent.search import search
@@ -177,3 +178,18 @@ async def test_a_result_file_linked_to_dev_zero_is_not_read(workspace: Workspace
     )
     proposal = await agent.propose(request(workspace))
     assert proposal.summary == ""
+
+
+async def test_files_shown_to_the_model_skip_a_fifo_setup_planted(workspace: Workspace) -> None:
+    (workspace.repo / "calc.py").unlink()
+    os.mkfifo(workspace.repo / "calc.py")
+    files = await unblocking(
+        workspace.repo / "calc.py",
+        choose_files(
+            workspace,
+            failure_text='File "calc.py", line 2',
+            other_text="",
+            budget=ContextBudget(),
+        ),
+    )
+    assert "calc.py" not in [item.path for item in files]
