@@ -26,12 +26,15 @@ explicitly by the operator (``extra_env``), never inherited.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest, proposal_diff
 from app.agent.prompt import feedback_for_model
@@ -74,13 +77,15 @@ class CommandAgent(Agent):
 
     async def propose(self, request: AgentRequest) -> AgentProposal:
         if self.model_access is None:
-            return await self._propose(request, {})
+            return await self._propose(request, {}, {})
         access = self.model_access
         # The token lives exactly as long as this attempt's command.
         async with access.proxy.attempt(access.upstream) as token:
-            return await self._propose(request, access.env(token))
+            return await self._propose(request, access.env(token), proxy_forwards(access))
 
-    async def _propose(self, request: AgentRequest, model_env: Mapping[str, str]) -> AgentProposal:
+    async def _propose(
+        self, request: AgentRequest, model_env: Mapping[str, str], forwards: dict[str, Any]
+    ) -> AgentProposal:
         ws = request.workspace
         env = {**self.extra_env, **model_env, **write_inputs(request)}
         run = await run_command(
@@ -95,6 +100,7 @@ class CommandAgent(Agent):
             # Its inputs and its result file live there, outside the tree.
             writable=[ws.scratch],
             network=self.network,
+            **forwards,
         )
         if run.result.timed_out:
             raise AgentFailed(
@@ -140,6 +146,20 @@ class ModelAccess:
             f"{prefix}_BASE_URL": self.address,
             f"{prefix}_API_KEY": token,
         }
+
+
+def proxy_forwards(access: ModelAccess) -> dict[str, Any]:
+    """``run_command`` arguments that make the model proxy's unix socket
+    ``access.address`` inside the sandbox: the sandbox's port forward
+    (:class:`app.sandbox.forward.PortForward`, built on branch sandbox-net).
+    Empty where this build's sandbox has no forward, and then the agent has
+    no route to its model (it holds only a token either way)."""
+    try:
+        forward = importlib.import_module("app.sandbox.forward")
+    except ImportError:
+        return {}
+    port = httpx.URL(access.address).port or 80
+    return {"forwards": [forward.PortForward(socket=access.proxy.socket_path, port=port)]}
 
 
 def write_inputs(request: AgentRequest) -> dict[str, str]:

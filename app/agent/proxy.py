@@ -142,7 +142,10 @@ class ModelProxy:
         self.socket_path.unlink(missing_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(str(self.socket_path))
-        self.socket_path.chmod(0o600)  # the worker's user (and the forward) only
+        # The sandbox's forwarder connects as the sandbox user (another uid):
+        # the socket is open to all, the private 0700 directory around it is
+        # what keeps other local users out (and a request still needs a token).
+        self.socket_path.chmod(0o666)
         sock.listen(64)
         config = uvicorn.Config(
             self.app, log_config=None, access_log=False, lifespan="off", timeout_keep_alive=5
@@ -161,6 +164,9 @@ class ModelProxy:
             self._server.should_exit = True
             await self._task
         self.socket_path.unlink(missing_ok=True)
+        if self._given_path is None and self._server is not None:
+            with contextlib.suppress(OSError):
+                self.socket_path.parent.rmdir()  # the private directory start() made
 
     async def __aenter__(self) -> ModelProxy:
         await self.start()

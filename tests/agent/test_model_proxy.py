@@ -37,9 +37,10 @@ def llm() -> AsyncIterator[FakeLLM]:
 
 
 @pytest.fixture
-async def proxy(tmp_path: Path) -> AsyncIterator[ModelProxy]:
+async def proxy() -> AsyncIterator[ModelProxy]:
     async with httpx.AsyncClient() as upstream_client:
-        server = ModelProxy(tmp_path / "proxy.sock", client=upstream_client, max_request_bytes=4096)
+        # Its socket in a private directory of its own (a short path).
+        server = ModelProxy(client=upstream_client, max_request_bytes=4096)
         async with server:
             yield server
 
@@ -177,3 +178,33 @@ async def test_the_operators_command_agent_gets_a_token_revoked_after_the_attemp
         "/chat/completions", json=CHAT, headers={"Authorization": f"Bearer {token}"}
     )
     assert late.status_code == 401
+
+
+ASK_THE_MODEL = """
+import json, os, urllib.request
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "fix"}]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"},
+)
+answer = json.load(urllib.request.urlopen(request, timeout=20))
+open("answer.txt", "w").write(answer["choices"][0]["message"]["content"] + "\\n")
+"""
+
+
+async def test_a_command_agent_in_the_sandbox_reaches_its_model_only_through_the_proxy(
+    proxy: ModelProxy, llm: FakeLLM, workspace: Workspace
+) -> None:
+    pytest.importorskip("app.sandbox.forward", reason="the sandbox's port forward (sandbox-net)")
+    agent = CommandAgent(
+        Command(argv=[PYTHON, "-c", ASK_THE_MODEL]),
+        time_limit=60,
+        sandbox=Sandbox(heartbeat_interval=0.05),
+        model_access=ModelAccess(
+            proxy=proxy, upstream=openai(llm), address="http://127.0.0.1:8089"
+        ),
+    )
+    proposal = await agent.propose(request(workspace))
+    assert "+hello" in proposal.patch, proposal.transcript.decode(errors="replace")
+    assert llm.headers_seen[0]["authorization"] == f"Bearer {API_KEY}"
