@@ -142,6 +142,8 @@ TOKEN_SHAPES = re.compile(
 )
 #: The model proxy's per-attempt tokens (app/agent/proxy.py).
 PROXY_TOKEN = re.compile(r"\brbp-[A-Za-z0-9_-]{40,}")
+#: Installation tokens remembered (each lives an hour; several per run).
+SHORT_LIVED_KEPT = 256
 #: Shorter values are not treated as secrets (they would redact ordinary words).
 MIN_SECRET_LENGTH = 8
 #: The settings' variables whose values are secrets (agent keys come from the policy).
@@ -174,6 +176,7 @@ class KnownSecrets:
         self._values: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._held: re.Pattern[str] = PROXY_TOKEN
+        self._short_lived: list[str] = []
         self.add(*values)
 
     def __repr__(self) -> str:  # never show the values
@@ -191,6 +194,19 @@ class KnownSecrets:
                 if part not in self._values:
                     self._values.add(part)
                     self._pattern = None
+
+    def add_short_lived(self, value: str) -> None:
+        """A token that expires (an installation token lives an hour): only
+        the latest :data:`SHORT_LIVED_KEPT` are kept, so a worker running for
+        months does not grow its pattern without bound (the ``ghs_`` shape
+        still catches older ones)."""
+        if value in self._short_lived:
+            return
+        self._short_lived.append(value)
+        self.add(value)
+        if len(self._short_lived) > SHORT_LIVED_KEPT:
+            self._values.discard(self._short_lived.pop(0))
+            self._pattern = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> KnownSecrets:

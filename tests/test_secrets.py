@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from app import secrets
 from app.config import Settings
 from app.demo.run import WorkerProcess
@@ -159,3 +161,14 @@ def test_log_records_are_redacted() -> None:
     )
     assert secrets.RedactingFilter(known).filter(record)
     assert record.getMessage() == "agent said key=[redacted]"
+
+
+def test_short_lived_tokens_are_redacted_and_the_oldest_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(secrets, "SHORT_LIVED_KEPT", 2)
+    known = secrets.KnownSecrets()
+    for n in range(3):
+        known.add_short_lived(f"installation-token-{n}")
+    assert known.redact("installation-token-2") == "[redacted]"
+    assert known.values() == ["installation-token-1", "installation-token-2"]

@@ -71,7 +71,7 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
             token = await factory.installation_token(
                 installation_id, repository=repo, permissions=permissions
             )
-            known.add(token.token)
+            known.add_short_lived(token.token)
             return token.token
 
         deps.add(InstallationGit(token_for))
