@@ -54,7 +54,7 @@ from app.engine.registry import activity
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import AgentConfig, Command
 from app.secrets import KnownSecrets
-from app.workspace import PatchRejected, Workspace, apply_patch, snapshot
+from app.workspace import NestedGitRefused, PatchRejected, Workspace, apply_patch, snapshot
 
 T = TypeVar("T", int, float)
 log = logging.getLogger("repairbot.activities")
@@ -247,7 +247,12 @@ async def _prepare(
         if setup.status != "passed":
             # It passed when the bug was reproduced: most likely a flaky download.
             raise TransientError(f"setup failed before the agent ran (log {setup.log.sha256})")
-    baseline = await snapshot(ws)
+    try:
+        baseline = await snapshot(ws)
+    except NestedGitRefused as exc:
+        # Setup (repository code) left a .git below the root: the worker's
+        # git would follow it. Running setup again would leave it again.
+        raise PermanentError(f"setup left the work tree unusable: {exc}") from None
     candidate = read_patch(store, request.workspace.patch)
     if candidate:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -205,3 +206,12 @@ async def test_summaries_and_transcripts_are_redacted(
 
 def _command(shell: str) -> AgentConfig:
     return AgentConfig(backend="command", command=Command(shell=shell))
+
+
+async def test_setup_that_plants_a_gitfile_ends_the_run_with_a_reason(
+    actx: RecordingContext, spec: WorkspaceSpec, tmp_path: Path
+) -> None:
+    other = tmp_path / "someone-elses-repo"
+    setup = [{"shell": f"mkdir -p vendor && echo 'gitdir: {other}/.git' > vendor/.git"}]
+    with pytest.raises(PermanentError, match=r"setup left the work tree unusable: vendor/\.git"):
+        await call(propose_fix, actx, propose_input(spec, setup=setup))
