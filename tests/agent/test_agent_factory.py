@@ -10,6 +10,7 @@ import pytest
 
 from app.agent import AgentPolicy, BuiltinAgent, CommandAgent, LoopHost, build_agent
 from app.agent.budget import price_of
+from app.agent.proxy import ModelProxy
 from app.config import ConfigError
 from app.engine.errors import PermanentError
 from app.evidence import FolderEvidenceStore
@@ -184,3 +185,28 @@ async def test_a_key_is_only_sent_to_the_url_it_is_bound_to() -> None:
 def test_an_unbound_key_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError, match="bind TEAM_KEY to the base URL"):
         AgentPolicy.from_env({"REPAIRBOT_AGENT_API_KEYS": "TEAM_KEY", "TEAM_KEY": "sk-x-12345678"})
+
+
+async def test_the_operators_command_agent_gets_model_access_through_the_proxy() -> None:
+    policy = AgentPolicy.from_env(
+        {
+            "REPAIRBOT_AGENT_API_KEYS": "TEAM_ANTHROPIC_KEY",
+            "TEAM_ANTHROPIC_KEY": "sk-ant-team-0123456789",
+            "REPAIRBOT_AGENT_COMMAND_MODEL_KEY": "TEAM_ANTHROPIC_KEY",
+            "REPAIRBOT_AGENT_PROXY_ADDRESS": "http://127.0.0.1:8700",
+        }
+    )
+    async with httpx.AsyncClient() as client:
+        access = policy.model_access(ModelProxy(client=client))
+    assert access is not None and access.address == "http://127.0.0.1:8700"
+    assert access.upstream.provider == "anthropic"
+    assert access.upstream.base_url == "https://api.anthropic.com"
+    assert "sk-ant-team" not in repr(access.upstream)
+    env = access.env("rbp-token")
+    assert env["ANTHROPIC_API_KEY"] == "rbp-token" and "sk-ant-team-0123456789" not in env.values()
+    with pytest.raises(PermanentError, match="runs no model proxy"):
+        policy.model_access(None)
+    unoffered = AgentPolicy(command_model_key="NOT_OFFERED")
+    with pytest.raises(PermanentError, match="not an offered, bound API key"):
+        unoffered.model_access(None)
+    assert AgentPolicy().model_access(None) is None
