@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +15,8 @@ import pytest
 from app import secrets
 from app.config import Settings
 from app.demo.run import WorkerProcess
+from app.engine.db import make_engine
+from app.main.worker_process import shared_clients
 
 CHILD = """
 import os, sys
@@ -153,8 +157,6 @@ def test_bytes_are_redacted_and_other_bytes_kept() -> None:
 
 
 def test_log_records_are_redacted() -> None:
-    import logging
-
     known = secrets.KnownSecrets(["sk-operator-cli-key-0123456789"])
     record = logging.makeLogRecord(
         {"msg": "agent said %s", "args": ("key=sk-operator-cli-key-0123456789",)}
@@ -172,3 +174,34 @@ def test_short_lived_tokens_are_redacted_and_the_oldest_forgotten(
         known.add_short_lived(f"installation-token-{n}")
     assert known.redact("installation-token-2") == "[redacted]"
     assert known.values() == ["installation-token-1", "installation-token-2"]
+
+
+def test_a_worker_redacts_its_secrets_from_its_logs_and_offers_them_to_activities(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    path = tmp_path / "worker.db"
+    shutil.copy(sqlite_template, path)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=f"sqlite:///{path}",
+        github_webhook_secret="hook-secret-for-the-log-test",
+    )
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Collect()
+    logging.getLogger().addHandler(handler)
+    engine = make_engine(settings.database_url)
+    try:
+        deps = shared_clients(settings, engine)
+        logging.getLogger("repairbot.test").warning(
+            "agent printed %s", settings.github_webhook_secret
+        )
+    finally:
+        logging.getLogger().removeHandler(handler)
+        engine.dispose()
+    assert lines == ["agent printed [redacted]"]
+    assert deps.get(secrets.KnownSecrets).found_in("x hook-secret-for-the-log-test y")
