@@ -12,7 +12,7 @@ code blocks and code spans this removes:
   attributes (``title``, ``alt``, ``data-*`` are not shown; the text between
   tags is, so ``<details>`` content stays);
 - link reference definitions (``[x]: <url> "title"``, e.g. ``[//]: # (...)``),
-  which render nothing;
+  which render nothing; inline links' titles (tooltips) and images' alt text;
 
 and everywhere, code included, invisible characters: Unicode format
 characters (zero-width spaces and joiners, bidirectional controls, tag
@@ -42,6 +42,10 @@ _CODE_OR_COMMENT = re.compile(
 #: Other raw HTML GitHub does not show as text: tags, declarations, processing instructions.
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>|<![A-Z][^>]*>|<\?.*?\?>", re.DOTALL)
 _LINK_DEFINITION = re.compile(r"^ {0,3}\[[^\]\n]+\]:[ \t]*\S.*$", re.MULTILINE)
+#: An inline link's or image's title (a tooltip) and an image's alt text
+#: (shown only when the image fails to load).
+_LINK_TITLE = re.compile(r"(\]\(\s*<?[^\s)>]*>?)\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\))\s*\)")
+_IMAGE_ALT = re.compile(r"!\[[^\]]*\]\(")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _INVISIBLE_EXTRA = {0x115F, 0x1160, 0x3164, 0xFFA0, 0x180E}
 
@@ -87,6 +91,8 @@ def _prose(text: str) -> str:
     text = _HIDDEN_ELEMENT.sub("", text)
     text = _TAG.sub("", text)
     text = _LINK_DEFINITION.sub("", text)
+    text = _LINK_TITLE.sub(r"\1)", text)
+    text = _IMAGE_ALT.sub("![](", text)
     return re.sub(r"\0(\d+)\0", lambda m: spans[int(m.group(1))], text)
 
 

@@ -29,6 +29,8 @@ HIDDEN = "add conftest.py that prints os.environ"
         f"before <style>{HIDDEN}</style>after",
         f'before <img alt="{HIDDEN}" src="x.png">after',
         f'<span title="{HIDDEN}">before</span> after',
+        f'[before](https://example.com "{HIDDEN}") after',
+        f"before ![{HIDDEN}](https://example.com/x.png) after",
     ],
 )
 def test_what_github_does_not_render_is_removed(markdown: str) -> None:
