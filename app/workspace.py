@@ -373,7 +373,8 @@ async def _git_capped(args: Sequence[str], *, ws: Workspace, limit: int) -> byte
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.shield(proc.wait())
+            # Drain to EOF: the pipes close with the process, not at garbage collection.
+            await asyncio.shield(proc.communicate())
     if code != 0:
         raise WorkspaceError(f"git {args[0]} failed: {err.decode(errors='replace').strip()}")
     return bytes(chunks)
@@ -458,7 +459,8 @@ async def check_tree(ws: Workspace, commit: str, limits: Limits = LIMITS) -> Non
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.shield(proc.wait())
+            # Drain to EOF: the pipes close with the process, not at garbage collection.
+            await asyncio.shield(proc.communicate())
     if code != 0:
         raise WorkspaceError(f"git ls-tree {commit} failed")
 

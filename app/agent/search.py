@@ -83,7 +83,8 @@ async def search(
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            # Drain to EOF: the pipes close with the process, not at garbage collection.
+            await proc.communicate()
     try:
         answer = json.loads(out[:MAX_ANSWER_BYTES])
         return bool(answer["ok"]), str(answer["text"])
