@@ -46,6 +46,7 @@ from app.repo_config import (
     reproduction_from_issue,
 )
 from app.workspace import (
+    CheckoutRefused,
     CommitNotFound,
     FetchFailed,
     PatchRejected,
@@ -139,7 +140,7 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
         )
     except FetchFailed as exc:
         raise TransientError(str(exc)) from None
-    except CommitNotFound as exc:
+    except (CommitNotFound, CheckoutRefused) as exc:
         raise PermanentError(str(exc)) from None
     except PatchRejected as exc:
         raise PatchRejectedError(f"the candidate patch does not apply: {exc}") from None

@@ -124,8 +124,14 @@ def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         "REPAIRBOT_AGENT_PRICES",
         "REPAIRBOT_AGENT_TOOL_NETWORK",
         "REPAIRBOT_AGENT_COMMAND_ENV",
+        "REPAIRBOT_AGENT_REPOSITORY_COMMANDS",
+        "REPAIRBOT_AGENT_COMMAND_MODEL_KEY",
+        "REPAIRBOT_AGENT_PROXY_ADDRESS",
     ]
-    names += [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
+    # Entries are NAME or NAME=URL (the base URL the key is bound to).
+    names += [
+        n.partition("=")[0].strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")
+    ]
     names += [n.strip() for n in env.get("REPAIRBOT_AGENT_COMMAND_ENV", "").split(",")]
     return tuple((n, env[n]) for n in dict.fromkeys(names) if n and env.get(n))
 

@@ -104,7 +104,8 @@ def builtin_agent_env(openai_base_url: str, *, model: str = "scripted-demo") -> 
     }
     return {
         "REPAIRBOT_AGENT_DEFAULT": json.dumps(agent),
-        "REPAIRBOT_AGENT_API_KEYS": DEMO_MODEL_KEY,
+        # The key is bound to the one URL it may be sent to.
+        "REPAIRBOT_AGENT_API_KEYS": f"{DEMO_MODEL_KEY}={openai_base_url}",
         "REPAIRBOT_AGENT_BASE_URLS": openai_base_url,
         DEMO_MODEL_KEY: API_KEY,
     }
