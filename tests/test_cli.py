@@ -95,3 +95,196 @@ def test_operator_actions_are_recorded_with_reason_and_who(
     assert ended.type == "workflow_terminated" and ended.data["by"] == "ops"
     assert ended.data["reason"] == "stop now"
     assert main(["runs", "terminate", new_id, "--reason", "again"]) == 1
+
+
+# -- one clear line, fail fast (issue 22, point 2) ------------------------------
+
+
+def _one_line(text: str) -> str:
+    """The whole of ``text``, asserted to be a single line without a traceback."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    from app.version import package_version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"repairbot {package_version()}"
+
+
+@pytest.mark.parametrize("given", ["debug", "DEBUG", "Info", "warning"])
+def test_log_level_in_any_case(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
+    assert main(["--log-level", given, "runs", "list"]) == 0
+    assert "no runs" in capsys.readouterr().out
+
+
+def test_log_level_from_the_environment(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
+    monkeypatch.setenv("REPAIRBOT_LOG_LEVEL", "error")
+    assert main(["runs", "list"]) == 0
+    assert logging.getLogger().level == logging.ERROR
+    monkeypatch.setenv("REPAIRBOT_LOG_LEVEL", "loud")
+    assert main(["runs", "list"]) == 2
+    assert "log level must be one of" in _one_line(capsys.readouterr().err)
+
+
+def test_malformed_database_url_is_one_line(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "not a url with secret-pw")
+    assert main(["runs", "list"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "DATABASE_URL is not a database URL" in line and "secret-pw" not in line
+
+
+def test_unreachable_database_is_one_line_without_its_password(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://u:secret-pw@127.0.0.1:{port}/x")
+    assert main(["tokens", "list"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "cannot reach the database at postgresql://u:***@127.0.0.1" in line
+    assert "secret-pw" not in line
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["example"]])
+def test_commands_that_migrate_name_an_unreachable_database(
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://u@127.0.0.1:{port}/x")
+    assert main(command) == 1
+    assert "cannot reach the database at postgresql://u@127.0.0.1" in _one_line(
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize("command", [["runs", "list"], ["deliveries", "list"], ["worker"]])
+def test_unmigrated_database_is_one_line(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    assert main(command) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "has no schema" in line and "run `repairbot migrate`" in line
+
+
+def test_database_from_a_newer_version_is_named(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy import text
+
+    from app.engine.db import make_engine
+
+    upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
+    with make_engine(f"sqlite:///{data_dir / 'repairbot.db'}").begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    assert main(["runs", "list"]) == 1
+    assert "a newer repairbot migrated it" in _one_line(capsys.readouterr().err)
+
+
+def test_web_without_a_webhook_secret_refuses_to_start(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
+    # The port is taken: were the secret not checked first, the command would
+    # still end (on the port), with another line.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for command in ("web", "serve"):
+            assert main([command, "--port", port]) == 1
+            assert "GITHUB_WEBHOOK_SECRET is not set" in _one_line(capsys.readouterr().err)
+
+
+def test_bad_private_key_is_one_line(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The database is not migrated either: the key is checked first, and were
+    # it not, the command would end on the schema with another line.
+    monkeypatch.setenv("GITHUB_APP_ID", "1")
+    monkeypatch.setenv("GITHUB_PRIVATE_KEY", "-----BEGIN RSA PRIVATE KEY-----\nnope\n")
+    assert main(["worker"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "not a PEM private key" in line and "nope" not in line
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "http"])
+def test_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str], port: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["web", "--port", port])
+    assert exited.value.code == 2
+    assert "argument --port" in capsys.readouterr().err
+
+
+def test_port_in_use_is_one_line(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
+    monkeypatch.setenv("GITHUB_WEBHOOK_SECRET", "s")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["web", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}: address already in use" in _one_line(
+        capsys.readouterr().err
+    )
+
+
+def test_an_unexpected_error_is_one_line_unless_debugging(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.main import cli
+
+    def broken(args: object, settings: object) -> int:
+        raise RuntimeError("disk on fire\nsecond line")
+
+    upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
+    monkeypatch.setattr(cli, "cmd_runs_list", broken)
+    assert main(["runs", "list"]) == 1
+    assert _one_line(capsys.readouterr().err) == (
+        "repairbot runs list: RuntimeError: disk on fire (--debug prints the traceback)"
+    )
+    with pytest.raises(RuntimeError):
+        main(["--debug", "runs", "list"])
+
+
+def test_migrate_does_not_print_the_database_password(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.main import cli
+
+    monkeypatch.setattr(cli, "upgrade", lambda url: None)
+    monkeypatch.setattr("app.main.preflight.schema_revisions", lambda s: (None, "x", {"x"}))
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u:secret-pw@db/x")
+    assert main(["migrate"]) == 0
+    assert "secret-pw" not in capsys.readouterr().out

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from app.engine.db import make_engine
 from app.engine.history import export_history
 from app.engine.store import Store
 from app.migrate import upgrade
+from app.version import package_version
 
 #: What a CLI verb runs (``repairbot runs list`` -> ``cmd_runs_list``); exit status out.
 Subcommand = Callable[[argparse.Namespace, Settings], int]
@@ -32,8 +34,21 @@ def _when(ts: float | None) -> str:
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     upgrade(settings.database_url)
-    print(f"database at {settings.database_url} is at the latest schema")
+    from app.main.preflight import safe_url
+
+    print(f"database at {safe_url(settings.database_url)} is at the latest schema")
     return 0
+
+
+def _port(raw: str) -> int:
+    """An argparse type: a TCP port one can listen on."""
+    try:
+        port = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {raw!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be between 1 and 65535, got {port}")
+    return port
 
 
 def _store(settings: Settings) -> Store:
@@ -383,14 +398,27 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     parser = argparse.ArgumentParser(
-        prog="repairbot", description="Coding-agent bug repairs as durable workflows."
+        prog="repairbot",
+        description="Coding-agent bug repairs as durable workflows.",
+        epilog="Settings come from environment variables (README.md, Configuration); "
+        "each command's --help names the ones it reads.",
     )
-    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--version", action="version", version=f"repairbot {package_version()}")
+    parser.add_argument(
+        "--log-level",
+        help="debug, info, warning, error or critical, in any case (default: "
+        "REPAIRBOT_LOG_LEVEL, else info for web, serve and worker and warning for the rest)",
+    )
     parser.add_argument(
         "--log-format",
         choices=["json", "text"],
-        default="json",
-        help="json: one object per line, with run and delivery ids (default); text: for reading",
+        help="json: one object per line, with run and delivery ids; text: for reading "
+        "(default: REPAIRBOT_LOG_FORMAT, else json)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error print the traceback, not only its one line (also REPAIRBOT_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     handlers: dict[str, Subcommand] = {}
@@ -419,8 +447,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
         ("serve", cmd_serve, "web and an in-process worker in one process (embedded mode)"),
     ):
         p = add(name, fn, help_)
-        p.add_argument("--host", default="127.0.0.1")
-        p.add_argument("--port", type=int, default=8000)
+        p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+        p.add_argument("--port", type=_port, default=8000, help="port to listen on (1-65535)")
     deliveries = add("deliveries", lambda a, s: 0, "inspect and retry webhook deliveries")
     deliveries_sub = deliveries.add_subparsers(dest="deliveries_command", required=True)
     dl = deliveries_sub.add_parser("list", help="recent deliveries")
@@ -465,8 +493,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     reg.add_argument("--workflows", action="store_true", help="ask for the Workflows permission")
     reg.add_argument("--out", type=Path, help="credentials file (default <data>/github-app.json)")
     reg.add_argument("--force", action="store_true", help="replace an existing credentials file")
-    reg.add_argument("--host", default="127.0.0.1")
-    reg.add_argument("--port", type=int, default=8765)
+    reg.add_argument("--host", default="127.0.0.1", help="address of the registration page")
+    reg.add_argument("--port", type=_port, default=8765, help="port of the registration page")
     dc = deliveries_sub.add_parser(
         "reconcile",
         help="one pass of the delivery reconciler: have GitHub redeliver what never arrived",
@@ -509,10 +537,60 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     return parser, handlers
 
 
+#: Commands that serve for a long time: their start-up line is logged at INFO.
+LONG_RUNNING = frozenset({"web", "serve", "worker"})
+#: Commands that read the database as it is: it must be reachable and migrated.
+NEEDS_SCHEMA = frozenset({"web", "worker", "runs", "deliveries", "evidence", "tokens"})
+#: Commands that migrate the database themselves: it must be reachable.
+MIGRATES = frozenset({"migrate", "serve", "example"})
+
+
+def _log_settings(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, bool]:
+    """The log level and whether lines are JSON, from the flags or the environment."""
+    default = "info" if args.command in LONG_RUNNING else "warning"
+    level = logs.parse_level(args.log_level or env.get("REPAIRBOT_LOG_LEVEL") or default)
+    log_format = (args.log_format or env.get("REPAIRBOT_LOG_FORMAT") or "json").strip().lower()
+    if log_format not in ("json", "text"):
+        raise logs.LogLevelError(f"REPAIRBOT_LOG_FORMAT must be json or text; got {log_format!r}")
+    return level, log_format == "json"
+
+
+def _preflight(args: argparse.Namespace, settings: Settings) -> None:
+    """What must hold before the command starts (each failure is one line)."""
+    from app.main import preflight
+
+    if args.command in ("web", "serve"):
+        preflight.check_webhook_secret(settings)
+    if args.command in ("web", "serve", "worker"):
+        preflight.check_app_credentials(settings)
+    if args.command in NEEDS_SCHEMA:
+        preflight.check_schema(settings)
+    elif args.command in MIGRATES:
+        preflight.check_reachable(settings)
+    if args.command in ("web", "serve"):
+        preflight.check_listen(args.host, args.port)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, handlers = build_parser()
     args = parser.parse_args(argv)
-    logs.configure(args.log_level, json_lines=args.log_format == "json")
+    debug = args.debug or os.environ.get("REPAIRBOT_DEBUG", "").lower() in ("1", "true", "yes")
+    try:
+        level, json_lines = _log_settings(args, dict(os.environ))
+    except logs.LogLevelError as exc:
+        print(f"repairbot: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(level, json_lines=json_lines)
+    if level > logging.DEBUG:
+        # Their INFO lines are one per HTTP request or migration step: noise
+        # beside repairbot's own (REPAIRBOT_LOG_LEVEL=debug shows them).
+        for chatty in ("httpx", "alembic"):
+            logging.getLogger(chatty).setLevel(max(level, logging.WARNING))
     try:
         # Secrets are read once (from the environment, or a descriptor the
         # starting process handed over), then scrubbed from this process.
@@ -521,9 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, secrets.SecretsError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    if args.command in ("web", "serve", "worker") and not os.environ.get(
-        "PROMETHEUS_MULTIPROC_DIR"
-    ):
+    if args.command in LONG_RUNNING and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every process of this deployment writes its metric files here and
         # /metrics merges them (prometheus_client's multiprocess mode). Set
         # before anything imports prometheus_client.
@@ -535,12 +611,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub_command: Any = getattr(args, f"{args.command}_command", None)
     if sub_command:
         key = f"{key} {sub_command}"
+    from app.main.preflight import Unready
+
     try:
+        _preflight(args, settings)
         return handlers[key](args, settings)
+    except Unready as exc:
+        print(f"repairbot {key}: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # Output piped into `head` and cut short: not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"repairbot {key}: {_one_line(exc)} (--debug prints the traceback)", file=sys.stderr)
+        return 1
     finally:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             from app.metrics import process_exited

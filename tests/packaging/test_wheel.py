@@ -117,7 +117,7 @@ def test_the_installed_package_is_its_own(installed: Path, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_migrate_on_sqlite_then_serve_and_run_the_example(installed: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    env = clean_env(data)
+    env = clean_env(data, GITHUB_WEBHOOK_SECRET="wheel-test-secret")
     out = run([str(installed / "repairbot"), "migrate"], cwd=tmp_path, env=env)
     assert "latest schema" in out
     tables = set(inspect(create_engine(f"sqlite:///{data / 'repairbot.db'}")).get_table_names())
