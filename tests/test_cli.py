@@ -288,3 +288,79 @@ def test_migrate_does_not_print_the_database_password(
     monkeypatch.setenv("DATABASE_URL", "postgresql://u:secret-pw@db/x")
     assert main(["migrate"]) == 0
     assert "secret-pw" not in capsys.readouterr().out
+
+
+# -- help, choices, whole output (issue 22, point 10) ----------------------------
+
+
+def test_every_command_names_the_environment_it_reads_and_every_option_has_help() -> None:
+    import argparse
+
+    from app.main.cli import ENVIRONMENT, build_parser, leaf_parsers
+
+    parser, _handlers = build_parser()
+    leaves = leaf_parsers(parser)
+    assert set(leaves) == set(ENVIRONMENT)
+    for key, child in leaves.items():
+        assert "environment:" in child.format_help(), key
+        for action in child._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"repairbot {key}: {action.dest} has no help"
+    assert "DATABASE_URL" in leaves["runs list"].format_help()
+    assert "GITHUB_WEBHOOK_SECRET (required)" in leaves["web"].format_help()
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            assert action.help, action.dest
+
+
+def test_runs_list_with_an_unknown_status_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["runs", "list", "--status", "bogus"])
+    assert exited.value.code == 2
+    assert "argument --status: invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+def test_runs_show_never_cuts_json(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    long_item = "x" * 400
+    assert main(["example", long_item]) == 0
+    capsys.readouterr()
+    assert main(["runs", "list"]) == 0
+    run_id = next(
+        line.split()[0] for line in capsys.readouterr().out.splitlines() if "example" in line
+    )
+    assert main(["runs", "show", run_id]) == 0
+    shown = capsys.readouterr().out
+    history = shown.split("\nhistory:\n", 1)[1].split("\n\n", 1)[0]
+    for line in history.splitlines():
+        json.loads(line.split(None, 2)[2])  # every event's data parses whole
+    assert long_item in history
+
+
+def test_runs_watch_on_a_finished_run_shows_when_things_happened(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+    from datetime import UTC, datetime
+
+    from app.engine.db import make_engine
+    from app.engine.store import Store
+
+    assert main(["example", "alpha"]) == 0
+    store = Store(make_engine(f"sqlite:///{data_dir / 'repairbot.db'}"))
+    [run] = store.list_runs()
+    with store.engine.begin() as conn:  # as if it all happened on a day long past
+        from sqlalchemy import text
+
+        conn.execute(text("UPDATE history_events SET created_at = 86400 + seq"))
+        conn.execute(text("UPDATE workflow_runs SET created_at = 86400, closed_at = 86499"))
+    capsys.readouterr()
+    assert main(["runs", "watch", run.run_id]) == 0
+    out = capsys.readouterr().out
+    assert "started 1970-01-02 00:00:00 UTC" in out
+    event_times = re.findall(r"^(\d\d:\d\d:\d\d)\s+\d+\s", out, re.M)
+    assert event_times and set(event_times) <= {
+        datetime.fromtimestamp(86400 + n, UTC).strftime("%H:%M:%S") for n in range(60)
+    }
+    assert out.rstrip().endswith("00:01:39  run completed: completed")

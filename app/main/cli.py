@@ -19,6 +19,7 @@ from app.config import ConfigError, Settings
 from app.engine.db import make_engine
 from app.engine.history import export_history
 from app.engine.store import Store
+from app.engine.tables import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES
 from app.migrate import upgrade
 from app.version import package_version
 
@@ -84,11 +85,11 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
     if isinstance(run.result, dict):
         for key, value in run.result.items():
             if key != "evidence" and value is not None:
-                print(f"  {key:14} {json.dumps(value, default=str)[:110]}")
+                print(f"  {key:14} {json.dumps(value, default=str)}")
     elif run.result is not None:
-        print(f"result    {json.dumps(run.result)[:200]}")
+        print(f"result    {json.dumps(run.result, default=str)}")
     if run.error is not None:
-        print(f"error     {json.dumps(run.error)}")
+        print(f"error     {json.dumps(run.error, default=str)}")
     phase = _phase_of(run, settings)
     if phase:
         print(
@@ -106,7 +107,7 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
     print("\nhistory:")
     for event in store.load_events(run.run_id):
         data = {k: v for k, v in event.data.items() if k not in ("input_hash",)}
-        print(f"  {event.seq:>4} {event.type:20} {json.dumps(data, default=str)[:160]}")
+        print(f"  {event.seq:>4} {event.type:20} {json.dumps(data, default=str)}")
     attempts = store.activity_attempts(run.run_id)
     if attempts:
         print("\nattempts:")
@@ -432,7 +433,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     demo.add_argument("--crash", action="store_true", help="SIGKILL the worker mid-run")
     demo.add_argument("--dir", type=Path, help="keep everything in this folder")
     demo.add_argument("--seed", type=int, help="seed for the crash moment")
-    demo.add_argument("--timeout", type=float, default=180.0)
+    demo.add_argument(
+        "--timeout", type=float, default=180.0, help="give up after this many seconds (180)"
+    )
     demo.add_argument(
         "--agent",
         choices=("command", "builtin"),
@@ -440,7 +443,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
         help="the demo's command agent, or the built-in agent loop with a scripted model",
     )
     example = add("example", cmd_example, "run a small durable workflow end to end")
-    example.add_argument("items", nargs="*", default=["durable", "replayed", "fenced"])
+    example.add_argument(
+        "items",
+        nargs="*",
+        default=["durable", "replayed", "fenced"],
+        help="words the workflow surveys in parallel activities",
+    )
     add("worker", cmd_worker, "run a worker (arq over Redis if REDIS_URL is set)")
     for name, fn, help_ in (
         ("web", cmd_web, "serve webhooks, API and dashboard (workers run elsewhere)"),
@@ -452,16 +460,20 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     deliveries = add("deliveries", lambda a, s: 0, "inspect and retry webhook deliveries")
     deliveries_sub = deliveries.add_subparsers(dest="deliveries_command", required=True)
     dl = deliveries_sub.add_parser("list", help="recent deliveries")
-    dl.add_argument("--status", help="handled, ignored, failed or malformed")
-    dl.add_argument("--limit", type=int, default=50)
+    dl.add_argument(
+        "--status",
+        choices=("handled", "ignored", "failed", "malformed"),
+        help="only deliveries with this outcome",
+    )
+    dl.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     handlers["deliveries list"] = cmd_deliveries_list
     dr = deliveries_sub.add_parser("retry", help="run a recorded delivery's handlers again")
-    dr.add_argument("delivery")
+    dr.add_argument("delivery", help="its X-GitHub-Delivery id (see `deliveries list`)")
     handlers["deliveries retry"] = cmd_deliveries_retry
     evidence = add("evidence", lambda a, s: 0, "read and collect evidence in the database")
     evidence_sub = evidence.add_subparsers(dest="evidence_command", required=True)
     eg = evidence_sub.add_parser("get", help="write an artifact's bytes to stdout")
-    eg.add_argument("sha256")
+    eg.add_argument("sha256", help="the artifact's hash (see `runs show`)")
     handlers["evidence get"] = cmd_evidence_get
     ec = evidence_sub.add_parser(
         "collect", help="delete artifacts no run refers to, once past their retention"
@@ -473,7 +485,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     tokens = add("tokens", lambda a, s: 0, "operator API tokens (automation, /metrics)")
     tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)
     tc = tokens_sub.add_parser("create", help="make a token (printed once)")
-    tc.add_argument("name")
+    tc.add_argument("name", help="what the token is for, e.g. prometheus or ci")
     tc.add_argument(
         "--scope",
         action="append",
@@ -484,7 +496,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     tokens_sub.add_parser("list", help="tokens and when they were last used")
     handlers["tokens list"] = cmd_tokens_list
     tr = tokens_sub.add_parser("revoke", help="revoke a token by name")
-    tr.add_argument("name")
+    tr.add_argument("name", help="the name it was created with")
     handlers["tokens revoke"] = cmd_tokens_revoke
     reg = add("register", cmd_register, "create the GitHub App from a manifest")
     reg.add_argument("--public-url", help="where GitHub and people reach repairbot")
@@ -509,8 +521,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     runs = add("runs", lambda a, s: 0, "inspect runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     lst = runs_sub.add_parser("list", help="recent runs")
-    lst.add_argument("--limit", type=int, default=30)
-    lst.add_argument("--status")
+    lst.add_argument("--limit", type=int, default=30, help="at most this many (default 30)")
+    lst.add_argument("--status", choices=RUN_STATUSES, help="only runs in this status")
     handlers["runs list"] = cmd_runs_list
     for name, fn, help_ in (
         ("show", cmd_runs_show, "a run's phase, history and attempts"),
@@ -534,7 +546,97 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
         p.add_argument("--reason", required=True, help="recorded in the run's history")
         p.add_argument("--by", default=_operator(), help="who acts (default: the OS user)")
         handlers[f"runs {name}"] = cmd_runs_action
+    _name_environment(parser)
     return parser, handlers
+
+
+#: The run statuses ``runs list --status`` accepts.
+RUN_STATUSES = (*OPEN_STATUSES, *PARKED_STATUSES, *CLOSED_STATUSES)
+
+_DATABASE = ("REPAIRBOT_DATA_DIR", "DATABASE_URL")
+_GITHUB_APP = ("GITHUB_API_URL", "GITHUB_APP_ID", "GITHUB_PRIVATE_KEY", "GITHUB_PRIVATE_KEY_FILE")
+_WEB = (
+    *_DATABASE,
+    "REDIS_URL",
+    "GITHUB_WEBHOOK_SECRET (required)",
+    *_GITHUB_APP,
+    "REPAIRBOT_PUBLIC_URL",
+    "GITHUB_CLIENT_ID",
+    "GITHUB_CLIENT_SECRET",
+    "REPAIRBOT_SESSION_SECRET",
+    "REPAIRBOT_WEBHOOK_MAX_BYTES",
+    "REPAIRBOT_WEBHOOK_READ_TIMEOUT",
+    "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT",
+    "REPAIRBOT_WEB_SHUTDOWN_GRACE",
+)
+_WORKER = (
+    *_DATABASE,
+    "REDIS_URL",
+    *_GITHUB_APP,
+    "GITHUB_GIT_URL",
+    "REPAIRBOT_CONCURRENCY",
+    "REPAIRBOT_SANDBOX",
+    "REPAIRBOT_AGENT_COMMAND",
+    "REPAIRBOT_AGENT_*",
+    "REPAIRBOT_DRAIN_GRACE",
+    "REPAIRBOT_EVIDENCE_*",
+)
+#: The environment variables each command reads (README.md, Configuration,
+#: says what each means); shown at the end of its --help.
+ENVIRONMENT: dict[str, tuple[str, ...]] = {
+    "migrate": _DATABASE,
+    "demo": (),
+    "example": _DATABASE,
+    "worker": _WORKER,
+    "web": _WEB,
+    "serve": (*_WEB, *_WORKER[len(_DATABASE) + 1 :]),
+    "deliveries list": _DATABASE,
+    "deliveries retry": _DATABASE,
+    "deliveries reconcile": (*_DATABASE, *_GITHUB_APP, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL"),
+    "evidence get": (*_DATABASE, "REPAIRBOT_EVIDENCE_STORE"),
+    "evidence collect": (*_DATABASE, "REPAIRBOT_EVIDENCE_RETENTION_DAYS"),
+    "tokens create": _DATABASE,
+    "tokens list": _DATABASE,
+    "tokens revoke": _DATABASE,
+    "register": (
+        "REPAIRBOT_PUBLIC_URL",
+        "REPAIRBOT_APP_FILE",
+        "GITHUB_WEB_URL",
+        "GITHUB_API_URL",
+        "REPAIRBOT_WORKFLOWS_PERMISSION",
+    ),
+    "runs list": _DATABASE,
+    "runs show": _DATABASE,
+    "runs export": _DATABASE,
+    "runs watch": _DATABASE,
+    "runs cancel": (*_DATABASE, "REDIS_URL"),
+    "runs terminate": (*_DATABASE, "REDIS_URL"),
+    "runs resume": (*_DATABASE, "REDIS_URL"),
+    "runs retry": (*_DATABASE, "REDIS_URL"),
+}
+
+
+def leaf_parsers(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> dict[str, argparse.ArgumentParser]:
+    """Every command that runs something (``runs list``...), by its words."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                key = f"{prefix} {name}".strip()
+                found |= leaf_parsers(child, key) or {key: child}
+    return found
+
+
+def _name_environment(parser: argparse.ArgumentParser) -> None:
+    for key, child in leaf_parsers(parser).items():
+        names = tuple(dict.fromkeys(ENVIRONMENT[key]))
+        child.epilog = (
+            "environment: " + ", ".join(names) + " (and REPAIRBOT_LOG_LEVEL, REPAIRBOT_LOG_FORMAT)"
+            if names
+            else "environment: none (the demo makes its own emulated GitHub, database and folder)"
+        )
 
 
 #: Commands that serve for a long time: their start-up line is logged at INFO.
