@@ -364,3 +364,11 @@ def test_runs_watch_on_a_finished_run_shows_when_things_happened(
         datetime.fromtimestamp(86400 + n, UTC).strftime("%H:%M:%S") for n in range(60)
     }
     assert out.rstrip().endswith("00:01:39  run completed: completed")
+
+
+def test_dev_refuses_a_proxy_url_that_is_not_http(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GITHUB_WEBHOOK_SECRET", "s")
+    assert main(["dev", "--port", "1", "--webhook-proxy", "file:///etc/passwd"]) == 2
+    assert "must be http(s)://host/" in _one_line(capsys.readouterr().err)

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from app import logs, secrets
 from app.config import ConfigError, Settings
 from app.engine.db import make_engine
@@ -213,6 +215,20 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(run_web(settings, host=args.host, port=args.port, with_worker=True))
 
 
+def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    from app.main.dev import run_dev
+    from app.webhook_proxy import ProxyError, check_channel_url
+
+    proxy = args.webhook_proxy or settings.webhook_proxy_url
+    if proxy:
+        try:
+            check_channel_url(proxy)
+        except ProxyError as exc:
+            print(f"repairbot dev: {exc}", file=sys.stderr)
+            return 2
+    return asyncio.run(run_dev(settings, host=args.host, port=args.port, proxy_url=proxy))
+
+
 def _intake(settings: Settings) -> Any:
     from app.intake import Intake
     from app.main.catalog import build_registry
@@ -320,14 +336,41 @@ def cmd_tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 1
 
 
+def _webhook_channel(wanted: str, settings: Settings) -> str:
+    """``--webhook-proxy``: a channel URL as given, or ``new`` for a fresh one."""
+    from app.webhook_proxy import ProxyError, check_channel_url, create_channel
+
+    async def create() -> str:
+        async with httpx.AsyncClient() as client:
+            return await create_channel(settings.webhook_proxy_service, client)
+
+    try:
+        if wanted == "new":
+            channel = asyncio.run(create())
+            print(f"created the webhook-proxy channel {channel}")
+            return channel
+        return check_channel_url(wanted)
+    except ProxyError as exc:
+        raise SystemExit(f"repairbot register: {exc}") from None
+
+
 def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
     from app.main.web_process import serve_registration
     from app.registration import Registrar
     from handlers import build_router
 
+    channel = _webhook_channel(args.webhook_proxy, settings) if args.webhook_proxy else ""
     public_url = (args.public_url or settings.public_url).rstrip("/")
+    if not public_url and channel:
+        # Behind a proxy the public URL serves only people on this machine
+        # (sign-in's callback, links): the address `repairbot dev` listens on.
+        public_url = "http://127.0.0.1:8000"
     if not public_url:
-        print("give --public-url (where GitHub will reach repairbot)", file=sys.stderr)
+        print(
+            "give --public-url (where GitHub will reach repairbot), or --webhook-proxy new "
+            "on a machine GitHub cannot reach",
+            file=sys.stderr,
+        )
         return 2
     out = args.out or settings.app_file or settings.data_dir / "github-app.json"
     registrar = Registrar(
@@ -341,6 +384,7 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
         workflows=args.workflows or settings.workflows_permission,
         org=args.org or "",
         force=args.force,
+        webhook_url=channel,
     )
     if out.exists() and not args.force:
         print(f"{out} exists; pass --force to replace it", file=sys.stderr)
@@ -351,6 +395,8 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     print(f"registered {registrar.registered['slug']} (id {registrar.registered['app_id']})")
     print(f"credentials written to {out} (mode 600)")
+    if channel:
+        print(f"webhooks go to {channel}; `repairbot dev` receives them from there")
     print(f"install it: {registrar.registered['html_url']}/installations/new")
     return 0
 
@@ -457,6 +503,20 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
         p = add(name, fn, help_)
         p.add_argument("--host", default="127.0.0.1", help="address to listen on")
         p.add_argument("--port", type=_port, default=8000, help="port to listen on (1-65535)")
+    dev = add(
+        "dev",
+        cmd_dev,
+        "serve (web and worker) on this machine, receiving webhooks through a webhook proxy",
+    )
+    dev.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    dev.add_argument("--port", type=_port, default=8000, help="port to listen on (1-65535)")
+    dev.add_argument(
+        "--webhook-proxy",
+        metavar="URL",
+        help="the smee-compatible channel GitHub delivers to (default: "
+        "REPAIRBOT_WEBHOOK_PROXY_URL, which `register --webhook-proxy` stores); "
+        "each delivery is posted, signature intact, to this process's intake",
+    )
     deliveries = add("deliveries", lambda a, s: 0, "inspect and retry webhook deliveries")
     deliveries_sub = deliveries.add_subparsers(dest="deliveries_command", required=True)
     dl = deliveries_sub.add_parser("list", help="recent deliveries")
@@ -505,6 +565,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     reg.add_argument("--workflows", action="store_true", help="ask for the Workflows permission")
     reg.add_argument("--out", type=Path, help="credentials file (default <data>/github-app.json)")
     reg.add_argument("--force", action="store_true", help="replace an existing credentials file")
+    reg.add_argument(
+        "--webhook-proxy",
+        metavar="URL|new",
+        help="deliver webhooks to this smee-compatible channel (`new`: create one at "
+        "REPAIRBOT_WEBHOOK_PROXY_SERVICE) for a machine GitHub cannot reach; "
+        "`repairbot dev` receives from it",
+    )
     reg.add_argument("--host", default="127.0.0.1", help="address of the registration page")
     reg.add_argument("--port", type=_port, default=8765, help="port of the registration page")
     dc = deliveries_sub.add_parser(
@@ -590,6 +657,7 @@ ENVIRONMENT: dict[str, tuple[str, ...]] = {
     "worker": _WORKER,
     "web": _WEB,
     "serve": (*_WEB, *_WORKER[len(_DATABASE) + 1 :]),
+    "dev": (*_WEB, *_WORKER[len(_DATABASE) + 1 :], "REPAIRBOT_WEBHOOK_PROXY_URL"),
     "deliveries list": _DATABASE,
     "deliveries retry": _DATABASE,
     "deliveries reconcile": (*_DATABASE, *_GITHUB_APP, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL"),
@@ -604,6 +672,7 @@ ENVIRONMENT: dict[str, tuple[str, ...]] = {
         "GITHUB_WEB_URL",
         "GITHUB_API_URL",
         "REPAIRBOT_WORKFLOWS_PERMISSION",
+        "REPAIRBOT_WEBHOOK_PROXY_SERVICE",
     ),
     "runs list": _DATABASE,
     "runs show": _DATABASE,
@@ -640,11 +709,11 @@ def _name_environment(parser: argparse.ArgumentParser) -> None:
 
 
 #: Commands that serve for a long time: their start-up line is logged at INFO.
-LONG_RUNNING = frozenset({"web", "serve", "worker"})
+LONG_RUNNING = frozenset({"web", "serve", "worker", "dev"})
 #: Commands that read the database as it is: it must be reachable and migrated.
 NEEDS_SCHEMA = frozenset({"web", "worker", "runs", "deliveries", "evidence", "tokens"})
 #: Commands that migrate the database themselves: it must be reachable.
-MIGRATES = frozenset({"migrate", "serve", "example"})
+MIGRATES = frozenset({"migrate", "serve", "dev", "example"})
 
 
 def _log_settings(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, bool]:
@@ -661,15 +730,15 @@ def _preflight(args: argparse.Namespace, settings: Settings) -> None:
     """What must hold before the command starts (each failure is one line)."""
     from app.main import preflight
 
-    if args.command in ("web", "serve"):
+    if args.command in ("web", "serve", "dev"):
         preflight.check_webhook_secret(settings)
-    if args.command in ("web", "serve", "worker"):
+    if args.command in ("web", "serve", "worker", "dev"):
         preflight.check_app_credentials(settings)
     if args.command in NEEDS_SCHEMA:
         preflight.check_schema(settings)
     elif args.command in MIGRATES:
         preflight.check_reachable(settings)
-    if args.command in ("web", "serve"):
+    if args.command in ("web", "serve", "dev"):
         preflight.check_listen(args.host, args.port)
 
 

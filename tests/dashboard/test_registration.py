@@ -55,7 +55,10 @@ def test_the_manifest_asks_only_for_what_the_app_uses() -> None:
     assert with_workflows["default_permissions"]["workflows"] == "write"
 
 
-async def test_register_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("channel", ["", "https://smee.example/chan-1"], ids=["direct", "proxy"])
+async def test_register_end_to_end(tmp_path: Path, channel: str) -> None:
+    """``channel``: ``register --webhook-proxy``: GitHub delivers to the
+    channel, and the credentials file tells ``repairbot dev`` where it is."""
     with Emulator(root=tmp_path / "github") as emu:
         transport = httpx.ASGITransport(app=emu.asgi())
         async with EmulatorClient(GITHUB, transport=transport) as gh:
@@ -71,6 +74,7 @@ async def test_register_end_to_end(tmp_path: Path) -> None:
                 routed=frozenset(ROUTED),
                 workflows=True,
                 transport=transport,
+                webhook_url=channel,
             )
             browser = httpx.AsyncClient(
                 mounts={
@@ -117,7 +121,8 @@ async def test_register_end_to_end(tmp_path: Path) -> None:
                 app = emu.store.apps[int(settings.github_app_id)]
             assert app.permissions["workflows"] == "write"
             assert app.events == posted["default_events"]
-            assert app.webhook_url == "https://rb.example/webhooks/github"
+            assert app.webhook_url == (channel or "https://rb.example/webhooks/github")
+            assert settings.webhook_proxy_url == channel
             assert app.webhook_secret == settings.github_webhook_secret
             # The private key is the App's: it authenticates as the App.
             factory = GitHubClientFactory(
