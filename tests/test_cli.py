@@ -372,3 +372,53 @@ def test_dev_refuses_a_proxy_url_that_is_not_http(
     monkeypatch.setenv("GITHUB_WEBHOOK_SECRET", "s")
     assert main(["dev", "--port", "1", "--webhook-proxy", "file:///etc/passwd"]) == 2
     assert "must be http(s)://host/" in _one_line(capsys.readouterr().err)
+
+
+# -- repairbot config check (issue 22, point 6) ----------------------------------
+
+
+def test_config_check_accepts_a_valid_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / ".github").mkdir()
+    (tmp_path / ".github" / "repairbot.yml").write_text("reproduce: pytest -x\ntest: pytest\n")
+    assert main(["config", "check", str(tmp_path)]) == 0
+    assert "is valid: reproduce, test" in capsys.readouterr().out
+
+
+def test_config_check_names_line_and_field_of_each_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "repairbot.yml"
+    path.write_text("test: pytest\nbudgets:\n  repair_attempts: lots\nmerge_methd: squash\n")
+    assert main(["config", "check", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{path}:3: budgets.repair_attempts: ")
+    assert out[1] == f"{path}:4: merge_methd: unknown setting (check the spelling)"
+
+
+def test_config_check_uses_the_runs_own_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app import config_check
+    from app.repo_config import RepoConfigError
+
+    def refuse(text: str) -> None:
+        raise RepoConfigError("- `test`: refused by the run's parser")
+
+    monkeypatch.setattr(config_check, "parse_repo_config", refuse)
+    path = tmp_path / "repairbot.yml"
+    path.write_text("test: pytest\n")
+    assert main(["config", "check", str(path)]) == 1
+    assert capsys.readouterr().out.strip() == f"{path}:1: test: refused by the run's parser"
+
+
+def test_config_check_bad_yaml_and_missing_file_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "repairbot.yml"
+    path.write_text("test: [pytest\n")
+    assert main(["config", "check", str(path)]) == 1
+    assert _one_line(capsys.readouterr().out).startswith(f"{path}:2: ")
+    assert main(["config", "check", str(tmp_path / "nope.yml")]) == 2
+    assert "cannot read" in _one_line(capsys.readouterr().err)

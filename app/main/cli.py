@@ -437,6 +437,29 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
+def cmd_config_check(args: argparse.Namespace, settings: Settings) -> int:
+    from app.config_check import check_config, summary
+    from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES
+
+    path: Path = args.path
+    if path.is_dir():
+        path = path / CONFIG_PATH
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        text = raw.decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"repairbot config check: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    config, problems = check_config(text)
+    if config is not None:
+        print(summary(config).replace(CONFIG_PATH, str(path), 1))
+        return 0
+    for problem in problems:
+        print(problem.render(str(path)))
+    return 1
+
+
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.main.worker_process import run_worker
 
@@ -585,6 +608,19 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
         "(default: REPAIRBOT_DELIVERY_RECONCILE_INTERVAL)",
     )
     handlers["deliveries reconcile"] = cmd_deliveries_reconcile
+    config = add("config", lambda a, s: 0, "a repository's .github/repairbot.yml")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    cc = config_sub.add_parser(
+        "check", help="validate it with the code a run uses; each problem with its line"
+    )
+    cc.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        default=Path("."),
+        help="the file, or a checkout holding .github/repairbot.yml (default: .)",
+    )
+    handlers["config check"] = cmd_config_check
     runs = add("runs", lambda a, s: 0, "inspect runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     lst = runs_sub.add_parser("list", help="recent runs")
@@ -674,6 +710,7 @@ ENVIRONMENT: dict[str, tuple[str, ...]] = {
         "REPAIRBOT_WORKFLOWS_PERMISSION",
         "REPAIRBOT_WEBHOOK_PROXY_SERVICE",
     ),
+    "config check": (),
     "runs list": _DATABASE,
     "runs show": _DATABASE,
     "runs export": _DATABASE,
@@ -704,7 +741,12 @@ def _name_environment(parser: argparse.ArgumentParser) -> None:
         child.epilog = (
             "environment: " + ", ".join(names) + " (and REPAIRBOT_LOG_LEVEL, REPAIRBOT_LOG_FORMAT)"
             if names
-            else "environment: none (the demo makes its own emulated GitHub, database and folder)"
+            else "environment: none"
+            + (
+                " (the demo makes its own emulated GitHub, database and folder)"
+                if key == "demo"
+                else ""
+            )
         )
 
 
