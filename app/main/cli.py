@@ -433,6 +433,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             seed=args.seed,
             timeout=args.timeout,
             agent=args.agent,
+            serve_after=args.keep,
         )
     )
 
@@ -501,6 +502,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
     demo = add("demo", cmd_demo, "the whole repair on an emulated GitHub, end to end")
     demo.add_argument("--crash", action="store_true", help="SIGKILL the worker mid-run")
     demo.add_argument("--dir", type=Path, help="keep everything in this folder")
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="after the run, keep the emulated GitHub, repairbot and the worker serving "
+        "(until Ctrl-C) and print how to open the dashboard and sign in",
+    )
     demo.add_argument("--seed", type=int, help="seed for the crash moment")
     demo.add_argument(
         "--timeout", type=float, default=180.0, help="give up after this many seconds (180)"
