@@ -5,6 +5,8 @@ shows only runs of repositories that principal may read."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import math
 import time
@@ -92,10 +94,30 @@ class Pages:
     def render(
         self, request: Request, name: str, principal: Principal | None, **context: Any
     ) -> Response:
-        context |= {"principal": principal, "notice": request.query_params.get("notice")}
+        context |= {"principal": principal, "notice": self.notice_of(request, principal)}
         return self.templates.TemplateResponse(
             request, name, context, status_code=context.pop("status_code", 200)
         )
+
+    # -- notices: what an action did, shown on the page it redirects to ---------
+    #
+    # The text travels in the redirect's query string, so a link anyone can
+    # make would put any words on our page. Only a notice signed by this
+    # server, for the person who acted, is shown.
+
+    def _notice_sig(self, principal: Principal, text: str) -> str:
+        key = b"repairbot-notice\0" + self.settings.session_secret.encode()
+        message = f"{principal.name}\0{text}".encode()
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+    def notice_url(self, path: str, principal: Principal, text: str) -> str:
+        return f"{path}?{urlencode({'notice': text, 'sig': self._notice_sig(principal, text)})}"
+
+    def notice_of(self, request: Request, principal: Principal | None) -> str | None:
+        text, sig = request.query_params.get("notice"), request.query_params.get("sig")
+        if not text or not sig or principal is None:
+            return None
+        return text if hmac.compare_digest(sig, self._notice_sig(principal, text)) else None
 
     def message(
         self, request: Request, principal: Principal | None, heading: str, text: str, status: int
@@ -222,10 +244,8 @@ class Pages:
         except actions.ActionUnavailable as exc:
             return self.message(request, principal, "Not possible", str(exc), 409)
         target = run_url(result.new_run_id or run.run_id)
-        return RedirectResponse(
-            f"{target}?{urlencode({'notice': f'{result.action}: {result.message}'})}",
-            status_code=303,
-        )
+        notice = f"{result.action}: {result.message}"
+        return RedirectResponse(self.notice_url(target, principal, notice), status_code=303)
 
     # -- deliveries ------------------------------------------------------------
 
@@ -262,4 +282,4 @@ class Pages:
         result = await asyncio.to_thread(self.intake.retry, delivery_id)
         await self.runtime.dispatch(result.jobs)
         notice = f"delivery {delivery_id}: {result.status_code} {result.message}"
-        return RedirectResponse(f"/deliveries?{urlencode({'notice': notice})}", status_code=303)
+        return RedirectResponse(self.notice_url("/deliveries", principal, notice), status_code=303)
