@@ -250,10 +250,19 @@ class Pages:
     # -- deliveries ------------------------------------------------------------
 
     async def deliveries(self, request: Request, principal: Principal) -> Response:
-        status = request.query_params.get("status", "")
+        q = request.query_params
+        status, event, hide_own = q.get("status", ""), q.get("event", ""), bool(q.get("hide_own"))
+        bot = f"{self.settings.github_app_slug}[bot]"
         rows = await asyncio.to_thread(
-            deliveries_view.recent, self.runtime.store, principal, status=status
+            lambda: deliveries_view.recent(
+                self.runtime.store,
+                principal,
+                status=status,
+                event=event,
+                hide_sender=bot if hide_own else "",
+            )
         )
+        events = await asyncio.to_thread(deliveries_view.recorded_events, self.runtime.store)
         return self.render(
             request,
             "deliveries.html",
@@ -261,6 +270,10 @@ class Pages:
             nav="deliveries",
             rows=rows,
             status=status,
+            event=event,
+            events=events,
+            hide_own=hide_own,
+            bot=bot,
             csrf=principal.session.csrf if principal.session else "",
         )
 

@@ -82,3 +82,41 @@ async def test_no_agent_token_row_when_the_agent_reported_none(world: World) -> 
         await world.sign_in(client, world.people.maintainer)
         assert "Agent tokens" not in (await client.get(f"/runs/{quote(silent, safe='')}")).text
         assert "Agent tokens" in (await client.get(f"/runs/{quote(counted, safe='')}")).text
+
+
+async def test_deliveries_filter_by_event_and_hide_repairbots_own(world: World) -> None:
+    import json
+    import time
+
+    from sqlalchemy import insert
+
+    from app.web.deliveries_view import deliveries
+
+    bot = f"{world.settings.github_app_slug}[bot]"
+    with world.runtime.engine.begin() as conn:
+        for delivery_id, event, sender in (
+            ("d-human", "issues", "maya"),
+            ("d-echo", "issue_comment", bot),
+            ("d-comment", "issue_comment", "octo"),
+        ):
+            payload = {"repository": {"full_name": "octo/widgets"}, "sender": {"login": sender}}
+            conn.execute(
+                insert(deliveries).values(
+                    delivery_id=delivery_id,
+                    event=event,
+                    action="created",
+                    status="handled",
+                    detail="",
+                    body=json.dumps(payload).encode(),
+                    received_at=time.time(),
+                )
+            )
+    async with world.browser() as client:
+        await world.sign_in(client, world.people.maintainer)
+        everything = (await client.get("/deliveries")).text
+        assert all(d in everything for d in ("d-human", "d-echo", "d-comment"))
+        comments = (await client.get("/deliveries", params={"event": "issue_comment"})).text
+        assert "d-echo" in comments and "d-comment" in comments and "d-human" not in comments
+        quiet = (await client.get("/deliveries", params={"hide_own": "1"})).text
+        assert "d-echo" not in quiet and "d-human" in quiet and "d-comment" in quiet
+        assert f"Hide repairbot's own ({bot})" in quiet
