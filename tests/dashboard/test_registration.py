@@ -143,3 +143,25 @@ def test_a_credentials_file_others_can_read_is_refused(tmp_path: Path) -> None:
     settings = Settings.from_env({"REPAIRBOT_APP_FILE": str(path), "GITHUB_APP_ID": "7"})
     assert settings.github_app_id == "7"  # a variable wins over the file
     assert settings.github_private_key == "x"
+
+
+async def test_the_install_link_register_prints_works_on_the_emulator(tmp_path: Path) -> None:
+    """``install it: <html_url>/installations/new``: the emulated GitHub serves
+    that page, and installing there sends installation.created as GitHub does."""
+    with Emulator(root=tmp_path / "github") as emu:
+        transport = httpx.ASGITransport(app=emu.asgi())
+        async with EmulatorClient(GITHUB, transport=transport) as gh:
+            await gh.create_user("octo")
+            app = await gh.create_app(name="repairbot-dev")
+            async with httpx.AsyncClient(transport=transport, base_url=GITHUB) as browser:
+                # The App's html_url is <web>/apps/<slug> (emulator/render/base.py).
+                link = f"/apps/{app.slug}/installations/new"
+                page = await browser.get(link)
+                assert page.status_code == 200 and "Install repairbot-dev" in page.text
+                done = await browser.post(link, data={"account": "octo"})
+                assert done.status_code == 200 and "installed on octo" in done.text
+                unknown = await browser.post(link, data={"account": "nobody"})
+                assert unknown.status_code == 404
+            with emu.store.lock:
+                [inst] = [i for i in emu.store.installations.values() if i.app_id == app.id]
+            assert inst.account.login == "octo"
