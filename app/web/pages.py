@@ -159,6 +159,7 @@ class Pages:
             phases=[p for p, _ in PHASES] + ["cancel-requested", "stopping-active-work"],
             outcomes=sorted(OUTCOMES),
             page_url=page_url,
+            github_web=self.settings.github_web_url,
         )
 
     async def readable_run(self, request: Request, principal: Principal) -> RunRow | None:
