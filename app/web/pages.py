@@ -67,6 +67,22 @@ def short_json(value: Any) -> str:
     return text if len(text) <= 300 else text[:300] + "…"
 
 
+def next_step(run: RunRow, summary: Any, pull_number: Any) -> str:
+    """What the run waits for from a person, in one sentence."""
+    if run.status in PARKED_STATUSES:
+        return "A person: fix the cause (see Error), then Resume the run, or Cancel or Terminate."
+    if run.status in CLOSED_STATUSES:
+        if summary.outcome == "merged":
+            return "Nothing: the fix is merged."
+        return "Nothing, unless you want another try: Retry starts a new run for this issue."
+    if summary.phase == "awaiting-review" and pull_number:
+        return (
+            f"Your review of pull request #{pull_number}: approving its commit lets repairbot "
+            "merge it; requesting changes starts another attempt."
+        )
+    return "Nothing yet: repairbot is working; this page follows it."
+
+
 def templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(TEMPLATES))
     t.env.globals.update(when=when, duration=duration, run_url=run_url, short_json=short_json)
@@ -200,6 +216,7 @@ class Pages:
             pull_url=state.get("pull_url")
             or (f"{web}/{repo}/pull/{pull_number}" if repo and pull_number else None),
             actions=actions.available(run),
+            next_step=next_step(run, detail.summary, pull_number),
             can_act=principal.may_act(repo),
             csrf=principal.session.csrf if principal.session else "",
             live_url=run_url(run.run_id) + "/live",

@@ -139,6 +139,13 @@ async def test_sign_in_read_a_diff_and_cancel_live(live: Live) -> None:
             # Server-sent events carry the change to the open tab.
             await expect(status).to_have_text("cancelled", timeout=20_000)
             await expect(watcher.get_by_text("The run has ended")).to_be_visible()
+            # The rest of the page followed too, without a reload: the next step,
+            # the actions a closed run offers and the history's last event.
+            await expect(watcher.get_by_text("Retry starts a new run")).to_be_visible()
+            await expect(watcher.get_by_role("button", name="Retry")).to_be_visible()
+            await expect(watcher.get_by_role("button", name="Terminate")).to_have_count(0)
+            history = watcher.locator("ol.history")  # folded away, but there
+            await expect(history.get_by_text("workflow_cancelled")).to_have_count(1)
 
             await page.goto(f"{live.app_url}/deliveries")
             await expect(page.get_by_role("heading", name="Webhook deliveries")).to_be_visible()
