@@ -158,7 +158,10 @@ class WebhookProxy:
         max_event_bytes: int,
         reconnect_delay: float = 1.0,
         max_reconnect_delay: float = 30.0,
+        ready_url: str = "",
     ) -> None:
+        """``ready_url``: answers 200 once the intake can take deliveries; the
+        channel is not followed before (a delivery it sends is not replayed)."""
         self.channel_url = check_channel_url(channel_url)
         self.target_url = target_url
         self.client = client
@@ -166,11 +169,13 @@ class WebhookProxy:
         self.limit = max_event_bytes + 64 * 1024
         self.reconnect_delay = reconnect_delay
         self.max_reconnect_delay = max_reconnect_delay
+        self.ready_url = ready_url
         #: How many deliveries were handed to the intake (and its answers), for logs.
         self.forwarded = 0
 
     async def run_forever(self) -> None:
         """Follow the channel; reconnect (backing off) when the stream ends or fails."""
+        await self.wait_until_ready()
         delay = self.reconnect_delay
         while True:
             try:
@@ -182,6 +187,18 @@ class WebhookProxy:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_reconnect_delay)
+
+    async def wait_until_ready(self) -> None:
+        """Until ``ready_url`` answers 200 (at once without one)."""
+        delay = 0.1
+        while self.ready_url:
+            try:
+                if (await self.client.get(self.ready_url, timeout=5.0)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(delay)  # the local server is still starting
+            delay = min(delay * 2, 2.0)
 
     async def follow(self) -> None:
         """One connection to the channel, until it ends."""

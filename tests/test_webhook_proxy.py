@@ -48,6 +48,7 @@ class Channel:
     def __init__(self) -> None:
         self.listeners: list[asyncio.Queue[str]] = []
         self.raw: list[str] = []  # extra raw SSE text sent before each event (tests)
+        self.health_checks = 0  # asks of /_down, a server that is not up yet
 
     def app(self) -> Starlette:
         async def new(request: Request) -> Response:
@@ -79,8 +80,13 @@ class Channel:
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
+        async def down(request: Request) -> Response:
+            self.health_checks += 1
+            return Response("starting", status_code=503)
+
         return Starlette(
             routes=[
+                Route("/_down", down, methods=["GET"]),
                 Route("/new", new, methods=["POST"]),
                 Route("/{name}", publish, methods=["POST"]),
                 Route("/{name}", stream, methods=["GET"]),
@@ -248,3 +254,70 @@ async def test_register_can_create_a_channel(channel: tuple[Channel, str]) -> No
             await create_channel(f"{base}/chan-1", client)  # answers 405, no redirect
         with pytest.raises(ProxyError, match="must be http"):
             await create_channel("file:///etc", client)
+
+
+@pytest.mark.slow
+async def test_repairbot_dev_receives_a_delivery_through_the_channel(
+    channel: tuple[Channel, str], tmp_path: Any
+) -> None:
+    """The whole laptop path: ``repairbot dev --webhook-proxy`` as a real
+    process, GitHub posting to the channel, the delivery recorded by dev."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from sqlalchemy import create_engine
+
+    chan, base = channel
+    port_sock = bind()
+    port = port_sock.getsockname()[1]
+    port_sock.close()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env |= {"REPAIRBOT_DATA_DIR": str(tmp_path), "GITHUB_WEBHOOK_SECRET": SECRET}
+    log = (tmp_path / "dev.log").open("wb")
+    dev = subprocess.Popen(
+        [sys.executable, "-m", "app.main.cli", "dev", "--port", str(port),
+         "--webhook-proxy", f"{base}/chan-1"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        await wait_for("dev follows the channel", lambda: bool(chan.listeners), timeout=60)
+        await _github_posts(f"{base}/chan-1", example("issues", "opened"), "proxied-cli")
+        engine = create_engine(f"sqlite:///{tmp_path / 'repairbot.db'}")
+        await wait_for(
+            "dev recorded the delivery",
+            lambda: [r.delivery_id for r in _recorded(engine)] == ["proxied-cli"],
+            timeout=60,
+        )
+        engine.dispose()
+        dev.send_signal(signal.SIGTERM)
+        assert dev.wait(timeout=60) == 0
+        output = (tmp_path / "dev.log").read_text()
+        assert "webhook proxy: delivery proxied-cli (issues) forwarded: 202" in output
+        assert "Traceback" not in output
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.wait()
+        log.close()
+
+
+async def test_the_channel_is_not_followed_before_the_intake_is_up(
+    channel: tuple[Channel, str], intake: str
+) -> None:
+    """A delivery taken from the channel is not replayed: so not before the
+    local server answers its health check."""
+    chan, base = channel
+    async with httpx.AsyncClient() as client:
+        proxy = WebhookProxy(
+            f"{base}/chan-1", intake, client, max_event_bytes=MAX_BYTES, ready_url=f"{base}/_down"
+        )
+        waiting = asyncio.create_task(proxy.run_forever())
+        try:
+            await wait_for("the proxy asked three times", lambda: chan.health_checks >= 3)
+            assert chan.listeners == [] and not waiting.done()
+        finally:
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
