@@ -461,6 +461,28 @@ def cmd_config_check(args: argparse.Namespace, settings: Settings) -> int:
     return 1
 
 
+def cmd_config_init(args: argparse.Namespace, settings: Settings) -> int:
+    from app.config_check import check_config
+    from app.config_proposal import propose
+    from app.repo_config import CONFIG_PATH
+
+    proposal = propose(args.path)
+    text = proposal.yaml()
+    _config, problems = check_config(text)  # what it proposes, the run accepts
+    assert not problems, problems
+    if not args.write:
+        print(text, end="")
+        return 0
+    target = args.path / CONFIG_PATH
+    if target.exists():
+        print(f"repairbot config init: {target} exists; not replaced", file=sys.stderr)
+        return 1
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    print(f"wrote {target} (from {proposal.source or 'nothing recognised'}); check it")
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.main.worker_process import run_worker
 
@@ -628,6 +650,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Subcommand]]:
         help="the file, or a checkout holding .github/repairbot.yml (default: .)",
     )
     handlers["config check"] = cmd_config_check
+    ci = config_sub.add_parser(
+        "init", help="propose one from the checkout's pyproject/tox/package.json/Makefile..."
+    )
+    ci.add_argument(
+        "path", nargs="?", type=Path, default=Path("."), help="the checkout (default: .)"
+    )
+    ci.add_argument(
+        "--write", action="store_true", help="write .github/repairbot.yml (never replaces one)"
+    )
+    handlers["config init"] = cmd_config_init
     runs = add("runs", lambda a, s: 0, "inspect runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     lst = runs_sub.add_parser("list", help="recent runs")
@@ -718,6 +750,7 @@ ENVIRONMENT: dict[str, tuple[str, ...]] = {
         "REPAIRBOT_WEBHOOK_PROXY_SERVICE",
     ),
     "config check": (),
+    "config init": (),
     "runs list": _DATABASE,
     "runs show": _DATABASE,
     "runs export": _DATABASE,
