@@ -65,6 +65,7 @@ APP_FILE_KEYS = {
     "webhook_secret": "GITHUB_WEBHOOK_SECRET",
     "client_id": "GITHUB_CLIENT_ID",
     "client_secret": "GITHUB_CLIENT_SECRET",
+    "webhook_proxy_url": "REPAIRBOT_WEBHOOK_PROXY_URL",
 }
 
 
@@ -263,6 +264,13 @@ class Settings:
     #: (default ``<data_dir>/github-app.json`` when present); variables win.
     app_file: Path | None = None
 
+    #: REPAIRBOT_WEBHOOK_PROXY_URL: a smee-compatible channel ``repairbot dev``
+    #: receives webhooks from (development on a machine GitHub cannot reach).
+    webhook_proxy_url: str = ""
+    #: REPAIRBOT_WEBHOOK_PROXY_SERVICE: where ``repairbot register --webhook-proxy
+    #: new`` creates a channel (``POST <service>/new``).
+    webhook_proxy_service: str = "https://smee.io"
+
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
@@ -390,6 +398,8 @@ class Settings:
             "REPAIRBOT_WEB_SHUTDOWN_GRACE": str(self.web_shutdown_grace),
             "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": str(self.delivery_reconcile_interval),
             "REPAIRBOT_PUBLIC_URL": self.public_url,
+            "REPAIRBOT_WEBHOOK_PROXY_URL": self.webhook_proxy_url,
+            "REPAIRBOT_WEBHOOK_PROXY_SERVICE": self.webhook_proxy_service,
             "GITHUB_WEB_URL": self.github_web_url,
             "GITHUB_CLIENT_ID": self.github_client_id,
             "REPAIRBOT_SESSION_HOURS": str(self.session_hours),
@@ -476,6 +486,10 @@ class Settings:
                 env, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", 60.0
             ),
             "public_url": env.get("REPAIRBOT_PUBLIC_URL", "").rstrip("/"),
+            "webhook_proxy_url": env.get("REPAIRBOT_WEBHOOK_PROXY_URL", ""),
+            "webhook_proxy_service": env.get(
+                "REPAIRBOT_WEBHOOK_PROXY_SERVICE", "https://smee.io"
+            ).rstrip("/"),
             "github_web_url": env.get("GITHUB_WEB_URL", "https://github.com").rstrip("/"),
             "github_client_id": env.get("GITHUB_CLIENT_ID", ""),
             "github_client_secret": env.get("GITHUB_CLIENT_SECRET", ""),
