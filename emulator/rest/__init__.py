@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from emulator.rest import apps, checks, comments, issues, merge, pulls, refs, repos, reviews
+from emulator.rest import (
+    apps,
+    checks,
+    comments,
+    forks,
+    issues,
+    merge,
+    pulls,
+    refs,
+    repos,
+    reviews,
+)
 from emulator.rest.http import Spec
 
 #: Path parameters that may contain slashes (branch names, ``heads/feature/x``).
@@ -21,6 +32,7 @@ def all_specs() -> list[Spec]:
         *comments.ROUTES,
         *issues.ROUTES,
         *refs.ROUTES,
+        *forks.ROUTES,
         *repos.ROUTES,
     ]
 
