@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -80,6 +81,10 @@ def read_app_file(path: Path) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} is not a JSON object")
     return {var: str(raw[key]) for key, var in APP_FILE_KEYS.items() if raw.get(key)}
+
+
+#: A GitHub user or organization name.
+_ACCOUNT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -220,6 +225,16 @@ class Settings:
     #: (default ``<data_dir>/github-app.json`` when present); variables win.
     app_file: Path | None = None
 
+    #: REPAIRBOT_PROPOSAL_OWNER: the organization (where the App is installed
+    #: on all repositories) whose forks hold repairbot's proposals. Pull requests
+    #: come from those forks, so GitHub runs the base repository's workflows for
+    #: them without its secrets (docs/security.md, "Proposals live in a fork").
+    proposal_owner: str = ""
+    #: REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY: with no proposal owner, push
+    #: proposals to branches of the base repository anyway. Agent code will run
+    #: in your CI with your secrets before review.
+    proposals_in_base_repository: bool = False
+
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
@@ -246,6 +261,11 @@ class Settings:
         if self.evidence_store not in ("database", "folder"):
             raise ConfigError(
                 f"REPAIRBOT_EVIDENCE_STORE must be database or folder, got {self.evidence_store!r}"
+            )
+        if self.proposal_owner and not _ACCOUNT.fullmatch(self.proposal_owner):
+            raise ConfigError(
+                f"REPAIRBOT_PROPOSAL_OWNER must be a GitHub account name, "
+                f"got {self.proposal_owner!r}"
             )
         if self.evidence_max_bytes < 1024:
             raise ConfigError("REPAIRBOT_EVIDENCE_MAX_BYTES must be at least 1024")
@@ -328,6 +348,10 @@ class Settings:
             "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
             "REPAIRBOT_CANCEL_ON_UNLABEL": str(self.cancel_on_unlabel).lower(),
             "REPAIRBOT_FAULT_POINT": self.fault_point,
+            "REPAIRBOT_PROPOSAL_OWNER": self.proposal_owner,
+            "REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY": str(
+                self.proposals_in_base_repository
+            ).lower(),
             "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
             "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
             "REPAIRBOT_EVIDENCE_RETENTION_DAYS": repr(self.evidence_retention / 86400),
@@ -405,6 +429,10 @@ class Settings:
             "cancel_on_close": _bool(env, "REPAIRBOT_CANCEL_ON_CLOSE", True),
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
+            "proposal_owner": env.get("REPAIRBOT_PROPOSAL_OWNER", "").strip(),
+            "proposals_in_base_repository": _bool(
+                env, "REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY", False
+            ),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
             "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",
             "evidence_max_bytes": _int(env, "REPAIRBOT_EVIDENCE_MAX_BYTES", 8 * 1024 * 1024),

@@ -27,6 +27,7 @@ from app.migrate import upgrade
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from emulator.state import DEFAULT_APP_PERMISSIONS
 from handlers import build_router
 
 BASE_PATH = "/api/v3"
@@ -43,6 +44,8 @@ class People:
     owner: str = "octo"
     maintainer: str = "maya"  # write access: her approvals and commands count
     reader: str = "rick"  # read access: ignored, politely
+    #: The organization whose forks hold repairbot's proposals (REPAIRBOT_PROPOSAL_OWNER).
+    proposals: str = "octo-repairbot"
 
 
 @dataclass
@@ -66,6 +69,11 @@ class LocalStack:
     @property
     def repo(self) -> str:
         return f"{self.people.owner}/{self.repo_name}"
+
+    @property
+    def proposal_repo(self) -> str:
+        """Where the proposals of :attr:`repo` are pushed: the proposal organization's fork."""
+        return f"{self.people.proposals}/{self.repo_name}"
 
     @property
     def app_url(self) -> str:
@@ -104,13 +112,18 @@ class LocalStack:
         await self.client.create_repo_from_folder(people.owner, self.repo_name, source)
         await self.client.set_permission(people.owner, self.repo_name, people.maintainer, "write")
         await self.client.set_permission(people.owner, self.repo_name, people.reader, "read")
+        await self.client.create_user(people.proposals, type="Organization")
         app = await self.client.create_app(
             name="repairbot",
             webhook_url=f"{app_url}/webhooks/github",
             webhook_secret=WEBHOOK_SECRET,
+            # Administration: to fork repositories into the proposal organization.
+            permissions={**DEFAULT_APP_PERMISSIONS, "administration": "write"},
         )
         assert app.private_key_pem is not None
         self.installation_id = await self.client.create_installation(app.id, people.owner)
+        # On all of the proposal organization's repositories: the forks it makes.
+        await self.client.create_installation(app.id, people.proposals)
         data_dir = self.root / "repairbot"
         self.settings = Settings(
             data_dir=data_dir,
@@ -129,6 +142,8 @@ class LocalStack:
             session_secret=secrets.token_urlsafe(32),
             reconcile_interval=0.2,
             worker_id="demo-worker",
+            # Unreviewed agent code never lands in a branch of the base repository.
+            proposal_owner=people.proposals,
         )
         return self.settings
 
