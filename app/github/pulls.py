@@ -93,7 +93,6 @@ async def find_pull_requests(
             pr
             async for pr in pages
             if pr.head.ref == head
-            and (pr.head.label or "").lower() == f"{owner}:{head}".lower()
             and (bot_login is None or (pr.user is not None and pr.user.login == bot_login))
         ]
     return sorted(find_marked(pulls, op), key=lambda pr: pr.number)
