@@ -18,6 +18,7 @@ from tests.e2e.scenario import (
     file_on_branch,
     github_state,
     open_labelled_issue,
+    record_history,
     review,
     run_through_a_kill,
     wait_end,
@@ -82,6 +83,7 @@ async def test_proposal_lives_in_the_fork_until_the_approved_merge(stack: LocalS
     assert activity_results(stack, number, "github.proposal_repo") == [
         {"repo": stack.proposal_repo, "refused": None}
     ]
+    record_history(stack, number, "repair_v2_fork_proposal_merged")
 
 
 async def test_no_proposal_owner_refuses_to_publish(stack: LocalStack) -> None:
@@ -124,6 +126,7 @@ async def test_the_operator_may_opt_in_to_branches_of_the_base(stack: LocalStack
     [
         "activity.before_complete:github.proposal_repo",  # the fork exists; not recorded
         "activity.before_complete:github.push_branch",  # pushed to the fork; no PR yet
+        "activity.before_complete:github.pull_request",  # the fork's PR exists; not recorded
     ],
 )
 async def test_a_kill_between_fork_push_and_pull_request_leaves_one_pull_request(
