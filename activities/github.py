@@ -29,7 +29,7 @@ from app.github.checks import CheckRunView, Conclusion, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
 from app.github.errors import classified, classify, status_of
-from app.github.forks import ensure_fork, proposal_account
+from app.github.forks import ForkRefused, ensure_fork, proposal_account
 from app.github.gitcmd import fetch_commit, git_env, run_git
 from app.github.markers import OpId, strip_markers
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
@@ -588,6 +588,12 @@ NO_PROPOSAL_OWNER = (
 )
 
 
+PROPOSAL_FORK_REFUSED = (
+    "repairbot did not publish this fix: its proposal fork cannot be used: {why}. "
+    "Once that is fixed, this run can be resumed."
+)
+
+
 @activity("github.proposal_repo", retry=API, timeouts=GIT_TIMEOUTS)
 async def proposal_repo(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Where the run's proposals are pushed: the proposal account's fork of the
@@ -600,8 +606,20 @@ async def proposal_repo(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
             return ProposalRepoResult(repo=request.repo).model_dump(mode="json")
         refused = NO_PROPOSAL_OWNER.format(repo=request.repo)
         return ProposalRepoResult(refused=refused).model_dump(mode="json")
+    try:
+        fork = await _proposal_fork(actx, request, settings.proposal_owner)
+    except ForkRefused as refused:
+        # Only a human can fix this (install the App, grant a permission,
+        # rename a repository): the run parks and says so, resumable.
+        return ProposalRepoResult(refused=PROPOSAL_FORK_REFUSED.format(why=refused)).model_dump(
+            mode="json"
+        )
+    return ProposalRepoResult(repo=fork.full_name).model_dump(mode="json")
+
+
+async def _proposal_fork(actx: ActivityContext, request: RepoInput, owner: str) -> RepoRef:
     access = _access(actx)
-    account = await proposal_account(access.factory, settings.proposal_owner)
+    account = await proposal_account(access.factory, owner)
 
     async def ready(fork: RepoRef) -> bool:
         """git answers for the fork: GitHub finished copying it."""
@@ -611,14 +629,13 @@ async def proposal_repo(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
             return False  # GitHub mints no token for a repository it is still creating
         return await remote_answers(access.clone_url(fork.full_name), token=token)
 
-    fork = await ensure_fork(
+    return await ensure_fork(
         access.factory,
         access.factory.for_installation(request.installation_id, repository=request.repo),
         RepoRef.parse(request.repo),
         account,
         ready=ready,
     )
-    return ProposalRepoResult(repo=fork.full_name).model_dump(mode="json")
 
 
 # -- pull requests, checks, merge ----------------------------------------------

@@ -86,11 +86,8 @@ async def test_proposal_lives_in_the_fork_until_the_approved_merge(stack: LocalS
     record_history(stack, number, "repair_v2_fork_proposal_merged")
 
 
-async def test_no_proposal_owner_refuses_to_publish(stack: LocalStack) -> None:
-    stack.start_repairbot(agent_command=tuple(fix_agent_command()), proposal_owner="")
-    number = await open_labelled_issue(stack)
-    body = await wait_status_comment(stack, number, "REPAIRBOT_PROPOSAL_OWNER", timeout=60)
-    assert "REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY=true" in body
+async def parks_without_publishing(stack: LocalStack, number: int) -> None:
+    """The run waits for a human; nothing was pushed or opened anywhere."""
     runtime = stack.runtime
     assert runtime is not None
 
@@ -103,7 +100,26 @@ async def test_no_proposal_owner_refuses_to_publish(stack: LocalStack) -> None:
     assert state["pulls"] == []
     assert base_branches(stack) == ["refs/heads/main"]
     assert stack.emulator is not None
-    assert stack.emulator.store.repo(stack.people.proposals, stack.repo_name) is None
+    assert [r for r in stack.emulator.store.repos.values() if r.parent is not None] == []
+
+
+async def test_no_proposal_owner_refuses_to_publish(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()), proposal_owner="")
+    number = await open_labelled_issue(stack)
+    body = await wait_status_comment(stack, number, "REPAIRBOT_PROPOSAL_OWNER", timeout=60)
+    assert "REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY=true" in body
+    await parks_without_publishing(stack, number)
+
+
+async def test_a_proposal_owner_without_the_app_parks_the_run_saying_so(
+    stack: LocalStack,
+) -> None:
+    await stack.gh.create_user("ghost-org", type="Organization")  # the App is not there
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()), proposal_owner="ghost-org")
+    number = await open_labelled_issue(stack)
+    body = await wait_status_comment(stack, number, "not installed on ghost-org", timeout=60)
+    assert "can be resumed" in body
+    await parks_without_publishing(stack, number)
 
 
 async def test_the_operator_may_opt_in_to_branches_of_the_base(stack: LocalStack) -> None:
