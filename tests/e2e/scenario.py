@@ -243,6 +243,15 @@ async def push_files(
     return sha
 
 
+async def delete_branch_as(stack: LocalStack, branch: str, *, as_user: str) -> None:
+    """A human deletes ``branch`` through the REST API (repairbot's: in the
+    proposal fork, where the human is first given write access)."""
+    owner, repo = home_of(stack, branch)
+    if owner != stack.people.owner:
+        await stack.gh.set_permission(owner, repo, as_user, "write")
+    await stack.gh.rest("DELETE", f"/repos/{owner}/{repo}/git/refs/heads/{branch}", as_user=as_user)
+
+
 # -- what repairbot recorded (for counts GitHub cannot show) --------------------------
 
 
