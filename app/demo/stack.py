@@ -26,7 +26,7 @@ from app.main.worker_process import build_runtime
 from app.migrate import upgrade
 from app.web import create_app
 from emulator.app import Emulator
-from emulator.client import EmulatorClient
+from emulator.client import EmulatorClient, EmulatorError
 from emulator.state import DEFAULT_APP_PERMISSIONS
 from handlers import build_router
 
@@ -221,6 +221,25 @@ class LocalStack:
         await self.gh.set_permission(people.owner, name, people.maintainer, "write")
         await self.gh.set_permission(people.owner, name, people.reader, "read")
         return f"{people.owner}/{name}"
+
+    async def run_branches(self, repo_name: str | None = None) -> list[str]:
+        """repairbot's branches (``repairbot/...``) wherever they are, read from
+        GitHub: the proposal fork of the repository, and the repository itself
+        (where none should be)."""
+        name = repo_name or self.repo_name
+        people, found = self.people, []
+        for owner in (people.owner, people.proposals):
+            try:
+                branches = await self.gh.rest(
+                    "GET", f"/repos/{owner}/{name}/branches", as_user=owner
+                )
+            except EmulatorError as exc:
+                if exc.status != 404:  # no fork yet
+                    raise
+                continue
+            names = [b["name"] for b in branches if b["name"].startswith("repairbot/")]
+            found += [f"{owner}:{branch}" for branch in names]
+        return found
 
     async def stop(self) -> None:
         for server in reversed(self._servers):
