@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from app.demo.project import FIXED_LINE, fix_agent_command, write_project
-from app.demo.run import WorkerProcess
 from app.demo.stack import LocalStack
 from emulator.git import BareRepo
 from tests.e2e.scenario import (
@@ -20,14 +19,13 @@ from tests.e2e.scenario import (
     open_labelled_issue,
     record_history,
     review,
-    run_through_a_kill,
     wait_end,
     wait_for,
     wait_phase,
     wait_status_comment,
     workflow_id,
 )
-from tests.e2e.test_repair_crashes import crash_settings
+from tests.e2e.test_repair_crashes import crash_and_finish
 
 
 @pytest.fixture
@@ -148,17 +146,9 @@ async def test_the_operator_may_opt_in_to_branches_of_the_base(stack: LocalStack
 async def test_a_kill_between_fork_push_and_pull_request_leaves_one_pull_request(
     stack: LocalStack, fault: str, tmp_path: Path
 ) -> None:
-    settings = crash_settings(stack)
-    stack.settings = settings
-    stack.start_repairbot(run_worker=False)
-    doomed = WorkerProcess(settings.with_overrides(fault_point=fault), tmp_path / "doomed.log")
-    fresh = WorkerProcess(settings, tmp_path / "fresh.log")
-    number, run = await run_through_a_kill(stack, doomed, fresh, timeout=90)
-    assert run.status == "completed", run.error
-    assert run.result["outcome"] == "merged"
-    state = await github_state(stack, number)
-    [pull] = state["pulls"]
-    assert pull["merged_at"] is not None
+    # One branch (deleted after the merge), one pull request, one status comment.
+    number = await crash_and_finish(stack, fault, tmp_path)
+    [pull] = (await github_state(stack, number))["pulls"]
     assert pull["head"]["repo"]["full_name"] == stack.proposal_repo
     assert base_branches(stack) == ["refs/heads/main"]
     assert fork_branches(stack) == ["refs/heads/main"]  # the run's branch deleted

@@ -36,6 +36,28 @@ async def _fork(world: World, inst: int) -> tuple[int, dict[str, object]]:
     return response.status_code, response.json()
 
 
+async def _fork_with_branch(world: World) -> tuple[int, str]:
+    """The org's fork of ``octo/demo`` (there at once) with a commit by alice on
+    ``fix``: the installation id and the commit."""
+    inst = await _org_installation(world)
+    await world.client.fork_pending(0)
+    await _fork(world, inst)
+    await world.client.set_permission(ORG, "demo", "alice", "write")
+    pushed = await world.client.push_as("alice", ORG, "demo", "fix", {"calc.py": "fixed\n"})
+    return inst, str(pushed["sha"])
+
+
+async def _pull_from_fork(world: World) -> tuple[int, str, int]:
+    """As :func:`_fork_with_branch`, plus a pull request on ``octo/demo`` from
+    ``acme-bot:fix``: installation id, commit and pull request number."""
+    inst, sha = await _fork_with_branch(world)
+    gh = world.github()
+    created = await gh.rest.pulls.async_create(
+        "octo", "demo", title="t", head=f"{ORG}:fix", base="main"
+    )
+    return inst, sha, created.parsed_data.number
+
+
 def _branches(world: World, owner: str, name: str) -> dict[str, str]:
     repo = world.emulator.store.repo(owner, name)
     assert repo is not None
@@ -93,25 +115,21 @@ async def test_forking_into_an_organization_needs_administration_there(world: Wo
 
 
 async def test_pull_request_from_a_fork_lives_on_the_base(world: World, sink: WebhookSink) -> None:
-    inst = await _org_installation(world)
-    await world.client.fork_pending(0)
-    await _fork(world, inst)
-    await world.client.set_permission(ORG, "demo", "alice", "write")
-    pushed = await world.client.push_as("alice", ORG, "demo", "fix", {"calc.py": "fixed\n"})
+    _, sha = await _fork_with_branch(world)
     gh = world.github()
     created = await gh.rest.pulls.async_create(
         "octo", "demo", title="Fix", head=f"{ORG}:fix", base="main", draft=True
     )
     pr = created.parsed_data
     assert pr.head.label == f"{ORG}:fix" and pr.head.ref == "fix"
-    assert pr.head.sha == pushed["sha"]
+    assert pr.head.sha == sha
     assert pr.head.repo is not None and pr.head.repo.full_name == f"{ORG}/demo"
     assert pr.head.repo.fork and pr.base.repo.full_name == "octo/demo"
     # The base repository got no branch; it keeps the head as GitHub does.
     assert list(_branches(world, "octo", "demo")) == ["refs/heads/main"]
     base = world.emulator.store.repo("octo", "demo")
     assert base is not None
-    assert BareRepo(base.path).ref_sha(f"refs/pull/{pr.number}/head") == pushed["sha"]
+    assert BareRepo(base.path).ref_sha(f"refs/pull/{pr.number}/head") == sha
     listed = await gh.rest.pulls.async_list("octo", "demo", head=f"{ORG}:fix", state="all")
     assert [p.number for p in listed.parsed_data] == [pr.number]
     same_repo = await gh.rest.pulls.async_list("octo", "demo", head="octo:fix", state="all")
@@ -129,49 +147,33 @@ async def test_pull_request_from_a_fork_lives_on_the_base(world: World, sink: We
 async def test_a_push_to_the_fork_synchronizes_the_base_pull_request(
     world: World, sink: WebhookSink
 ) -> None:
-    inst = await _org_installation(world)
-    await world.client.fork_pending(0)
-    await _fork(world, inst)
-    await world.client.set_permission(ORG, "demo", "alice", "write")
-    first = await world.client.push_as("alice", ORG, "demo", "fix", {"calc.py": "fixed\n"})
-    gh = world.github()
-    pr = (
-        await gh.rest.pulls.async_create("octo", "demo", title="t", head=f"{ORG}:fix", base="main")
-    ).parsed_data
+    inst, first, number = await _pull_from_fork(world)
     second = await world.client.push_as("alice", ORG, "demo", "fix", {"calc.py": "again\n"})
     await world.client.deliveries.wait()
     (sync,) = sink.events("pull_request", "synchronize")
     assert sync["repository"]["full_name"] == "octo/demo"
-    assert (sync["before"], sync["after"]) == (first["sha"], second["sha"])
+    assert (sync["before"], sync["after"]) == (first, second["sha"])
     assert sync["installation"]["id"] == world.installation_id
     # The fork's own push event goes to the installation on the fork's owner.
     fork_pushes = [p for p in sink.events("push") if p["repository"]["full_name"] == f"{ORG}/demo"]
     assert {p["installation"]["id"] for p in fork_pushes} == {inst}
-    seen = (await gh.rest.pulls.async_get("octo", "demo", pr.number)).parsed_data
+    gh = world.github()
+    seen = (await gh.rest.pulls.async_get("octo", "demo", number)).parsed_data
     assert seen.head.sha == second["sha"]
 
 
 async def test_merging_a_fork_pull_request_brings_its_commit_into_the_base(world: World) -> None:
-    inst = await _org_installation(world)
-    await world.client.fork_pending(0)
-    await _fork(world, inst)
-    await world.client.set_permission(ORG, "demo", "alice", "write")
-    pushed = await world.client.push_as("alice", ORG, "demo", "fix", {"calc.py": "fixed\n"})
+    _, sha, number = await _pull_from_fork(world)
     gh = world.github()
-    pr = (
-        await gh.rest.pulls.async_create("octo", "demo", title="t", head=f"{ORG}:fix", base="main")
-    ).parsed_data
-    merged = await gh.rest.pulls.async_merge(
-        "octo", "demo", pr.number, sha=pushed["sha"], merge_method="merge"
-    )
+    merged = await gh.rest.pulls.async_merge("octo", "demo", number, sha=sha, merge_method="merge")
     base = world.emulator.store.repo("octo", "demo")
     assert base is not None
     git = BareRepo(base.path)
     head = git.resolve("refs/heads/main")
     assert head == merged.parsed_data.sha
     info = git.commit_info(head)
-    assert info.parents[1] == pushed["sha"]
-    assert info.message.startswith(f"Merge pull request #{pr.number} from {ORG}/fix")
+    assert info.parents[1] == sha
+    assert info.message.startswith(f"Merge pull request #{number} from {ORG}/fix")
     assert git.read_file(head, "calc.py") == b"fixed\n"
 
 
