@@ -108,6 +108,20 @@ async def test_no_proposal_owner_refuses_to_publish(stack: LocalStack) -> None:
     assert "REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY=true" in body
     await parks_without_publishing(stack, number)
 
+    # The operator configures the proposal organization and resumes the run:
+    # it publishes from the fork without working again.
+    runtime, settings = stack.runtime, stack.settings
+    assert runtime is not None and settings is not None
+    runtime.worker.deps.add(settings.with_overrides(proposal_owner=stack.people.proposals))
+    run = runtime.store.find_run(workflow_id(stack, number))
+    assert run is not None
+    assert await runtime.resume(run.run_id, "configured REPAIRBOT_PROPOSAL_OWNER", by="ops")
+    await wait_phase(stack, number, "awaiting-review")
+    [pull] = (await github_state(stack, number))["pulls"]
+    assert pull["head"]["repo"]["full_name"] == stack.proposal_repo
+    assert base_branches(stack) == ["refs/heads/main"]
+    assert len(activity_results(stack, number, "agent.propose_fix")) == 1
+
 
 async def test_a_proposal_owner_without_the_app_parks_the_run_saying_so(
     stack: LocalStack,
