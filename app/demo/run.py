@@ -313,11 +313,10 @@ async def _summary(
     say(f"run {run.run_id}: {run.status}, outcome {result.get('outcome')}")
     owner, repo, who = stack.people.owner, stack.repo_name, stack.people.owner
     pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=who)
-    branches = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/branches", as_user=who)
     comments = await stack.gh.rest(
         "GET", f"/repos/{owner}/{repo}/issues/{number}/comments", as_user=who
     )
-    ours = [b["name"] for b in branches if b["name"].startswith("repairbot/")]
+    ours = await stack.run_branches()
     status_comments = [c for c in comments if "repairbot:op=" in c["body"]]
     merged = [p for p in pulls if p.get("merged_at")]
     say("what GitHub holds (read from the emulator):")

@@ -131,6 +131,8 @@ class Ctx:
         if repo is None or not can_see(self.emu.store, self.principal, repo):
             raise not_found()
         self._redirect_if_transferred(repo)
+        if self.emu.store.arriving(repo):
+            raise not_found()  # a fork GitHub is still creating
         if self.principal.kind == "anonymous" and level != "read":
             raise ApiError(401, "Requires authentication")
         if not may(self.principal, repo, permission=permission, level=level, role=role):
