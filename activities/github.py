@@ -116,6 +116,26 @@ class PullInput(RepoInput):
     number: int
 
 
+class CompareInput(RepoInput):
+    base: str
+    head: str
+
+
+class CompareResult(Result):
+    #: GitHub's ``identical``, ``ahead``, ``behind`` or ``diverged``; ``unrelated``
+    #: when the two share no history (GitHub answers 404).
+    status: str
+
+
+class TreesInput(RepoInput):
+    commits: list[str]
+
+
+class TreesResult(Result):
+    #: Each commit's tree, as GitHub reads it back.
+    trees: dict[str, str]
+
+
 class PullView(Result):
     number: int
     state: str
@@ -292,6 +312,37 @@ async def branch_head(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
     with classified(mutation=False):
         response = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
     return BranchHeadResult(sha=response.parsed_data.object_.sha).model_dump(mode="json")
+
+
+@activity("github.compare", retry=API, timeouts=API_TIMEOUTS)
+async def compare(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """How ``head`` relates to ``base`` (``ahead``: a fast-forward of it)."""
+    request = parse_input(CompareInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    try:
+        response = await gh.rest.repos.async_compare_commits(
+            repo.owner, repo.name, f"{request.base}...{request.head}"
+        )
+    except GitHubException as exc:
+        if status_of(exc) == 404:
+            return CompareResult(status="unrelated").model_dump(mode="json")
+        raise classify(exc, mutation=False) from exc
+    return CompareResult(status=response.parsed_data.status).model_dump(mode="json")
+
+
+@activity("github.commit_trees", retry=API, timeouts=API_TIMEOUTS)
+async def commit_trees(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The tree of each commit, read back from GitHub (what landed, what was verified)."""
+    request = parse_input(TreesInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    trees: dict[str, str] = {}
+    for sha in dict.fromkeys(request.commits):
+        with classified(mutation=False):
+            response = await gh.rest.git.async_get_commit(repo.owner, repo.name, sha)
+        trees[sha] = response.parsed_data.tree.sha
+    return TreesResult(trees=trees).model_dump(mode="json")
 
 
 def _pull_view(state: Any) -> PullView:
@@ -669,6 +720,8 @@ async def merge(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
 ACTIVITIES = [
     permission,
     branch_head,
+    compare,
+    commit_trees,
     read_pull_request,
     observe,
     comment,

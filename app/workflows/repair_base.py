@@ -82,6 +82,8 @@ class RunBase:
         self.patch: EvidenceRef | None = None
         #: The base commit an approval is taken to cover.
         self.reviewed_base: str | None = None
+        #: The final detail of a merged run (None: the plain "Merged ...").
+        self.merged_detail: str | None = None
         #: The durable timer that ends the working time budget (per work round).
         self.deadline: WorkflowFuture | None = None
         self.round_started: datetime | None = None

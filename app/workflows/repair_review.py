@@ -350,6 +350,10 @@ class ReviewPhases(RunBase):
         )
         if base.sha == self.reviewed_base:
             return None
+        if self.ctx.patched("verified-rebuild-on-base"):
+            # Runs recorded before this change merged the old head: a squash of
+            # a branch built on a rewritten base brought the removed commits back.
+            return await self.rebuild_on_base(base.sha, n)
         if self.config.on_base_moved == "rereview":
             # The next approval is given on the pull request as it stands on this base.
             self.reviewed_base = base.sha
@@ -372,3 +376,125 @@ class ReviewPhases(RunBase):
         self.reviewed_base = base.sha
         self.state.detail = f"Base moved to `{base.sha[:12]}`; the fix still verifies."
         return None
+
+    async def rebuild_on_base(self, base_sha: str, n: int) -> Next | None:
+        """What lands is what was verified: rebuild the proposal on the moved
+        base (a new commit whose parent is the base's tip, so GitHub's merge
+        base is that tip and the pull request's diff is the patch alone),
+        verify it again, push it over our own head (force-with-lease). A
+        rewritten base, or a policy of ``rereview``, needs a fresh approval of
+        the new head; after a fast-forward the approval moves to it."""
+        approval, old_base = self.state.approval, self.reviewed_base
+        assert approval is not None and old_base is not None and self.patch is not None
+        relation = await call(
+            self.ctx,
+            github.compare,
+            github.CompareInput(**self.repo_fields(), base=old_base, head=base_sha),
+            github.CompareResult,
+            step=f"base-compare-{n}",
+        )
+        verdict = await call(
+            self.ctx,
+            repo_commands.verify_candidate,
+            self.verify_input(base_sha, self.patch),
+            VerifyResult,
+            step=f"reverify-{n}",
+        )
+        short = base_sha[:12]
+        if verdict.reproduction is not None:
+            self.state.add_evidence(
+                f"reproduction with the fix on `{short}`", verdict.reproduction.log
+            )
+        if verdict.tests is not None:
+            self.state.add_evidence(f"tests with the fix on `{short}`", verdict.tests.log)
+        if verdict.verdict != "verified":
+            raise Finished(
+                "needs-human",
+                f"The base branch moved to `{short}` and the fix no longer verifies on it "
+                f"({verdict.verdict}).",
+                resume_at="merging",
+            )
+        rebuilt = await self.republish(base_sha, f"rebase-{n}")
+        self.reviewed_base = base_sha
+        self.state.base_sha = base_sha
+        if relation.status != "ahead":
+            return self.renew(
+                f"The base branch was rewritten (`{old_base[:12]}` is no longer in its "
+                f"history); repairbot rebuilt the proposal on `{short}` as `{rebuilt[:12]}` "
+                "and verified it again: please review and approve the new commit."
+            )
+        if self.config.on_base_moved == "rereview":
+            return self.renew(
+                f"The base branch moved to `{short}`; repairbot rebuilt the proposal on it as "
+                f"`{rebuilt[:12]}` and verified it again; policy asks for a new review."
+            )
+        self.state.approval = approval.model_copy(
+            update={"commit": rebuilt, "carried_from": approval.commit}
+        )
+        self.state.detail = (
+            f"Base moved (fast-forward) to `{short}`; the proposal was rebuilt on it as "
+            f"`{rebuilt[:12]}` with the same patch and verifies."
+        )
+        return "merging"
+
+    async def republish(self, base_sha: str, label: str) -> str:
+        """The same patch as a new commit on ``base_sha``, pushed over our own head."""
+        assert self.patch is not None and self.state.branch is not None and self.state.pushed
+        request = self.request
+        commit = github.CommitInput(
+            **self.repo_fields(),
+            base_sha=base_sha,
+            patch_sha=self.patch.sha256,
+            message=f"Fix #{request.issue_number}: {request.issue_title}\n\n"
+            f"Proposed by repairbot run {self.ctx.run_id} (attempt {self.state.usage.attempts}), "
+            f"rebuilt on `{base_sha[:12]}`.",
+            timestamp=self.ctx.now().isoformat(),
+        )
+        built = await call(
+            self.ctx,
+            github.build_intended_commit,
+            commit,
+            github.CommitResult,
+            step=f"commit-{label}",
+        )
+        expected = self.state.pushed[-1]
+        pushed = await call(
+            self.ctx,
+            github.push_branch,
+            github.PushInput(
+                **commit.model_dump(), branch=self.state.branch, sha=built.sha, expected=expected
+            ),
+            github.PushResult,
+            step=f"push-{label}",
+        )
+        if pushed.status == "lease-refused":
+            raise Finished(
+                "human-pushed",
+                f"Branch `{self.state.branch}` was moved by someone else (now at "
+                f"`{(pushed.remote_sha or '')[:12]}`); repairbot will not overwrite it.",
+            )
+        self.state.pushed.append(built.sha)
+        self.state.proposed_sha = built.sha
+        for old in self.checks_open:
+            await self.superseded(old, label)
+        self.checks_open = [built.sha]
+        await self.check(built.sha, final=False, step=f"check-{label}")
+        return built.sha
+
+    async def superseded(self, sha: str, label: str) -> None:
+        await call(
+            self.ctx,
+            github.check_run,
+            github.CheckRunInput(
+                **self.repo_fields(),
+                head_sha=sha,
+                op_run=self.ctx.run_id,
+                op_step="check",
+                name="repairbot",
+                title="Superseded by a newer proposal",
+                summary="The proposal was rebuilt on the moved base branch.",
+                conclusion="neutral",
+            ),
+            github.CheckRunResult,
+            step=f"check-superseded-{label}",
+        )

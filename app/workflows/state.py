@@ -109,6 +109,9 @@ class Approval(Model):
     commit: str
     evidence_hash: str | None
     policy_version: str
+    #: The commit the reviewer approved, when repairbot moved the approval to
+    #: the same patch rebuilt on a fast-forwarded base.
+    carried_from: str | None = None
     #: The review's own ``submitted_at``: expiry counts from here.
     submitted_at: str
     expires_at: str

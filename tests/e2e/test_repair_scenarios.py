@@ -382,6 +382,93 @@ async def test_base_moved_reverify_then_merge(stack: LocalStack) -> None:
     assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
 
 
+def _tree_of(stack: LocalStack, sha: str) -> tuple[str, tuple[str, ...]]:
+    """A commit's tree and parents, read from the emulator's git."""
+    from emulator.git import BareRepo
+
+    assert stack.emulator is not None
+    repo = stack.emulator.store.repo(stack.people.owner, stack.repo_name)
+    assert repo is not None
+    info = BareRepo(repo.path).commit_info(sha)
+    return info.tree, tuple(info.parents)
+
+
+def _has_file(stack: LocalStack, branch: str, path: str) -> bool:
+    from emulator.git import BareRepo
+
+    assert stack.emulator is not None
+    repo = stack.emulator.store.repo(stack.people.owner, stack.repo_name)
+    assert repo is not None
+    git = BareRepo(repo.path)
+    sha = git.resolve(branch)
+    assert sha is not None
+    return git.read_file(sha, path) is not None
+
+
+@SQLITE_ONLY
+async def test_base_fast_forward_rebuilds_the_proposal_on_the_new_tip(stack: LocalStack) -> None:
+    """After a fast-forward of the base the same patch is rebuilt on the new tip,
+    verified there and merged without a second review; what lands is the tree
+    that was verified."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    proposed = status["proposed_sha"]
+    moved = await push_files(stack, "main", {"CHANGELOG.md": "- unrelated change\n"})
+
+    await _approve_and_wait_merged(stack, number, status["pull_number"])
+    run = await wait_end(stack, number)
+    rebuilt = run.result["proposed_sha"]
+    assert rebuilt != proposed and run.result["pushed"] == [proposed, rebuilt]
+    assert _tree_of(stack, rebuilt)[1] == (moved,)  # built on the new tip
+    assert run.result["approval"]["carried_from"] == proposed
+    [merged] = activity_results(stack, number, "github.merge")
+    assert _tree_of(stack, merged["merge_commit_sha"])[0] == _tree_of(stack, rebuilt)[0]
+    assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
+
+
+@SQLITE_ONLY
+async def test_rewritten_base_never_brings_removed_commits_back(stack: LocalStack) -> None:
+    """Bug 1 of issue 20: ``main`` has a commit adding LEAKED.txt, the run
+    proposes on it, the maintainer force-pushes ``main`` without that commit and
+    approves. The proposal is rebuilt on the rewritten base, verified again, and
+    needs a fresh approval of the new head; LEAKED.txt stays off ``main``."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    clean = branch_sha(stack, "main")
+    assert clean is not None
+    await push_files(stack, "main", {"LEAKED.txt": "a secret\n"})
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull, proposed = status["pull_number"], status["proposed_sha"]
+    await stack.gh.push_as(
+        stack.people.maintainer,
+        stack.people.owner,
+        stack.repo_name,
+        "main",
+        {"OTHER.md": "rewritten\n"},
+        message="Rewrite main without the leak",
+        force=True,
+        parent=clean,
+    )
+    rewritten = branch_sha(stack, "main")
+    assert not _has_file(stack, "main", "LEAKED.txt")
+
+    await review(stack, pull, "APPROVE", body="Looks right.")
+    await wait_status_comment(stack, number, "The base branch was rewritten")
+    await wait_phase(stack, number, "awaiting-review")
+    assert scheduled(stack, number, "github.merge") == []
+    rebuilt = branch_sha(stack, repair_branch(number))
+    assert rebuilt is not None and rebuilt != proposed
+    assert _tree_of(stack, rebuilt)[1] == (rewritten,)
+
+    await _approve_and_wait_merged(stack, number, pull)
+    assert not _has_file(stack, "main", "LEAKED.txt")
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+    assert file_on_branch(stack, "main", "OTHER.md") == "rewritten\n"
+    assert len(scheduled(stack, number, "github.merge")) == 1
+    record_history(stack, number, "repair_v2_rebuilt_on_rewritten_base")
+
+
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["rereview"], indirect=True)
 async def test_base_moved_rereview_asks_for_a_fresh_approval(stack: LocalStack) -> None:
@@ -400,7 +487,8 @@ async def test_base_moved_rereview_asks_for_a_fresh_approval(stack: LocalStack) 
 
     await _approve_and_wait_merged(stack, number, pull)
     steps = [_step(op) for op in scheduled(stack, number, "commands.verify_candidate")]
-    assert steps == ["verify-1"]  # a human's approval, not a re-verification
+    # Rebuilt on the new base and verified there, then a human's fresh approval.
+    assert steps[0] == "verify-1" and steps[-1].startswith("reverify-")
     assert len(scheduled(stack, number, "github.merge")) == 1
     state = await github_state(stack, number)
     assert state["pulls"][0]["merged_at"] is not None
