@@ -34,6 +34,7 @@ from tests.e2e.scenario import (
     activity_results,
     branch_sha,
     file_on_branch,
+    final_check,
     first_parent_history,
     github_state,
     heartbeat_every,
@@ -106,6 +107,58 @@ async def test_not_reproduced_ends_without_a_pull_request(stack: LocalStack) -> 
     assert "Could not reproduce the bug" in comment["body"]
     assert "No pull request was opened" in comment["body"]
     assert "reproduction on the base commit" in comment["body"]  # the evidence is listed
+
+
+# -- 1b. every end of the run's start is reported (issue 20, bug 2) ---------------------
+
+PERMISSION_ENDPOINT = "GET /repos/{owner}/{repo}/collaborators/{username}/permission"
+
+
+async def _ended_and_reported(stack: LocalStack, number: int, outcome: str) -> str:
+    """The run ended with ``outcome`` and said so: its final status comment and
+    a completed check run on the base commit. The comment's body."""
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == outcome, run.result
+    body = await status_comment(stack, number)
+    assert "working on it" not in body
+    head = branch_sha(stack, "main")
+    assert head is not None
+    check = await final_check(stack, head)
+    assert check["conclusion"] == "neutral"
+    assert (await github_state(stack, number))["pulls"] == []
+    return body
+
+
+@SQLITE_ONLY
+async def test_invalid_config_is_reported(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    await push_files(stack, "main", {".github/repairbot.yml": "test: [unclosed\n"})
+    number = await open_labelled_issue(stack)
+    body = await _ended_and_reported(stack, number, "invalid-config")
+    assert "the repository's repairbot config is invalid" in body
+    assert "`.github/repairbot.yml`" in body
+    assert scheduled(stack, number, "commands.run_reproduction") == []
+
+
+@SQLITE_ONLY
+async def test_no_reproduction_is_reported(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    config = f"test: [{sys.executable}, -m, unittest]\n"
+    await push_files(stack, "main", {".github/repairbot.yml": config})
+    number = await open_labelled_issue(stack)
+    body = await _ended_and_reported(stack, number, "no-reproduction")
+    assert "there is no reproduction command" in body
+    assert scheduled(stack, number, "agent.propose_fix") == []
+
+
+@SQLITE_ONLY
+async def test_permanent_error_in_the_trigger_check_is_reported(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    await stack.gh.faults.add(PERMISSION_ENDPOINT, "fail", status=422, times=1)
+    number = await open_labelled_issue(stack)
+    body = await _ended_and_reported(stack, number, "error")
+    assert "github.permission" in body and "Stopped by an error" in body
 
 
 # -- 2. no candidate verifies -----------------------------------------------------------
