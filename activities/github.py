@@ -34,6 +34,8 @@ from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
     Identity,
     Patch,
+    PushStatus,
+    Tree,
     build_commit,
     publish_branch,
     remote_ref,
@@ -247,6 +249,23 @@ class MergeResult(Result):
     merge_commit_sha: str | None = None
     head_sha: str | None = None
     reason: str | None = None
+
+
+class RevertInput(Marked):
+    """A draft pull request that reverts ``merge_sha`` (found by marker)."""
+
+    merge_sha: str
+    base: str
+    branch: str
+    title: str
+    body: str
+    timestamp: str
+
+
+class RevertResult(Result):
+    sha: str
+    number: int
+    url: str = ""
 
 
 class ReviewView(Result):
@@ -642,6 +661,63 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
     ).model_dump(mode="json")
 
 
+@activity("github.propose_revert", retry=API, timeouts=GIT_TIMEOUTS)
+async def propose_revert(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """A revert of the merge commit, proposed for a human to approve: a commit on
+    ``merge_sha`` with its first parent's tree (built deterministically), pushed to
+    a branch that must not exist (or already holds it), and a draft pull request.
+    Safe to retry: the same inputs give the same commit, the push is conditional
+    and the pull request is found by its marker."""
+    request = parse_input(RevertInput, raw)
+    access = _access(actx)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    with classified(mutation=False):
+        merged = await gh.rest.git.async_get_commit(repo.owner, repo.name, request.merge_sha)
+    if not merged.parsed_data.parents:
+        raise PermanentError(f"{request.merge_sha} has no parent to revert to")
+    parent = merged.parsed_data.parents[0].sha
+    with classified(mutation=False):
+        before = (await gh.rest.git.async_get_commit(repo.owner, repo.name, parent)).parsed_data
+    token = await _git_token(access, request.installation_id, request.repo, _WRITE)
+    with tempfile.TemporaryDirectory(prefix="repairbot-revert-") as tmp:
+        bare = await _fetch_base(access, request.repo, request.merge_sha, token, Path(tmp))
+        fetched = await fetch_commit(bare, access.clone_url(request.repo), parent, token=token)
+        if fetched.status != "fetched":
+            raise TransientError(f"cannot fetch {parent}: {fetched.detail}")
+        sha = await build_commit(
+            bare,
+            request.merge_sha,
+            Tree(before.tree.sha),
+            request.title,
+            BOT,
+            datetime.fromisoformat(request.timestamp),
+        )
+        pushed = await publish_branch(
+            bare,
+            access.clone_url(request.repo),
+            request.branch,
+            sha,
+            expected=None,
+            token=token,
+        )
+    if pushed.status == PushStatus.LEASE_REFUSED and pushed.remote_sha != sha:
+        raise PermanentError(
+            f"branch {request.branch} exists (at {pushed.remote_sha}) and is not this revert"
+        )
+    result = await ensure_pull_request(
+        gh,
+        repo,
+        head=request.branch,
+        base=request.base,
+        title=request.title,
+        body=request.body,
+        op=request.op,
+        bot_login=await access.factory.bot_login(),
+    )
+    return RevertResult(sha=sha, number=result.number, url=result.html_url).model_dump(mode="json")
+
+
 @activity("github.ready_for_review", retry=API, timeouts=API_TIMEOUTS)
 async def ready_for_review(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Take the approved draft out of draft so it can be merged (idempotent)."""
@@ -729,6 +805,7 @@ ACTIVITIES = [
     push_branch,
     delete_branch,
     pull_request,
+    propose_revert,
     ready_for_review,
     close_pull,
     check_run,

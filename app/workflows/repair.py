@@ -46,6 +46,7 @@ class Repair(WorkPhases, ReviewPhases):
             "publishing": self.publish,
             "awaiting-review": self.await_review,
             "merging": self.merge,
+            "confirming": self.confirm,
         }
 
     async def run(self) -> dict[str, Any]:
@@ -154,7 +155,8 @@ class Repair(WorkPhases, ReviewPhases):
     async def conclude(self) -> None:
         """Clean what the ending leaves to clean, then the final comment and check."""
         outcome = self.state.outcome
-        if outcome in ("merged", "merged-by-human") and not self.config.keep_branch_after_merge:
+        landed = ("merged", "merged-by-human", "fix-not-confirmed")
+        if outcome in landed and not self.config.keep_branch_after_merge:
             await self.delete_branch("delete-branch")
         elif outcome == "branch-deleted":
             await self.close_pull("The branch of this pull request was deleted.", "close-pull")

@@ -38,6 +38,7 @@ Next = Literal[
     "publishing",
     "awaiting-review",
     "merging",
+    "confirming",
     "done",
 ]
 

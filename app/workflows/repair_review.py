@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from activities import github, repo_commands
 from activities.agent import FeedbackInput
-from activities.repo_commands import VerifyResult
+from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
 from app.engine.context import Signal
 from app.engine.errors import WorkflowCancelled
 from app.workflows.calls import call, schedule
@@ -25,7 +25,7 @@ from app.workflows.contracts import (
     ReviewSignal,
 )
 from app.workflows.repair_base import POLICY_VERSION, Finished, Next, RunBase
-from app.workflows.state import Approval
+from app.workflows.state import Approval, PullState
 
 WAITED_FOR = (REVIEW, PR_CLOSED, PR_SYNCHRONIZED)
 #: The drift check's interval grows to at most this many times the configured one.
@@ -319,6 +319,10 @@ class ReviewPhases(RunBase):
         if merged.outcome == "merged":
             self.state.merge_commit_sha = merged.merge_commit_sha
             self.state.pull.state = "merged"
+            if self.ctx.patched("verified-confirm-on-base"):
+                # Runs recorded before this change ended at the merge answer.
+                self.state.confirms_on_base = True
+                return "confirming"
             return "done"
         if merged.outcome == "head-moved" and merged.head_sha:
             return self.head_moved(merged.head_sha)
@@ -498,3 +502,87 @@ class ReviewPhases(RunBase):
             github.CheckRunResult,
             step=f"check-superseded-{label}",
         )
+
+    # -- confirming ---------------------------------------------------------------
+
+    async def confirm(self) -> Next:
+        """What landed is what was verified, and the bug is gone there: the merge
+        commit's tree (read back from GitHub) must be the verified commit's, and
+        the reproduction must pass on the merge commit."""
+        approval, merged = self.state.approval, self.state.merge_commit_sha
+        assert approval is not None
+        await self.report("confirming", "Merged; confirming the fix on the merge commit.")
+        if not merged:
+            raise Finished(
+                "needs-human",
+                "GitHub did not say which commit the merge made, so repairbot cannot confirm "
+                "that what landed is what was verified: check the base branch by hand.",
+            )
+        trees = await call(
+            self.ctx,
+            github.commit_trees,
+            github.TreesInput(**self.repo_fields(), commits=[approval.commit, merged]),
+            github.TreesResult,
+            step="confirm-trees",
+        )
+        landed, verified = trees.trees.get(merged), trees.trees.get(approval.commit)
+        if landed is None or landed != verified:
+            raise Finished(
+                "needs-human",
+                f"What landed is not what was verified: the merge commit `{merged[:12]}` has "
+                f"tree `{(landed or '?')[:12]}`, the verified commit `{approval.commit[:12]}` "
+                f"has tree `{(verified or '?')[:12]}` (the base branch changed during the "
+                "merge?). Compare them and revert the merge if it is wrong.",
+                next_steps="Compare the merge commit with the verified commit; revert the "
+                "merge commit if it carries more than the fix.",
+            )
+        result = await call(
+            self.ctx,
+            repo_commands.run_reproduction,
+            StepInput(
+                workspace=self.spec(merged),
+                setup=self.config.setup,
+                setup_network=self.config.network == "setup",
+                commands=self.reproduction,
+                time_limit_seconds=self.config.budgets.time_limit_seconds,
+            ),
+            ReproductionResult,
+            step="confirm-reproduce",
+        )
+        self.state.add_evidence("reproduction on the merge commit", result.log)
+        if result.reproduced:
+            await self.propose_revert(merged)
+            raise Finished(
+                "fix-not-confirmed",
+                f"The reproduction still fails on the merge commit `{merged[:12]}` "
+                f"(status `{result.status}`).",
+            )
+        self.merged_detail = (
+            f"Merged the approved commit as `{merged[:12]}`; the merge commit's tree is the "
+            "verified tree and the reproduction passes on it."
+        )
+        return "done"
+
+    async def propose_revert(self, merged: str) -> None:
+        """A draft pull request reverting the merge, for a human to approve."""
+        request = self.request
+        reverted = await call(
+            self.ctx,
+            github.propose_revert,
+            github.RevertInput(
+                **self.repo_fields(),
+                merge_sha=merged,
+                base=request.default_branch,
+                branch=f"{self.state.branch or 'repairbot'}-revert",
+                title=f"Revert the fix for #{request.issue_number}",
+                body=f"repairbot merged `{merged[:12]}` for #{request.issue_number}, but the "
+                "reproduction still fails on the merge commit. This draft reverts it; "
+                "approve and merge it to take the change out.",
+                timestamp=self.ctx.now().isoformat(),
+                op_run=self.ctx.run_id,
+                op_step="revert",
+            ),
+            github.RevertResult,
+            step="propose-revert",
+        )
+        self.state.revert = PullState(number=reverted.number, url=reverted.url)
