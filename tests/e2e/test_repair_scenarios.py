@@ -330,6 +330,33 @@ async def test_approval_by_a_reader_is_ignored(stack: LocalStack) -> None:
     assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
 
 
+@SQLITE_ONLY
+async def test_merge_landing_more_than_was_verified_goes_to_a_human(stack: LocalStack) -> None:
+    """The base moves while GitHub holds the merge request (after repairbot's
+    last look at it): the merge commit's tree is then not the verified tree.
+    repairbot reads it back, says so and parks the run for a human; it does
+    not report a plain success."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.faults.add(MERGE_ENDPOINT, "delay", delay=3, times=1)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+
+    async def merge_request_arrived() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("repairbot's merge request reached GitHub", merge_request_arrived)
+    await push_files(stack, "main", {"SURPRISE.md": "landed with the fix\n"})
+
+    run = await wait_end(stack, number)
+    assert run.status == "needs-human", (run.status, run.error)
+    body = await wait_status_comment(stack, number, "What landed is not what was verified")
+    assert "What landed is not what was verified" in body
+    assert "Stopped: a human needs to decide" in body
+    assert file_on_branch(stack, "main", "SURPRISE.md") == "landed with the fix\n"
+    assert scheduled(stack, number, "commands.run_reproduction")[-1].endswith(":reproduce")
+
+
 # -- 7. the head moved after the approval ---------------------------------------------------
 
 
