@@ -138,6 +138,17 @@ class TreesResult(Result):
     trees: dict[str, str]
 
 
+class PolicyInput(BranchInput):
+    #: Bound into the digest: a new build's policy is a new policy.
+    policy_version: str
+
+
+class PolicyResult(Result):
+    #: ``<policy_version>+<sha256 of the config file at the branch's head>``.
+    digest: str
+    at: str
+
+
 class PullView(Result):
     number: int
     state: str
@@ -362,6 +373,35 @@ async def commit_trees(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
             response = await gh.rest.git.async_get_commit(repo.owner, repo.name, sha)
         trees[sha] = response.parsed_data.tree.sha
     return TreesResult(trees=trees).model_dump(mode="json")
+
+
+CONFIG_PATH = ".github/repairbot.yml"
+
+
+@activity("github.policy_digest", retry=API, timeouts=GIT_TIMEOUTS)
+async def policy_digest(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The policy in force now: the build's policy version and the repository's
+    config as it is at the branch's head (read from git, not from the run)."""
+    request = parse_input(PolicyInput, raw)
+    access = _access(actx)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    with classified(mutation=False):
+        ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
+    head = ref.parsed_data.object_.sha
+    token = await _git_token(access, request.installation_id, request.repo, _READ)
+    with tempfile.TemporaryDirectory(prefix="repairbot-policy-") as tmp:
+        bare = await _fetch_base(access, request.repo, head, token, Path(tmp))
+        shown = await run_git(
+            ["cat-file", "blob", f"{head}:{CONFIG_PATH}"],
+            cwd=bare,
+            env=git_env(extra={"GIT_DIR": str(bare)}),
+        )
+    config = shown.stdout if shown.ok else ""
+    digest = hashlib.sha256(config.encode()).hexdigest()[:16]
+    return PolicyResult(digest=f"{request.policy_version}+{digest}", at=head).model_dump(
+        mode="json"
+    )
 
 
 def _pull_view(state: Any) -> PullView:
@@ -798,6 +838,7 @@ ACTIVITIES = [
     branch_head,
     compare,
     commit_trees,
+    policy_digest,
     read_pull_request,
     observe,
     comment,

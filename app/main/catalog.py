@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities import agent, github, repo_commands, runs, workspace
+from activities import agent, approval, github, repo_commands, runs, workspace
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
@@ -18,5 +18,6 @@ def build_registry() -> Registry:
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,
+            *approval.ACTIVITIES,
         ],
     )

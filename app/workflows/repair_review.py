@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from activities import approval as binding
 from activities import github, repo_commands
 from activities.agent import FeedbackInput
 from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
@@ -161,16 +162,81 @@ class ReviewPhases(RunBase):
                 f"{self.state.limits.approval_ttl_hours} hours: please approve again."
             )
             return None
+        evidence_hash, policy, bound = self.state.patch_sha, POLICY_VERSION, False
+        if self.ctx.patched("verified-approval-binding"):
+            # Runs recorded before this change bound the patch's hash and the
+            # build's constant, and compared them with copies of themselves.
+            evidence_hash = await self.evidence_bundle(f"evidence-{review.review_id}")
+            policy = await self.policy_in_force(f"policy-{review.review_id}")
+            bound = True
         self.state.approval = Approval(
             reviewer=review.reviewer,
             review_id=review.review_id,
             commit=proposed,
-            evidence_hash=self.state.patch_sha,
-            policy_version=POLICY_VERSION,
+            evidence_hash=evidence_hash,
+            policy_version=policy,
             submitted_at=submitted.isoformat(),
             expires_at=expires.isoformat(),
+            bound=bound,
         )
         return "merging"
+
+    async def evidence_bundle(self, step: str) -> str:
+        """One hash over every evidence item of the proposal, read back from the
+        evidence store (an unreadable item hashes as such, so it never matches)."""
+        bundle = await call(
+            self.ctx,
+            binding.evidence_bundle,
+            binding.BundleInput(
+                items=[
+                    binding.BundleItem(label=item.label, ref=item.ref)
+                    for item in self.state.evidence
+                ]
+            ),
+            binding.BundleResult,
+            step=step,
+        )
+        return bundle.bundle_hash
+
+    async def policy_in_force(self, step: str) -> str:
+        """The policy now: this build's version and the base branch's config."""
+        policy = await call(
+            self.ctx,
+            github.policy_digest,
+            github.PolicyInput(
+                **self.repo_fields(),
+                branch=self.request.default_branch,
+                policy_version=POLICY_VERSION,
+            ),
+            github.PolicyResult,
+            step=step,
+        )
+        return policy.digest
+
+    async def binding_broken(self, bound: Approval, n: int) -> str | None:
+        """Why the approval no longer holds, from values read now: the evidence
+        bundle re-hashed from the store, the policy from the base's config, the
+        reviewer's permission from GitHub. None when it holds."""
+        if await self.evidence_bundle(f"evidence-recheck-{n}") != bound.evidence_hash:
+            return "The evidence changed since the approval: please review again."
+        if await self.policy_in_force(f"policy-recheck-{n}") != bound.policy_version:
+            return (
+                "The policy changed since the approval (repairbot's version or "
+                "`.github/repairbot.yml` on the base branch): please review again."
+            )
+        granted = await call(
+            self.ctx,
+            github.permission,
+            github.PermissionInput(**self.repo_fields(), user=bound.reviewer),
+            github.PermissionResult,
+            step=f"approver-recheck-{n}",
+        )
+        if not granted.may_write:
+            return (
+                f"@{bound.reviewer} no longer has write access, so their approval does not "
+                "count any more: someone with write access must approve."
+            )
+        return None
 
     # -- the drift check ----------------------------------------------------------
 
@@ -281,7 +347,11 @@ class ReviewPhases(RunBase):
         assert seen.pull is not None
         if seen.pull.head_sha != approval.commit:
             return self.head_moved(seen.pull.head_sha)
-        if (
+        if approval.bound:
+            broken = await self.binding_broken(approval, n)
+            if broken is not None:
+                return self.renew(broken)
+        elif (
             approval.evidence_hash != self.state.patch_sha
             or approval.policy_version != POLICY_VERSION
         ):
@@ -294,6 +364,15 @@ class ReviewPhases(RunBase):
         if renewed is not None:
             return renewed
         if seen.pull.draft:
+            if not self.state.pull.draft and self.ctx.patched("verified-draft-needs-approval"):
+                # repairbot had marked it ready; a human turned it back into a
+                # draft (after a refused merge, say): that is a "not yet". Runs
+                # recorded before this change marked it ready again and merged.
+                self.state.pull.draft = True
+                return self.renew(
+                    "The pull request was turned back into a draft after repairbot marked it "
+                    "ready: approve again to have it merged."
+                )
             await call(
                 self.ctx,
                 github.ready_for_review,
@@ -301,6 +380,7 @@ class ReviewPhases(RunBase):
                 github.ReadyResult,
                 step=f"ready-{n}",
             )
+            self.state.pull.draft = False
         merging = schedule(
             self.ctx,
             github.merge,
@@ -432,9 +512,12 @@ class ReviewPhases(RunBase):
                 f"The base branch moved to `{short}`; repairbot rebuilt the proposal on it as "
                 f"`{rebuilt[:12]}` and verified it again; policy asks for a new review."
             )
-        self.state.approval = approval.model_copy(
-            update={"commit": rebuilt, "carried_from": approval.commit}
-        )
+        carried = {"commit": rebuilt, "carried_from": approval.commit}
+        if approval.bound:
+            # The approval moves to the same patch on the fast-forwarded base, with
+            # the verification made there: bind the grown evidence bundle.
+            carried["evidence_hash"] = await self.evidence_bundle(f"evidence-rebind-{n}")
+        self.state.approval = approval.model_copy(update=carried)
         self.state.detail = (
             f"Base moved (fast-forward) to `{short}`; the proposal was rebuilt on it as "
             f"`{rebuilt[:12]}` with the same patch and verifies."

@@ -114,6 +114,10 @@ class Approval(Model):
     #: The commit the reviewer approved, when repairbot moved the approval to
     #: the same patch rebuilt on a fast-forwarded base.
     carried_from: str | None = None
+    #: The merge re-reads the evidence bundle, the policy and the reviewer's
+    #: permission and compares them with this record (approvals taken before
+    #: this binding existed compared copies of the run's own state).
+    bound: bool = False
     #: The review's own ``submitted_at``: expiry counts from here.
     submitted_at: str
     expires_at: str

@@ -162,3 +162,29 @@ async def test_compare_tells_a_rewritten_base_from_a_fast_forward(world: World) 
     with pytest.raises(RequestFailed) as err:
         await gh.rest.repos.async_compare_commits("octo", "demo", f"{start}...nope")
     assert err.value.response.status_code == 404
+
+
+CONVERT = (
+    "mutation($id: ID!) { convertPullRequestToDraft(input: {pullRequestId: $id}) "
+    "{ pullRequest { isDraft } } }"
+)
+
+
+async def test_a_ready_pull_request_turned_back_into_a_draft_cannot_merge(
+    world: World, sink: WebhookSink
+) -> None:
+    """``convertPullRequestToDraft`` (GraphQL, as on GitHub) as a human: the pull
+    request is a draft again, ``converted_to_draft`` is announced, merging is 405."""
+    gh = world.github()
+    pr = await _pr(world, gh)
+    assert not pr.draft
+    answer = await world.user_github("alice").async_graphql(CONVERT, {"id": pr.node_id})
+    assert answer["convertPullRequestToDraft"]["pullRequest"]["isDraft"] is True
+    again = (await gh.rest.pulls.async_get("octo", "demo", pr.number)).parsed_data
+    assert again.draft is True
+    with pytest.raises(RequestFailed) as err:
+        await gh.rest.pulls.async_merge("octo", "demo", pr.number, sha=pr.head.sha)
+    assert err.value.response.status_code == 405
+    await world.client.deliveries.wait()
+    (event,) = sink.events("pull_request", "converted_to_draft")
+    assert event["pull_request"]["draft"] is True and event["sender"]["login"] == "alice"
