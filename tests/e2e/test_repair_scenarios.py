@@ -357,6 +357,69 @@ async def test_merge_landing_more_than_was_verified_goes_to_a_human(stack: Local
     assert scheduled(stack, number, "commands.run_reproduction")[-1].endswith(":reproduce")
 
 
+# -- 6c. the approval is bound to values read again at the merge ---------------------
+
+COMMENT_UPDATE = "PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}"
+
+
+async def _break_the_binding(stack: LocalStack, number: int, what: str) -> None:
+    """Change one thing the approval is bound to, outside the run's own state."""
+    if what == "permission":
+        people = stack.people
+        await stack.gh.set_permission(people.owner, stack.repo_name, people.maintainer, "read")
+    elif what == "policy":
+        config = file_on_branch(stack, "main", ".github/repairbot.yml")
+        await push_files(stack, "main", {".github/repairbot.yml": config + "merge_method: merge\n"})
+    else:
+        from sqlalchemy import update
+
+        from app.evidence.database import blobs
+
+        assert stack.runtime is not None
+        status = await wait_phase(stack, number, "merging")
+        [patch] = [e["ref"]["sha256"] for e in status["evidence"] if e["label"].startswith("patch")]
+        with stack.runtime.store.engine.begin() as conn:
+            conn.execute(
+                update(blobs)
+                .where(blobs.c.sha256 == patch)
+                .values(encoding="identity", data=b"import os  # not what was reviewed\n")
+            )
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize(
+    "what,said",
+    [
+        ("evidence", "The evidence changed since the approval"),
+        ("policy", "The policy changed since the approval"),
+        ("permission", "no longer has write access"),
+    ],
+)
+async def test_a_broken_binding_stops_the_merge(stack: LocalStack, what: str, said: str) -> None:
+    """Between the approval and the merge, the evidence bundle is altered in the
+    store, the base's config (the policy) changes, or the approver loses write
+    access: the merge check reads each again, and asks for a fresh approval."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await wait_status_comment(stack, number, "Waiting for a review")
+    # The run's first write after the approval (the status comment saying
+    # "merging") is held: the binding breaks while it is held.
+    await stack.gh.faults.add(COMMENT_UPDATE, "delay", delay=3, times=1)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+
+    async def merging_reported() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("the run reported the merge phase", merging_reported)
+    await _break_the_binding(stack, number, what)
+
+    await wait_status_comment(stack, number, said)
+    await wait_phase(stack, number, "awaiting-review")
+    assert scheduled(stack, number, "github.merge") == []
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+
 # -- 7. the head moved after the approval ---------------------------------------------------
 
 
