@@ -766,3 +766,45 @@ async def test_a_refused_merge_parks_the_run_and_an_operator_resume_merges(
         ("ops", "branch protection fixed")
     ]
     assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+
+
+TO_DRAFT = (
+    "mutation($id: ID!) { convertPullRequestToDraft(input: {pullRequestId: $id}) "
+    "{ pullRequest { isDraft } } }"
+)
+
+
+@SQLITE_ONLY
+async def test_a_pull_request_turned_back_into_a_draft_is_not_merged_on_resume(
+    stack: LocalStack,
+) -> None:
+    """repairbot marked the pull request ready, GitHub refused the merge, the run
+    parked; a maintainer turned the pull request back into a draft ("not yet")
+    and an operator resumed the run. It must not mark it ready and merge: it
+    asks for a fresh approval, and merges only after one."""
+    runtime = stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.faults.add(
+        MERGE_ENDPOINT, "fail", status=405, message="Pull Request is not mergeable", times=1
+    )
+    [pull] = (await github_state(stack, number))["pulls"]
+    await review(stack, pull["number"], "APPROVE", body="Looks right.")
+    parked = await wait_end(stack, number)
+    assert parked.status == "needs-human", (parked.status, parked.error)
+    [ready] = (await github_state(stack, number))["pulls"]
+    assert ready["draft"] is False  # repairbot had marked it ready
+
+    answer = await stack.gh.graphql(
+        TO_DRAFT, {"id": pull["node_id"]}, as_user=stack.people.maintainer
+    )
+    assert answer["data"]["convertPullRequestToDraft"]["pullRequest"]["isDraft"] is True
+    assert await runtime.resume(parked.run_id, "retry the merge", by="ops")
+    await wait_status_comment(stack, number, "turned back into a draft")
+    await wait_phase(stack, number, "awaiting-review")
+    [still] = (await github_state(stack, number))["pulls"]
+    assert still["draft"] is True and still["merged_at"] is None
+    assert len(scheduled(stack, number, "github.merge")) == 1  # only the refused one
+
+    await _approve_and_wait_merged(stack, number, pull["number"])
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
