@@ -149,6 +149,17 @@ class PolicyResult(Result):
     at: str
 
 
+class IssueInput(RepoInput):
+    number: int
+
+
+class IssueView(Result):
+    title: str
+    body: str = ""
+    author: str | None = None
+    state: str = "open"
+
+
 class PullView(Result):
     number: int
     state: str
@@ -373,6 +384,22 @@ async def commit_trees(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
             response = await gh.rest.git.async_get_commit(repo.owner, repo.name, sha)
         trees[sha] = response.parsed_data.tree.sha
     return TreesResult(trees=trees).model_dump(mode="json")
+
+
+@activity("github.read_issue", retry=API, timeouts=API_TIMEOUTS)
+async def read_issue(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The issue as it is now: title, body, author, state."""
+    request = parse_input(IssueInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    with classified(mutation=False):
+        issue = (await gh.rest.issues.async_get(repo.owner, repo.name, request.number)).parsed_data
+    return IssueView(
+        title=issue.title,
+        body=issue.body or "",
+        author=issue.user.login if issue.user else None,
+        state=issue.state,
+    ).model_dump(mode="json")
 
 
 CONFIG_PATH = ".github/repairbot.yml"
@@ -839,6 +866,7 @@ ACTIVITIES = [
     compare,
     commit_trees,
     policy_digest,
+    read_issue,
     read_pull_request,
     observe,
     comment,

@@ -101,11 +101,30 @@ class Repair(WorkPhases, ReviewPhases):
     async def start(self) -> str | None:
         """Who asked and the work contract. A reason when the run was never
         really asked for (it ends without a word)."""
+        if self.request.reread_issue and self.ctx.patched("verified-retry-reads-issue"):
+            await self.reread_issue()
         if not await self.sender_may_trigger():
             return "the label's sender does not have write access"
         if not await self.prepare():
             return "the label is not this repository's trigger (or its sender)"
         return None
+
+    async def reread_issue(self) -> None:
+        """A retry works on the issue as it reads now, not as the first run saw it."""
+        issue = await call(
+            self.ctx,
+            github.read_issue,
+            github.IssueInput(**self.repo_fields(), number=self.request.issue_number),
+            github.IssueView,
+            step="issue-now",
+        )
+        self.request = self.request.model_copy(
+            update={
+                "issue_title": issue.title,
+                "issue_body": issue.body,
+                "issue_author": issue.author,
+            }
+        )
 
     async def ended(self, step: Callable[[], Awaitable[str | None]]) -> str | None:
         """Run ``step``; an ending it raises becomes the run's outcome (reported

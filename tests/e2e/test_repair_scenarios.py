@@ -109,6 +109,35 @@ async def test_not_reproduced_ends_without_a_pull_request(stack: LocalStack) -> 
     assert "reproduction on the base commit" in comment["body"]  # the evidence is listed
 
 
+@SQLITE_ONLY
+async def test_retry_reads_the_issue_as_it_is_now(stack: LocalStack) -> None:
+    """The first run used the issue's repro block (it passes: not reproduced).
+    The maintainer edits the block out and an operator retries: the new run
+    reads the issue again and runs the configured reproduction instead of
+    replaying the old body."""
+    from app import run_actions
+
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    repro = shlex.join([sys.executable, "-m", "unittest", "tests.test_slugify"])
+    number = await open_labelled_issue(stack, body=f"{ISSUE_BODY}\n\n```repro\n{repro}\n```\n")
+    first = await wait_end(stack, number)
+    assert first.result["outcome"] == "not-reproduced"
+    assert first.result["reproduction_source"] == "issue"
+
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{stack.people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=stack.people.owner,
+        body={"body": ISSUE_BODY},
+    )
+    assert stack.runtime is not None
+    retried = await run_actions.retry_run(stack.runtime, first.run_id, reason="edited", by="ops")
+    assert retried != first.run_id
+    status = await wait_phase(stack, number, "awaiting-review")
+    assert status["run_id"] == retried
+    assert status["reproduction_source"] == "config" and status["reproduced"] is True
+
+
 # -- 1b. every end of the run's start is reported (issue 20, bug 2) ---------------------
 
 PERMISSION_ENDPOINT = "GET /repos/{owner}/{repo}/collaborators/{username}/permission"
@@ -568,6 +597,14 @@ async def test_base_fast_forward_rebuilds_the_proposal_on_the_new_tip(stack: Loc
     [merged] = activity_results(stack, number, "github.merge")
     assert _tree_of(stack, merged["merge_commit_sha"])[0] == _tree_of(stack, rebuilt)[0]
     assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
+    # A merged run offers no retry: not on the dashboard, not through the CLI's path.
+    from app import run_actions
+    from app.web import actions
+
+    assert actions.available(run) == []
+    assert stack.runtime is not None
+    with pytest.raises(run_actions.RunMerged):
+        await run_actions.retry_run(stack.runtime, run.run_id, reason="again", by="ops")
 
 
 @SQLITE_ONLY
