@@ -449,6 +449,75 @@ async def test_a_broken_binding_stops_the_merge(stack: LocalStack, what: str, sa
     assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
 
 
+# -- 6d. recovery tests 8 and 13: each guard at the merge on its own -----------------
+
+
+@SQLITE_ONLY
+async def test_a_dismissal_only_github_shows_stops_the_merge(stack: LocalStack) -> None:
+    """Recovery test 8, the merge's own read: the approval is dismissed while
+    the merge is under way and the dismissal's webhook does not arrive; the
+    merge's re-read of the reviews on GitHub finds it and asks for a new review."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull = status["pull_number"]
+    await wait_status_comment(stack, number, "Waiting for a review")
+    await stack.gh.faults.add(COMMENT_UPDATE, "delay", delay=3, times=1)
+    approval = await review(stack, pull, "APPROVE", body="Looks right.")
+
+    async def merging_reported() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("the run reported the merge phase", merging_reported)
+    await stack.gh.deliveries.hold()  # the dismissal's webhook stays with GitHub
+    await stack.gh.dismiss_review(
+        people.owner, stack.repo_name, pull, approval["id"], as_user=people.owner
+    )
+    await wait_status_comment(stack, number, "was dismissed: please review again")
+    assert scheduled(stack, number, "github.merge") == []
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+    await stack.gh.deliveries.release()
+
+
+@SQLITE_ONLY
+async def test_an_approval_that_expires_while_the_run_waits_is_not_merged(
+    stack: LocalStack,
+) -> None:
+    """Recovery test 13, the waiting case: the approval is valid when it
+    arrives (it has seconds left), GitHub refuses the merge and the run parks;
+    when an operator resumes it the approval has expired: no merge, a fresh
+    approval is asked for."""
+    import time
+    from datetime import datetime
+
+    runtime = stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    config = file_on_branch(stack, "main", ".github/repairbot.yml")
+    await push_files(stack, "main", {".github/repairbot.yml": config + "approval_ttl_hours: 1\n"})
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.faults.add(
+        MERGE_ENDPOINT, "fail", status=405, message="Pull Request is not mergeable", times=1
+    )
+    left = 15  # seconds of validity the approval has when it is submitted
+    await stack.gh.advance_clock(-(3600 - left))
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    await stack.gh.advance_clock(3600 - left)
+    parked = await wait_end(stack, number)
+    assert parked.status == "needs-human", (parked.status, parked.error)
+    [refused] = activity_results(stack, number, "github.merge")
+    assert refused["outcome"] == "not-mergeable"  # the approval was accepted
+
+    expiry = await runtime.aquery(parked.run_id, "status")
+    expires = datetime.fromisoformat(expiry["approval"]["expires_at"]).timestamp()
+    await wait_for("the approval expired", lambda: time.time() > expires, timeout=left + 30)
+    assert await runtime.resume(parked.run_id, "merge now", by="ops")
+    await wait_status_comment(stack, number, "The approval expired before the merge")
+    await wait_phase(stack, number, "awaiting-review")
+    assert len(scheduled(stack, number, "github.merge")) == 1  # only the refused one
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+
 # -- 7. the head moved after the approval ---------------------------------------------------
 
 
