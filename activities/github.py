@@ -144,7 +144,7 @@ class PolicyInput(BranchInput):
 
 
 class PolicyResult(Result):
-    #: ``<policy_version>+<sha256 of the config file at the branch's head>``.
+    #: ``<policy_version>+<git object id of the config at the branch's head>``.
     digest: str
     at: str
 
@@ -419,14 +419,15 @@ async def policy_digest(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
     token = await _git_token(access, request.installation_id, request.repo, _READ)
     with tempfile.TemporaryDirectory(prefix="repairbot-policy-") as tmp:
         bare = await _fetch_base(access, request.repo, head, token, Path(tmp))
-        shown = await run_git(
-            ["cat-file", "blob", f"{head}:{CONFIG_PATH}"],
+        # The config's git object id names its content: nothing of the
+        # (repository-controlled, maybe huge) file is read into memory.
+        found = await run_git(
+            ["rev-parse", "--verify", "--quiet", f"{head}:{CONFIG_PATH}"],
             cwd=bare,
             env=git_env(extra={"GIT_DIR": str(bare)}),
         )
-    config = shown.stdout if shown.ok else ""
-    digest = hashlib.sha256(config.encode()).hexdigest()[:16]
-    return PolicyResult(digest=f"{request.policy_version}+{digest}", at=head).model_dump(
+    config = found.stdout.strip() if found.ok else "none"
+    return PolicyResult(digest=f"{request.policy_version}+{config}", at=head).model_dump(
         mode="json"
     )
 

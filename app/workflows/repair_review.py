@@ -625,7 +625,8 @@ class ReviewPhases(RunBase):
             StepInput(
                 workspace=self.spec(merged),
                 setup=self.config.setup,
-                setup_network=self.config.network == "setup",
+                # The merge commit holds model-written code: it gets no network.
+                setup_network=False,
                 commands=self.reproduction,
                 time_limit_seconds=self.config.budgets.time_limit_seconds,
             ),
@@ -633,6 +634,13 @@ class ReviewPhases(RunBase):
             step="confirm-reproduce",
         )
         self.state.add_evidence("reproduction on the merge commit", result.log)
+        if not result.reproduced and result.status != "passed":
+            self.merged_detail = (
+                f"Merged the approved commit as `{merged[:12]}`; its tree is the verified "
+                f"tree, but the reproduction could not run on it (`{result.status}`), so the "
+                "fix is not confirmed there: check the base branch by hand."
+            )
+            return "done"
         if result.reproduced:
             await self.propose_revert(merged)
             raise Finished(
