@@ -477,6 +477,7 @@ class ReviewPhases(RunBase):
             github.CompareResult,
             step=f"base-compare-{n}",
         )
+        short = base_sha[:12]
         verdict = await call(
             self.ctx,
             repo_commands.verify_candidate,
@@ -484,13 +485,20 @@ class ReviewPhases(RunBase):
             VerifyResult,
             step=f"reverify-{n}",
         )
-        short = base_sha[:12]
         if verdict.reproduction is not None:
             self.state.add_evidence(
                 f"reproduction with the fix on `{short}`", verdict.reproduction.log
             )
         if verdict.tests is not None:
             self.state.add_evidence(f"tests with the fix on `{short}`", verdict.tests.log)
+        if verdict.verdict == "patch-rejected":
+            raise Finished(
+                "needs-human",
+                f"The base branch moved to `{short}` and the fix no longer applies to it: "
+                "it cannot be rebuilt there, so nothing was merged.",
+                next_steps="Resolve the conflict in a pull request of your own, or comment "
+                "`/repair retry` to repair the issue again on the new base.",
+            )
         if verdict.verdict != "verified":
             raise Finished(
                 "needs-human",

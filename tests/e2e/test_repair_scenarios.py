@@ -677,6 +677,29 @@ async def test_base_fast_forward_rebuilds_the_proposal_on_the_new_tip(stack: Loc
 
 
 @SQLITE_ONLY
+async def test_a_fix_that_no_longer_applies_on_the_moved_base_goes_to_a_human(
+    stack: LocalStack,
+) -> None:
+    """The base moved and changed the very line the fix changes: the proposal
+    cannot be rebuilt there. Nothing is merged; the run says why."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    library = file_on_branch(stack, "main", LIBRARY)
+    moved = library.replace(BUGGY_LINE, BUGGY_LINE + "  # touched upstream")
+    assert moved != library
+    await push_files(stack, "main", {LIBRARY: moved})
+
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.status == "needs-human", (run.status, run.error)
+    body = await wait_status_comment(stack, number, "the fix no longer applies to it")
+    assert "Stopped: a human needs to decide" in body
+    assert scheduled(stack, number, "github.merge") == []
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+
+@SQLITE_ONLY
 async def test_rewritten_base_never_brings_removed_commits_back(stack: LocalStack) -> None:
     """Bug 1 of issue 20: ``main`` has a commit adding LEAKED.txt, the run
     proposes on it, the maintainer force-pushes ``main`` without that commit and
