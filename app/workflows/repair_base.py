@@ -168,6 +168,25 @@ class RunBase:
             step=step,
         )
 
+    async def check_superseded(self, sha: str, n: int | str, summary: str = "") -> None:
+        """Complete our check run on a commit a newer proposal replaced."""
+        await call(
+            self.ctx,
+            github.check_run,
+            github.CheckRunInput(
+                **self.repo_fields(),
+                head_sha=sha,
+                op_run=self.ctx.run_id,
+                op_step="check",
+                name="repairbot",
+                title="Superseded by a newer proposal",
+                summary=summary or f"Replaced by the commit of publication {n}.",
+                conclusion="neutral",
+            ),
+            github.CheckRunResult,
+            step=f"check-superseded-{n}",
+        )
+
     # -- the working time budget --------------------------------------------------
 
     def start_work_round(self) -> None:

@@ -571,28 +571,12 @@ class ReviewPhases(RunBase):
         self.state.pushed.append(built.sha)
         self.state.proposed_sha = built.sha
         for old in self.checks_open:
-            await self.superseded(old, label)
+            await self.check_superseded(
+                old, label, "The proposal was rebuilt on the moved base branch."
+            )
         self.checks_open = [built.sha]
         await self.check(built.sha, final=False, step=f"check-{label}")
         return built.sha
-
-    async def superseded(self, sha: str, label: str) -> None:
-        await call(
-            self.ctx,
-            github.check_run,
-            github.CheckRunInput(
-                **self.repo_fields(),
-                head_sha=sha,
-                op_run=self.ctx.run_id,
-                op_step="check",
-                name="repairbot",
-                title="Superseded by a newer proposal",
-                summary="The proposal was rebuilt on the moved base branch.",
-                conclusion="neutral",
-            ),
-            github.CheckRunResult,
-            step=f"check-superseded-{label}",
-        )
 
     # -- confirming ---------------------------------------------------------------
 

@@ -368,21 +368,3 @@ class WorkPhases(RunBase):
         if pull is not None and pull.done and pull.error is None and self.state.pull is None:
             self.opened(github.PullRequestResult.model_validate(pull.result))
         self.inflight.clear()
-
-    async def check_superseded(self, sha: str, n: int) -> None:
-        await call(
-            self.ctx,
-            github.check_run,
-            github.CheckRunInput(
-                **self.repo_fields(),
-                head_sha=sha,
-                op_run=self.ctx.run_id,
-                op_step="check",
-                name="repairbot",
-                title="Superseded by a newer proposal",
-                summary=f"Replaced by the commit of publication {n}.",
-                conclusion="neutral",
-            ),
-            github.CheckRunResult,
-            step=f"check-superseded-{n}",
-        )
