@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from activities import github
 from activities.agent import FeedbackInput
-from activities.repo_commands import VerifyInput
+from activities.repo_commands import VerifyInput, VerifyResult
 from activities.workspace import WorkspaceSpec
 from app.engine.context import WorkflowContext
 from app.engine.registry import ActivityDefn
@@ -122,6 +122,13 @@ class RunBase:
             test=self.config.test,
             time_limit_seconds=self.config.budgets.time_limit_seconds,
         )
+
+    def keep_verification(self, verdict: VerifyResult, what: str) -> None:
+        """A verification's logs as evidence items ("reproduction with <what>", ...)."""
+        if verdict.reproduction is not None:
+            self.state.add_evidence(f"reproduction with {what}", verdict.reproduction.log)
+        if verdict.tests is not None:
+            self.state.add_evidence(f"tests with {what}", verdict.tests.log)
 
     # -- progress ----------------------------------------------------------------
 

@@ -485,12 +485,7 @@ class ReviewPhases(RunBase):
             VerifyResult,
             step=f"reverify-{n}",
         )
-        if verdict.reproduction is not None:
-            self.state.add_evidence(
-                f"reproduction with the fix on `{short}`", verdict.reproduction.log
-            )
-        if verdict.tests is not None:
-            self.state.add_evidence(f"tests with the fix on `{short}`", verdict.tests.log)
+        self.keep_verification(verdict, f"the fix on `{short}`")
         if verdict.verdict == "patch-rejected":
             raise Finished(
                 "needs-human",

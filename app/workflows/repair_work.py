@@ -242,12 +242,7 @@ class WorkPhases(RunBase):
                 VerifyResult,
                 step=f"verify-{attempt}",
             )
-            if verdict.reproduction is not None:
-                self.state.add_evidence(
-                    f"reproduction with candidate {attempt}", verdict.reproduction.log
-                )
-            if verdict.tests is not None:
-                self.state.add_evidence(f"tests with candidate {attempt}", verdict.tests.log)
+            self.keep_verification(verdict, f"candidate {attempt}")
             if verdict.verdict == "verified":
                 self.patch = proposal.patch
                 self.state.patch_sha = proposal.patch.sha256
