@@ -36,6 +36,8 @@ from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
     Identity,
     Patch,
+    PushStatus,
+    Tree,
     build_commit,
     publish_branch,
     remote_answers,
@@ -117,6 +119,48 @@ class BranchHeadResult(Result):
 
 class PullInput(RepoInput):
     number: int
+
+
+class CompareInput(RepoInput):
+    base: str
+    head: str
+
+
+class CompareResult(Result):
+    #: GitHub's ``identical``, ``ahead``, ``behind`` or ``diverged``; ``unrelated``
+    #: when the two share no history (GitHub answers 404).
+    status: str
+
+
+class TreesInput(RepoInput):
+    commits: list[str]
+
+
+class TreesResult(Result):
+    #: Each commit's tree, as GitHub reads it back.
+    trees: dict[str, str]
+
+
+class PolicyInput(BranchInput):
+    #: Bound into the digest: a new build's policy is a new policy.
+    policy_version: str
+
+
+class PolicyResult(Result):
+    #: ``<policy_version>+<git object id of the config at the branch's head>``.
+    digest: str
+    at: str
+
+
+class IssueInput(RepoInput):
+    number: int
+
+
+class IssueView(Result):
+    title: str
+    body: str = ""
+    author: str | None = None
+    state: str = "open"
 
 
 class PullView(Result):
@@ -244,6 +288,23 @@ class MergeResult(Result):
     reason: str | None = None
 
 
+class RevertInput(Marked):
+    """A draft pull request that reverts ``merge_sha`` (found by marker)."""
+
+    merge_sha: str
+    base: str
+    branch: str
+    title: str
+    body: str
+    timestamp: str
+
+
+class RevertResult(Result):
+    sha: str
+    number: int
+    url: str = ""
+
+
 class ReviewView(Result):
     id: int
     state: str
@@ -318,6 +379,83 @@ async def branch_head(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
     with classified(mutation=False):
         response = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
     return BranchHeadResult(sha=response.parsed_data.object_.sha).model_dump(mode="json")
+
+
+@activity("github.compare", retry=API, timeouts=API_TIMEOUTS)
+async def compare(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """How ``head`` relates to ``base`` (``ahead``: a fast-forward of it)."""
+    request = parse_input(CompareInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    try:
+        response = await gh.rest.repos.async_compare_commits(
+            repo.owner, repo.name, f"{request.base}...{request.head}"
+        )
+    except GitHubException as exc:
+        if status_of(exc) == 404:
+            return CompareResult(status="unrelated").model_dump(mode="json")
+        raise classify(exc, mutation=False) from exc
+    return CompareResult(status=response.parsed_data.status).model_dump(mode="json")
+
+
+@activity("github.commit_trees", retry=API, timeouts=API_TIMEOUTS)
+async def commit_trees(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The tree of each commit, read back from GitHub (what landed, what was verified)."""
+    request = parse_input(TreesInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    trees: dict[str, str] = {}
+    for sha in dict.fromkeys(request.commits):
+        with classified(mutation=False):
+            response = await gh.rest.git.async_get_commit(repo.owner, repo.name, sha)
+        trees[sha] = response.parsed_data.tree.sha
+    return TreesResult(trees=trees).model_dump(mode="json")
+
+
+@activity("github.read_issue", retry=API, timeouts=API_TIMEOUTS)
+async def read_issue(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The issue as it is now: title, body, author, state."""
+    request = parse_input(IssueInput, raw)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    with classified(mutation=False):
+        issue = (await gh.rest.issues.async_get(repo.owner, repo.name, request.number)).parsed_data
+    return IssueView(
+        title=issue.title,
+        body=issue.body or "",
+        author=issue.user.login if issue.user else None,
+        state=issue.state,
+    ).model_dump(mode="json")
+
+
+CONFIG_PATH = ".github/repairbot.yml"
+
+
+@activity("github.policy_digest", retry=API, timeouts=GIT_TIMEOUTS)
+async def policy_digest(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The policy in force now: the build's policy version and the repository's
+    config as it is at the branch's head (read from git, not from the run)."""
+    request = parse_input(PolicyInput, raw)
+    access = _access(actx)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    with classified(mutation=False):
+        ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
+    head = ref.parsed_data.object_.sha
+    token = await _git_token(access, request.installation_id, request.repo, _READ)
+    with tempfile.TemporaryDirectory(prefix="repairbot-policy-") as tmp:
+        bare = await _fetch_base(access, request.repo, head, token, Path(tmp))
+        # The config's git object id names its content: nothing of the
+        # (repository-controlled, maybe huge) file is read into memory.
+        found = await run_git(
+            ["rev-parse", "--verify", "--quiet", f"{head}:{CONFIG_PATH}"],
+            cwd=bare,
+            env=git_env(extra={"GIT_DIR": str(bare)}),
+        )
+    config = found.stdout.strip() if found.ok else "none"
+    return PolicyResult(digest=f"{request.policy_version}+{config}", at=head).model_dump(
+        mode="json"
+    )
 
 
 def _pull_view(state: Any) -> PullView:
@@ -701,6 +839,63 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
     ).model_dump(mode="json")
 
 
+@activity("github.propose_revert", retry=API, timeouts=GIT_TIMEOUTS)
+async def propose_revert(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """A revert of the merge commit, proposed for a human to approve: a commit on
+    ``merge_sha`` with its first parent's tree (built deterministically), pushed to
+    a branch that must not exist (or already holds it), and a draft pull request.
+    Safe to retry: the same inputs give the same commit, the push is conditional
+    and the pull request is found by its marker."""
+    request = parse_input(RevertInput, raw)
+    access = _access(actx)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+    repo = RepoRef.parse(request.repo)
+    with classified(mutation=False):
+        merged = await gh.rest.git.async_get_commit(repo.owner, repo.name, request.merge_sha)
+    if not merged.parsed_data.parents:
+        raise PermanentError(f"{request.merge_sha} has no parent to revert to")
+    parent = merged.parsed_data.parents[0].sha
+    with classified(mutation=False):
+        before = (await gh.rest.git.async_get_commit(repo.owner, repo.name, parent)).parsed_data
+    token = await _git_token(access, request.installation_id, request.repo, _WRITE)
+    with tempfile.TemporaryDirectory(prefix="repairbot-revert-") as tmp:
+        bare = await _fetch_base(access, request.repo, request.merge_sha, token, Path(tmp))
+        fetched = await fetch_commit(bare, access.clone_url(request.repo), parent, token=token)
+        if fetched.status != "fetched":
+            raise TransientError(f"cannot fetch {parent}: {fetched.detail}")
+        sha = await build_commit(
+            bare,
+            request.merge_sha,
+            Tree(before.tree.sha),
+            request.title,
+            BOT,
+            datetime.fromisoformat(request.timestamp),
+        )
+        pushed = await publish_branch(
+            bare,
+            access.clone_url(request.repo),
+            request.branch,
+            sha,
+            expected=None,
+            token=token,
+        )
+    if pushed.status == PushStatus.LEASE_REFUSED and pushed.remote_sha != sha:
+        raise PermanentError(
+            f"branch {request.branch} exists (at {pushed.remote_sha}) and is not this revert"
+        )
+    result = await ensure_pull_request(
+        gh,
+        repo,
+        head=request.branch,
+        base=request.base,
+        title=request.title,
+        body=request.body,
+        op=request.op,
+        bot_login=await access.factory.bot_login(),
+    )
+    return RevertResult(sha=sha, number=result.number, url=result.html_url).model_dump(mode="json")
+
+
 @activity("github.ready_for_review", retry=API, timeouts=API_TIMEOUTS)
 async def ready_for_review(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Take the approved draft out of draft so it can be merged (idempotent)."""
@@ -779,6 +974,10 @@ async def merge(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
 ACTIVITIES = [
     permission,
     branch_head,
+    compare,
+    commit_trees,
+    policy_digest,
+    read_issue,
     read_pull_request,
     observe,
     comment,
@@ -787,6 +986,7 @@ ACTIVITIES = [
     push_branch,
     delete_branch,
     pull_request,
+    propose_revert,
     ready_for_review,
     close_pull,
     check_run,

@@ -19,13 +19,31 @@ from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES
 
+#: Outcomes after which the fix is on the base branch: a retry would repair
+#: code that no longer has the bug (or fight the revert a human decides on).
+LANDED = frozenset({"merged", "merged-by-human", "fix-not-confirmed"})
+
 
 class RunNotFound(LookupError):
     pass
 
 
-class RunStillActive(RuntimeError):
+class NotRetryable(RuntimeError):
+    """The run cannot be retried (the message says why and what to do)."""
+
+
+class RunStillActive(NotRetryable):
     """The run is open or parked: cancel, terminate or resume it instead."""
+
+
+class RunMerged(NotRetryable):
+    """The run's fix was merged: there is nothing to retry."""
+
+
+def landed(run: RunRow) -> bool:
+    """Whether the run ended with its fix merged into the base branch."""
+    result = run.result if isinstance(run.result, dict) else {}
+    return result.get("outcome") in LANDED
 
 
 def original_request(runtime: RuntimeClient, run: RunRow) -> Any:
@@ -52,13 +70,19 @@ async def retry_run(runtime: RuntimeClient, run_id: str, *, reason: str, by: str
         newer = runtime.store.find_run(old.workflow_id)
         if newer is not None and newer.status not in CLOSED_STATUSES:
             raise RunStillActive(f"run {old.run_id} continues as {newer.run_id} ({newer.status})")
+    if landed(old):
+        raise RunMerged(
+            f"run {old.run_id} merged its fix; open a new issue (or label this one again) "
+            "if the bug is back"
+        )
     operator = {"action": "retry", "retry_of": old.run_id, "reason": reason}
     if by:
         operator["by"] = by
+    request = original_request(runtime, old)
+    if isinstance(request, dict):
+        # The new run reads the issue as it is now (it may have been edited since).
+        request = {**request, "reread_issue": True}
     started = await runtime.start_workflow(
-        old.workflow_name,
-        old.workflow_id,
-        original_request(runtime, old),
-        operator=operator,
+        old.workflow_name, old.workflow_id, request, operator=operator
     )
     return started.run_id

@@ -26,6 +26,12 @@ OPEN_STATUSES = ("running", "cancelling")
 PER_PAGE = 25
 #: Repair workflow steps -> the phase they belong to (first match wins).
 STEP_PHASES = (
+    (re.compile(r"^(confirm-|propose-revert$)"), "confirming"),
+    (re.compile(r"^(commit|push|check|check-superseded)-rebase-"), "merging"),
+    (re.compile(r"^(base-compare|evidence-recheck|policy-recheck|approver-recheck)-"), "merging"),
+    (re.compile(r"^evidence-rebind-"), "merging"),
+    (re.compile(r"^(evidence|policy)-\d+$"), "awaiting-review"),
+    (re.compile(r"^issue-now$"), "preparing"),
     (re.compile(r"^(base|prepare)$"), "preparing"),
     (re.compile(r"^reproduce$"), "reproducing"),
     (re.compile(r"^(propose|verify)-"), "repairing"),

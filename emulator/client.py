@@ -152,6 +152,21 @@ class EmulatorClient:
         resp = await self._http.request(method, self.base_path + path, json=body, headers=headers)
         return self._result(resp)
 
+    async def graphql(
+        self, query: str, variables: dict[str, Any] | None = None, *, as_user: str
+    ) -> Any:
+        """A GraphQL call as a scripted user (``/graphql``, or ``/api/graphql``
+        beside ``/api/v3`` as GitHub Enterprise serves it)."""
+        path = (
+            self.base_path.removesuffix("/v3") + "/graphql"
+            if self.base_path.endswith("/api/v3")
+            else self.base_path + "/graphql"
+        )
+        headers = {"Authorization": f"bearer {self.tokens[as_user]}"}
+        body = {"query": query, "variables": variables or {}}
+        resp = await self._http.request("POST", path, json=body, headers=headers)
+        return self._result(resp)
+
     @staticmethod
     def _result(resp: httpx.Response) -> Any:
         body = resp.json() if resp.content else None

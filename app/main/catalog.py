@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from activities import agent, github, onboarding, repo_commands, runs, triage, workspace
+from activities import (
+    agent,
+    approval,
+    github,
+    onboarding,
+    repo_commands,
+    runs,
+    triage,
+    workspace,
+)
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
@@ -28,5 +37,6 @@ def build_registry() -> Registry:
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,
             *onboarding.ACTIVITIES,
+            *approval.ACTIVITIES,
         ],
     )

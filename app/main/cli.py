@@ -151,7 +151,7 @@ def _operator() -> str:
 async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
     from app.engine.client import RuntimeClient
     from app.main.catalog import build_registry
-    from app.run_actions import RunNotFound, RunStillActive, retry_run
+    from app.run_actions import NotRetryable, RunNotFound, retry_run
 
     runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
     pool = None
@@ -167,7 +167,7 @@ async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
         if action == "retry":
             try:
                 new = await retry_run(runtime, key, reason=reason, by=by)
-            except (RunNotFound, RunStillActive) as exc:
+            except (RunNotFound, NotRetryable) as exc:
                 print(f"cannot retry: {exc}", file=sys.stderr)
                 return 1
             print(f"started {new} (retry of {key}, by {by}: {reason})")

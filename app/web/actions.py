@@ -41,9 +41,7 @@ def available(run: RunRow) -> list[str]:
     if run.status in PARKED_STATUSES:
         return ["resume", "cancel", "terminate"]
     if run.status in CLOSED_STATUSES and run.status != "continued-as-new":
-        # A merged fix is done: another run would repair what is repaired.
-        merged = isinstance(run.result, dict) and run.result.get("outcome") == "merged"
-        return [] if merged else ["retry"]
+        return [] if run_actions.landed(run) else ["retry"]
     return []
 
 
@@ -66,7 +64,7 @@ async def perform(
     if action == "retry":
         try:
             new_run_id = await run_actions.retry_run(runtime, run.run_id, reason=reason, by=by)
-        except (run_actions.RunNotFound, run_actions.RunStillActive) as exc:
+        except (run_actions.RunNotFound, run_actions.NotRetryable) as exc:
             raise ActionUnavailable(str(exc)) from exc
         return ActionResult(action, run.run_id, True, f"retried as {new_run_id}", new_run_id)
     record = await runtime.terminate(run.run_id, reason, by=by)

@@ -47,6 +47,9 @@ class RunRequest(BaseModel):
     #: The label's sender is a bot account (ignored unless the repo allows it).
     sender_is_bot: bool = False
     delivery_id: str = ""
+    #: A retry: read the issue's title, body and author as they are now (the
+    #: recorded ones are from the event that started the first run).
+    reread_issue: bool = False
 
 
 class CommandSpec(BaseModel):

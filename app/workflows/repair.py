@@ -46,15 +46,26 @@ class Repair(WorkPhases, ReviewPhases):
             "publishing": self.publish,
             "awaiting-review": self.await_review,
             "merging": self.merge,
+            "confirming": self.confirm,
         }
 
     async def run(self) -> dict[str, Any]:
         try:
-            if not await self.sender_may_trigger():
-                return self.quiet("the label's sender does not have write access")
-            if not await self.prepare():
-                return self.quiet("the label is not this repository's trigger (or its sender)")
-            await self.loop()
+            if self.ctx.patched("verified-every-end-reported"):
+                # The start's own endings (an invalid config, no reproduction, a
+                # permanent error in the trigger check) are reported like any
+                # other; runs recorded before this change failed silently here.
+                quiet = await self.ended(self.start)
+                if quiet is not None:
+                    return self.quiet(quiet)
+                if self.state.outcome is None:
+                    await self.loop()
+            else:
+                if not await self.sender_may_trigger():
+                    return self.quiet("the label's sender does not have write access")
+                if not await self.prepare():
+                    return self.quiet("the label is not this repository's trigger (or its sender)")
+                await self.loop()
             await self.conclude()
             while self.resumable():
                 await self.resume_after_operator()
@@ -87,6 +98,46 @@ class Repair(WorkPhases, ReviewPhases):
         await self.loop(start)
         await self.conclude()
 
+    async def start(self) -> str | None:
+        """Who asked and the work contract. A reason when the run was never
+        really asked for (it ends without a word)."""
+        if self.request.reread_issue and self.ctx.patched("verified-retry-reads-issue"):
+            await self.reread_issue()
+        if not await self.sender_may_trigger():
+            return "the label's sender does not have write access"
+        if not await self.prepare():
+            return "the label is not this repository's trigger (or its sender)"
+        return None
+
+    async def reread_issue(self) -> None:
+        """A retry works on the issue as it reads now, not as the first run saw it."""
+        issue = await call(
+            self.ctx,
+            github.read_issue,
+            github.IssueInput(**self.repo_fields(), number=self.request.issue_number),
+            github.IssueView,
+            step="issue-now",
+        )
+        self.request = self.request.model_copy(
+            update={
+                "issue_title": issue.title,
+                "issue_body": issue.body,
+                "issue_author": issue.author,
+            }
+        )
+
+    async def ended(self, step: Callable[[], Awaitable[str | None]]) -> str | None:
+        """Run ``step``; an ending it raises becomes the run's outcome (reported
+        by :meth:`conclude`), never an uncaught failure."""
+        try:
+            return await step()
+        except Finished as finished:
+            self.finished(finished)
+        except ActivityError as error:
+            self.failed(error)
+        self.end_work_round()
+        return None
+
     async def loop(self, start: Next = "reproducing") -> None:
         """Run phases until one ends the run; record how it ended."""
         phases = self.phases()
@@ -95,31 +146,36 @@ class Repair(WorkPhases, ReviewPhases):
             while following != "done":
                 following = await phases[following]()
             self.state.outcome = "merged"
-            self.state.detail = "Merged the approved commit."
+            self.state.detail = self.merged_detail or "Merged the approved commit."
         except Finished as finished:
-            self.state.outcome = finished.outcome
-            self.state.detail = finished.detail or None
-            self.state.next_steps = finished.next_steps
-            if finished.resume_at is not None and self.ctx.patched(
-                "needs-human-waits-for-operator"
-            ):
-                # Runs recorded before this change parked for good here.
-                self.resume_at = finished.resume_at
-                self.state.next_steps = RESUME_STEPS
+            self.finished(finished)
         except ActivityError as error:
-            self.state.outcome = "error"
-            self.state.detail = (
-                f"`{error.activity}` failed after {error.attempts} attempt(s) "
-                f"({error.failure_class}): {error.message}"
-            )
+            self.failed(error)
         self.end_work_round()
+
+    def finished(self, finished: Finished) -> None:
+        self.state.outcome = finished.outcome
+        self.state.detail = finished.detail or None
+        self.state.next_steps = finished.next_steps
+        if finished.resume_at is not None and self.ctx.patched("needs-human-waits-for-operator"):
+            # Runs recorded before this change parked for good here.
+            self.resume_at = finished.resume_at
+            self.state.next_steps = RESUME_STEPS
+
+    def failed(self, error: ActivityError) -> None:
+        self.state.outcome = "error"
+        self.state.detail = (
+            f"`{error.activity}` failed after {error.attempts} attempt(s) "
+            f"({error.failure_class}): {error.message}"
+        )
 
     # -- the one place a run ends -----------------------------------------------
 
     async def conclude(self) -> None:
         """Clean what the ending leaves to clean, then the final comment and check."""
         outcome = self.state.outcome
-        if outcome in ("merged", "merged-by-human") and not self.config.keep_branch_after_merge:
+        landed = ("merged", "merged-by-human", "fix-not-confirmed")
+        if outcome in landed and not self.config.keep_branch_after_merge:
             await self.delete_branch("delete-branch")
         elif outcome == "branch-deleted":
             await self.close_pull("The branch of this pull request was deleted.", "close-pull")
@@ -131,12 +187,30 @@ class Repair(WorkPhases, ReviewPhases):
         except ActivityError as error:
             self.state.leftovers.append(f"the final status comment: {error.message}")
         sha = self.state.proposed_sha or self.state.base_sha
+        if sha is None and self.ctx.patched("verified-check-on-base-head"):
+            # The run ended before it read its base (the trigger check failed):
+            # the check run goes on the base branch's head, so it is seen too.
+            sha = await self.base_head_for_check()
         if sha is None:
             return
         try:
             await self.check(sha, final=True, step="check-final")
         except ActivityError as error:
             self.state.leftovers.append(f"the check run on {sha[:12]}: {error.message}")
+
+    async def base_head_for_check(self) -> str | None:
+        try:
+            head = await call(
+                self.ctx,
+                github.branch_head,
+                github.BranchInput(**self.repo_fields(), branch=self.request.default_branch),
+                github.BranchHeadResult,
+                step="check-final-base",
+            )
+        except ActivityError as error:
+            self.state.leftovers.append(f"the final check run: {error.message}")
+            return None
+        return head.sha
 
     async def refresh_pull(self) -> github.PullView | None:
         """The pull request's true state before cleaning (a human, or a merge in

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from activities import github
 from activities.agent import FeedbackInput
-from activities.repo_commands import VerifyInput
+from activities.repo_commands import VerifyInput, VerifyResult
 from activities.workspace import WorkspaceSpec
 from app.engine.context import WorkflowContext
 from app.engine.registry import ActivityDefn
@@ -39,6 +39,7 @@ Next = Literal[
     "publishing",
     "awaiting-review",
     "merging",
+    "confirming",
     "done",
 ]
 
@@ -85,6 +86,8 @@ class RunBase:
         self.patch: EvidenceRef | None = None
         #: The base commit an approval is taken to cover.
         self.reviewed_base: str | None = None
+        #: The final detail of a merged run (None: the plain "Merged ...").
+        self.merged_detail: str | None = None
         #: The durable timer that ends the working time budget (per work round).
         self.deadline: WorkflowFuture | None = None
         self.round_started: datetime | None = None
@@ -138,6 +141,13 @@ class RunBase:
             time_limit_seconds=self.config.budgets.time_limit_seconds,
         )
 
+    def keep_verification(self, verdict: VerifyResult, what: str) -> None:
+        """A verification's logs as evidence items ("reproduction with <what>", ...)."""
+        if verdict.reproduction is not None:
+            self.state.add_evidence(f"reproduction with {what}", verdict.reproduction.log)
+        if verdict.tests is not None:
+            self.state.add_evidence(f"tests with {what}", verdict.tests.log)
+
     # -- progress ----------------------------------------------------------------
 
     async def report(self, phase: Phase | None = None, detail: str | None = None) -> None:
@@ -181,6 +191,25 @@ class RunBase:
             ),
             github.CheckRunResult,
             step=step,
+        )
+
+    async def check_superseded(self, sha: str, n: int | str, summary: str = "") -> None:
+        """Complete our check run on a commit a newer proposal replaced."""
+        await call(
+            self.ctx,
+            github.check_run,
+            github.CheckRunInput(
+                **self.repo_fields(),
+                head_sha=sha,
+                op_run=self.ctx.run_id,
+                op_step="check",
+                name="repairbot",
+                title="Superseded by a newer proposal",
+                summary=summary or f"Replaced by the commit of publication {n}.",
+                conclusion="neutral",
+            ),
+            github.CheckRunResult,
+            step=f"check-superseded-{n}",
         )
 
     # -- the working time budget --------------------------------------------------

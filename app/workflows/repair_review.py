@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from activities import approval as binding
 from activities import github, repo_commands
 from activities.agent import FeedbackInput
-from activities.repo_commands import VerifyResult
+from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
 from app.engine.context import Signal
 from app.engine.errors import WorkflowCancelled
 from app.workflows.calls import call, schedule
@@ -25,7 +26,7 @@ from app.workflows.contracts import (
     ReviewSignal,
 )
 from app.workflows.repair_base import POLICY_VERSION, Finished, Next, RunBase
-from app.workflows.state import Approval
+from app.workflows.state import Approval, PullState
 
 WAITED_FOR = (REVIEW, PR_CLOSED, PR_SYNCHRONIZED)
 #: The drift check's interval grows to at most this many times the configured one.
@@ -161,16 +162,81 @@ class ReviewPhases(RunBase):
                 f"{self.state.limits.approval_ttl_hours} hours: please approve again."
             )
             return None
+        evidence_hash, policy, bound = self.state.patch_sha, POLICY_VERSION, False
+        if self.ctx.patched("verified-approval-binding"):
+            # Runs recorded before this change bound the patch's hash and the
+            # build's constant, and compared them with copies of themselves.
+            evidence_hash = await self.evidence_bundle(f"evidence-{review.review_id}")
+            policy = await self.policy_in_force(f"policy-{review.review_id}")
+            bound = True
         self.state.approval = Approval(
             reviewer=review.reviewer,
             review_id=review.review_id,
             commit=proposed,
-            evidence_hash=self.state.patch_sha,
-            policy_version=POLICY_VERSION,
+            evidence_hash=evidence_hash,
+            policy_version=policy,
             submitted_at=submitted.isoformat(),
             expires_at=expires.isoformat(),
+            bound=bound,
         )
         return "merging"
+
+    async def evidence_bundle(self, step: str) -> str:
+        """One hash over every evidence item of the proposal, read back from the
+        evidence store (an unreadable item hashes as such, so it never matches)."""
+        bundle = await call(
+            self.ctx,
+            binding.evidence_bundle,
+            binding.BundleInput(
+                items=[
+                    binding.BundleItem(label=item.label, ref=item.ref)
+                    for item in self.state.evidence
+                ]
+            ),
+            binding.BundleResult,
+            step=step,
+        )
+        return bundle.bundle_hash
+
+    async def policy_in_force(self, step: str) -> str:
+        """The policy now: this build's version and the base branch's config."""
+        policy = await call(
+            self.ctx,
+            github.policy_digest,
+            github.PolicyInput(
+                **self.repo_fields(),
+                branch=self.request.default_branch,
+                policy_version=POLICY_VERSION,
+            ),
+            github.PolicyResult,
+            step=step,
+        )
+        return policy.digest
+
+    async def binding_broken(self, bound: Approval, n: int) -> str | None:
+        """Why the approval no longer holds, from values read now: the evidence
+        bundle re-hashed from the store, the policy from the base's config, the
+        reviewer's permission from GitHub. None when it holds."""
+        if await self.evidence_bundle(f"evidence-recheck-{n}") != bound.evidence_hash:
+            return "The evidence changed since the approval: please review again."
+        if await self.policy_in_force(f"policy-recheck-{n}") != bound.policy_version:
+            return (
+                "The policy changed since the approval (repairbot's version or "
+                "`.github/repairbot.yml` on the base branch): please review again."
+            )
+        granted = await call(
+            self.ctx,
+            github.permission,
+            github.PermissionInput(**self.repo_fields(), user=bound.reviewer),
+            github.PermissionResult,
+            step=f"approver-recheck-{n}",
+        )
+        if not granted.may_write:
+            return (
+                f"@{bound.reviewer} no longer has write access, so their approval does not "
+                "count any more: someone with write access must approve."
+            )
+        return None
 
     # -- the drift check ----------------------------------------------------------
 
@@ -282,7 +348,11 @@ class ReviewPhases(RunBase):
         assert seen.pull is not None
         if seen.pull.head_sha != approval.commit:
             return self.head_moved(seen.pull.head_sha)
-        if (
+        if approval.bound:
+            broken = await self.binding_broken(approval, n)
+            if broken is not None:
+                return self.renew(broken)
+        elif (
             approval.evidence_hash != self.state.patch_sha
             or approval.policy_version != POLICY_VERSION
         ):
@@ -295,6 +365,15 @@ class ReviewPhases(RunBase):
         if renewed is not None:
             return renewed
         if seen.pull.draft:
+            if not self.state.pull.draft and self.ctx.patched("verified-draft-needs-approval"):
+                # repairbot had marked it ready; a human turned it back into a
+                # draft (after a refused merge, say): that is a "not yet". Runs
+                # recorded before this change marked it ready again and merged.
+                self.state.pull.draft = True
+                return self.renew(
+                    "The pull request was turned back into a draft after repairbot marked it "
+                    "ready: approve again to have it merged."
+                )
             await call(
                 self.ctx,
                 github.ready_for_review,
@@ -302,6 +381,7 @@ class ReviewPhases(RunBase):
                 github.ReadyResult,
                 step=f"ready-{n}",
             )
+            self.state.pull.draft = False
         merging = schedule(
             self.ctx,
             github.merge,
@@ -320,6 +400,10 @@ class ReviewPhases(RunBase):
         if merged.outcome == "merged":
             self.state.merge_commit_sha = merged.merge_commit_sha
             self.state.pull.state = "merged"
+            if self.ctx.patched("verified-confirm-on-base"):
+                # Runs recorded before this change ended at the merge answer.
+                self.state.confirms_on_base = True
+                return "confirming"
             return "done"
         if merged.outcome == "head-moved" and merged.head_sha:
             return self.head_moved(merged.head_sha)
@@ -351,6 +435,10 @@ class ReviewPhases(RunBase):
         )
         if base.sha == self.reviewed_base:
             return None
+        if self.ctx.patched("verified-rebuild-on-base"):
+            # Runs recorded before this change merged the old head: a squash of
+            # a branch built on a rewritten base brought the removed commits back.
+            return await self.rebuild_on_base(base.sha, n)
         if self.config.on_base_moved == "rereview":
             # The next approval is given on the pull request as it stands on this base.
             self.reviewed_base = base.sha
@@ -373,3 +461,207 @@ class ReviewPhases(RunBase):
         self.reviewed_base = base.sha
         self.state.detail = f"Base moved to `{base.sha[:12]}`; the fix still verifies."
         return None
+
+    async def rebuild_on_base(self, base_sha: str, n: int) -> Next | None:
+        """What lands is what was verified: rebuild the proposal on the moved
+        base (a new commit whose parent is the base's tip, so GitHub's merge
+        base is that tip and the pull request's diff is the patch alone),
+        verify it again, push it over our own head (force-with-lease). A
+        rewritten base, or a policy of ``rereview``, needs a fresh approval of
+        the new head; after a fast-forward the approval moves to it."""
+        approval, old_base = self.state.approval, self.reviewed_base
+        assert approval is not None and old_base is not None and self.patch is not None
+        relation = await call(
+            self.ctx,
+            github.compare,
+            github.CompareInput(**self.repo_fields(), base=old_base, head=base_sha),
+            github.CompareResult,
+            step=f"base-compare-{n}",
+        )
+        short = base_sha[:12]
+        verdict = await call(
+            self.ctx,
+            repo_commands.verify_candidate,
+            self.verify_input(base_sha, self.patch),
+            VerifyResult,
+            step=f"reverify-{n}",
+        )
+        self.keep_verification(verdict, f"the fix on `{short}`")
+        if verdict.verdict == "patch-rejected":
+            raise Finished(
+                "needs-human",
+                f"The base branch moved to `{short}` and the fix no longer applies to it: "
+                "it cannot be rebuilt there, so nothing was merged.",
+                next_steps="Resolve the conflict in a pull request of your own, or comment "
+                "`/repair retry` to repair the issue again on the new base.",
+            )
+        if verdict.verdict != "verified":
+            raise Finished(
+                "needs-human",
+                f"The base branch moved to `{short}` and the fix no longer verifies on it "
+                f"({verdict.verdict}).",
+                resume_at="merging",
+            )
+        rebuilt = await self.republish(base_sha, f"rebase-{n}")
+        self.reviewed_base = base_sha
+        self.state.base_sha = base_sha
+        if relation.status != "ahead":
+            return self.renew(
+                f"The base branch was rewritten (`{old_base[:12]}` is no longer in its "
+                f"history); repairbot rebuilt the proposal on `{short}` as `{rebuilt[:12]}` "
+                "and verified it again: please review and approve the new commit."
+            )
+        if self.config.on_base_moved == "rereview":
+            return self.renew(
+                f"The base branch moved to `{short}`; repairbot rebuilt the proposal on it as "
+                f"`{rebuilt[:12]}` and verified it again; policy asks for a new review."
+            )
+        carried = {"commit": rebuilt, "carried_from": approval.commit}
+        if approval.bound:
+            # The approval moves to the same patch on the fast-forwarded base, with
+            # the verification made there: bind the grown evidence bundle.
+            carried["evidence_hash"] = await self.evidence_bundle(f"evidence-rebind-{n}")
+        self.state.approval = approval.model_copy(update=carried)
+        self.state.detail = (
+            f"Base moved (fast-forward) to `{short}`; the proposal was rebuilt on it as "
+            f"`{rebuilt[:12]}` with the same patch and verifies."
+        )
+        return "merging"
+
+    async def republish(self, base_sha: str, label: str) -> str:
+        """The same patch as a new commit on ``base_sha``, pushed over our own head."""
+        assert self.patch is not None and self.state.branch is not None and self.state.pushed
+        request = self.request
+        commit = github.CommitInput(
+            **self.repo_fields(),
+            base_sha=base_sha,
+            patch_sha=self.patch.sha256,
+            message=f"Fix #{request.issue_number}: {request.issue_title}\n\n"
+            f"Proposed by repairbot run {self.ctx.run_id} (attempt {self.state.usage.attempts}), "
+            f"rebuilt on `{base_sha[:12]}`.",
+            timestamp=self.ctx.now().isoformat(),
+        )
+        built = await call(
+            self.ctx,
+            github.build_intended_commit,
+            commit,
+            github.CommitResult,
+            step=f"commit-{label}",
+        )
+        expected = self.state.pushed[-1]
+        pushed = await call(
+            self.ctx,
+            github.push_branch,
+            github.PushInput(
+                **commit.model_dump(), branch=self.state.branch, sha=built.sha, expected=expected
+            ),
+            github.PushResult,
+            step=f"push-{label}",
+        )
+        if pushed.status == "lease-refused":
+            raise Finished(
+                "human-pushed",
+                f"Branch `{self.state.branch}` was moved by someone else (now at "
+                f"`{(pushed.remote_sha or '')[:12]}`); repairbot will not overwrite it.",
+            )
+        self.state.pushed.append(built.sha)
+        self.state.proposed_sha = built.sha
+        for old in self.checks_open:
+            await self.check_superseded(
+                old, label, "The proposal was rebuilt on the moved base branch."
+            )
+        self.checks_open = [built.sha]
+        await self.check(built.sha, final=False, step=f"check-{label}")
+        return built.sha
+
+    # -- confirming ---------------------------------------------------------------
+
+    async def confirm(self) -> Next:
+        """What landed is what was verified, and the bug is gone there: the merge
+        commit's tree (read back from GitHub) must be the verified commit's, and
+        the reproduction must pass on the merge commit."""
+        approval, merged = self.state.approval, self.state.merge_commit_sha
+        assert approval is not None
+        await self.report("confirming", "Merged; confirming the fix on the merge commit.")
+        if not merged:
+            raise Finished(
+                "needs-human",
+                "GitHub did not say which commit the merge made, so repairbot cannot confirm "
+                "that what landed is what was verified: check the base branch by hand.",
+            )
+        trees = await call(
+            self.ctx,
+            github.commit_trees,
+            github.TreesInput(**self.repo_fields(), commits=[approval.commit, merged]),
+            github.TreesResult,
+            step="confirm-trees",
+        )
+        landed, verified = trees.trees.get(merged), trees.trees.get(approval.commit)
+        if landed is None or landed != verified:
+            raise Finished(
+                "needs-human",
+                f"What landed is not what was verified: the merge commit `{merged[:12]}` has "
+                f"tree `{(landed or '?')[:12]}`, the verified commit `{approval.commit[:12]}` "
+                f"has tree `{(verified or '?')[:12]}` (the base branch changed during the "
+                "merge?). Compare them and revert the merge if it is wrong.",
+                next_steps="Compare the merge commit with the verified commit; revert the "
+                "merge commit if it carries more than the fix.",
+            )
+        result = await call(
+            self.ctx,
+            repo_commands.run_reproduction,
+            StepInput(
+                workspace=self.spec(merged),
+                setup=self.config.setup,
+                # The merge commit holds model-written code: it gets no network.
+                setup_network=False,
+                commands=self.reproduction,
+                time_limit_seconds=self.config.budgets.time_limit_seconds,
+            ),
+            ReproductionResult,
+            step="confirm-reproduce",
+        )
+        self.state.add_evidence("reproduction on the merge commit", result.log)
+        if not result.reproduced and result.status != "passed":
+            self.merged_detail = (
+                f"Merged the approved commit as `{merged[:12]}`; its tree is the verified "
+                f"tree, but the reproduction could not run on it (`{result.status}`), so the "
+                "fix is not confirmed there: check the base branch by hand."
+            )
+            return "done"
+        if result.reproduced:
+            await self.propose_revert(merged)
+            raise Finished(
+                "fix-not-confirmed",
+                f"The reproduction still fails on the merge commit `{merged[:12]}` "
+                f"(status `{result.status}`).",
+            )
+        self.merged_detail = (
+            f"Merged the approved commit as `{merged[:12]}`; the merge commit's tree is the "
+            "verified tree and the reproduction passes on it."
+        )
+        return "done"
+
+    async def propose_revert(self, merged: str) -> None:
+        """A draft pull request reverting the merge, for a human to approve."""
+        request = self.request
+        reverted = await call(
+            self.ctx,
+            github.propose_revert,
+            github.RevertInput(
+                **self.repo_fields(),
+                merge_sha=merged,
+                base=request.default_branch,
+                branch=f"{self.state.branch or 'repairbot'}-revert",
+                title=f"Revert the fix for #{request.issue_number}",
+                body=f"repairbot merged `{merged[:12]}` for #{request.issue_number}, but the "
+                "reproduction still fails on the merge commit. This draft reverts it; "
+                "approve and merge it to take the change out.",
+                timestamp=self.ctx.now().isoformat(),
+                op_run=self.ctx.run_id,
+                op_step="revert",
+            ),
+            github.RevertResult,
+            step="propose-revert",
+        )
+        self.state.revert = PullState(number=reverted.number, url=reverted.url)

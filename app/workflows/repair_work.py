@@ -242,12 +242,7 @@ class WorkPhases(RunBase):
                 VerifyResult,
                 step=f"verify-{attempt}",
             )
-            if verdict.reproduction is not None:
-                self.state.add_evidence(
-                    f"reproduction with candidate {attempt}", verdict.reproduction.log
-                )
-            if verdict.tests is not None:
-                self.state.add_evidence(f"tests with candidate {attempt}", verdict.tests.log)
+            self.keep_verification(verdict, f"candidate {attempt}")
             if verdict.verdict == "verified":
                 self.patch = proposal.patch
                 self.state.patch_sha = proposal.patch.sha256
@@ -395,21 +390,3 @@ class WorkPhases(RunBase):
         if pull is not None and pull.done and pull.error is None and self.state.pull is None:
             self.opened(github.PullRequestResult.model_validate(pull.result))
         self.inflight.clear()
-
-    async def check_superseded(self, sha: str, n: int) -> None:
-        await call(
-            self.ctx,
-            github.check_run,
-            github.CheckRunInput(
-                **self.repo_fields(),
-                head_sha=sha,
-                op_run=self.ctx.run_id,
-                op_step="check",
-                name="repairbot",
-                title="Superseded by a newer proposal",
-                summary=f"Replaced by the commit of publication {n}.",
-                conclusion="neutral",
-            ),
-            github.CheckRunResult,
-            step=f"check-superseded-{n}",
-        )

@@ -19,12 +19,20 @@ PHASES = (
     ("awaiting-review", "Wait for an approving review of the exact commit"),
     ("merging", "Merge, pinned to the approved commit"),
 )
+#: Shown only for runs that confirm the fix on the merge commit (older runs'
+#: comments keep their words: they are part of recorded histories).
+CONFIRMING = ("confirming", "Confirm the fix on the merge commit")
 
 RETRY = "Comment `/repair retry` to start a new run."
 
 #: Headline and default next step per outcome.
 OUTCOMES: dict[Outcome, tuple[str, str]] = {
     "merged": ("Merged the fix.", "Nothing to do."),
+    "fix-not-confirmed": (
+        "Merged, but the reproduction still fails on the merge commit.",
+        "Review the revert pull request linked below: approve and merge it to take the "
+        "change out, or close it and fix the bug by hand.",
+    ),
     "not-triggered": ("Not started.", ""),
     "not-reproduced": (
         "Could not reproduce the bug: the reproduction passes on the base commit.",
@@ -78,6 +86,8 @@ def check_conclusion(state: RunState) -> CheckConclusion:
     outcome = state.outcome
     if outcome == "merged":
         return "success"
+    if outcome == "fix-not-confirmed":
+        return "failure"
     if outcome in ("cancelled", "cleanup-incomplete"):
         return "cancelled"
     if state.proposed_sha is None or outcome in (
@@ -93,8 +103,11 @@ def check_conclusion(state: RunState) -> CheckConclusion:
     return "failure"
 
 
-def _mark(current: str, phase: str, finished: bool) -> str:
-    order = [p for p, _ in PHASES]
+def phases_of(state: RunState) -> tuple[tuple[str, str], ...]:
+    return (*PHASES, CONFIRMING) if state.confirms_on_base else PHASES
+
+
+def _mark(current: str, phase: str, finished: bool, order: list[str]) -> str:
     if current not in order:
         return "✅" if finished else "·"
     if order.index(phase) < order.index(current) or (finished and phase == current):
@@ -158,13 +171,18 @@ def status_comment(state: RunState) -> str:
     if state.reproduction_note:
         lines.append(state.reproduction_note)
     lines.append("")
-    for phase, title in PHASES:
-        lines.append(f"- {_mark(state.phase, phase, state.outcome == 'merged')} {title}")
+    phases = phases_of(state)
+    order = [p for p, _ in phases]
+    for phase, title in phases:
+        mark = _mark(state.phase, phase, state.outcome == "merged", order)
+        lines.append(f"- {mark} {title}")
     lines.append("")
     lines.extend(budget_lines(state))
     pull = pull_line(state)
     if pull:
         lines.append(pull)
+    if state.revert is not None:
+        lines.append(f"Revert proposal: #{state.revert.number} (draft) {state.revert.url}".rstrip())
     if state.branch:
         gone = " (deleted)" if state.branch_deleted else ""
         where = f"`{state.head_repo}:{state.branch}`" if state.head_repo else f"`{state.branch}`"

@@ -24,12 +24,14 @@ Phase = Literal[
     "publishing",
     "awaiting-review",
     "merging",
+    "confirming",
     "done",
 ]
 
 #: How a run can end. Each has a headline and next steps in :mod:`report`.
 Outcome = Literal[
     "merged",
+    "fix-not-confirmed",
     "not-triggered",
     "not-reproduced",
     "budget-exhausted",
@@ -109,6 +111,13 @@ class Approval(Model):
     commit: str
     evidence_hash: str | None
     policy_version: str
+    #: The commit the reviewer approved, when repairbot moved the approval to
+    #: the same patch rebuilt on a fast-forwarded base.
+    carried_from: str | None = None
+    #: The merge re-reads the evidence bundle, the policy and the reviewer's
+    #: permission and compares them with this record (approvals taken before
+    #: this binding existed compared copies of the run's own state).
+    bound: bool = False
     #: The review's own ``submitted_at``: expiry counts from here.
     submitted_at: str
     expires_at: str
@@ -158,6 +167,11 @@ class RunState(Model):
     pull: PullState | None = None
     approval: Approval | None = None
     merge_commit_sha: str | None = None
+    #: The run confirms the fix on the merge commit after merging (runs that
+    #: started before this phase existed do not, and their comment omits it).
+    confirms_on_base: bool = False
+    #: The draft pull request reverting the merge, when the fix did not hold there.
+    revert: PullState | None = None
     branch_deleted: bool = False
     leftovers: list[str] = Field(default_factory=list)
     evidence: list[EvidenceItem] = Field(default_factory=list)

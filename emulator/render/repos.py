@@ -9,7 +9,7 @@ from emulator.render.base import Json, Urls, node_id, ts, user
 from emulator.state import Repo
 
 if TYPE_CHECKING:
-    from emulator.git import CommitInfo
+    from emulator.git import BareRepo, CommitInfo, Comparison
 
 
 def repository(urls: Urls, repo: Repo, *, open_issues: int = 0, push_event: bool = False) -> Json:
@@ -206,6 +206,27 @@ def commit(urls: Urls, repo: Repo, info: CommitInfo) -> Json:
         "parents": inner["parents"],
         "files": [],
         "stats": {"additions": 0, "deletions": 0, "total": 0},
+    }
+
+
+def comparison(urls: Urls, repo: Repo, git: BareRepo, found: Comparison) -> Json:
+    """``GET /compare/{base}...{head}`` (without ``files``: nobody here reads them)."""
+    api, web = urls.repo_api(repo), urls.repo_web(repo)
+    span = f"{found.base}...{found.head}"
+    assert found.merge_base is not None
+    return {
+        "url": f"{api}/compare/{span}",
+        "html_url": f"{web}/compare/{span}",
+        "permalink_url": f"{web}/compare/{span}",
+        "diff_url": f"{web}/compare/{span}.diff",
+        "patch_url": f"{web}/compare/{span}.patch",
+        "base_commit": commit(urls, repo, git.commit_info(found.base)),
+        "merge_base_commit": commit(urls, repo, git.commit_info(found.merge_base)),
+        "status": found.status,
+        "ahead_by": found.ahead_by,
+        "behind_by": found.behind_by,
+        "total_commits": found.ahead_by,
+        "commits": [commit(urls, repo, git.commit_info(sha)) for sha in found.commits],
     }
 
 

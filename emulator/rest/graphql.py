@@ -1,7 +1,8 @@
-"""The one GraphQL mutation repairbot needs: ``markPullRequestReadyForReview``.
+"""The GraphQL mutations around drafts: ``markPullRequestReadyForReview`` (what
+repairbot needs) and ``convertPullRequestToDraft`` (what a human does).
 
-GitHub has no REST endpoint that takes a pull request out of draft; clients
-use this mutation. Anything else gets a GraphQL error (200 with ``errors``), as
+GitHub has no REST endpoint that takes a pull request out of draft or back
+into it; clients use these mutations. Anything else gets a GraphQL error (200 with ``errors``), as
 GitHub answers an unsupported query.
 """
 
@@ -13,9 +14,9 @@ from typing import Any
 from emulator.auth import can_see, may
 from emulator.render.base import node_id
 from emulator.rest.http import ApiError, Ctx, Reply, Spec
-from emulator.rest.pulls import ready_for_review
+from emulator.rest.pulls import convert_to_draft, ready_for_review
 
-_MUTATION = re.compile(r"\bmarkPullRequestReadyForReview\b")
+_MUTATION = re.compile(r"\b(markPullRequestReadyForReview|convertPullRequestToDraft)\b")
 _INLINE_ID = re.compile(r'pullRequestId\s*:\s*"([^"]+)"')
 
 
@@ -38,8 +39,13 @@ def _pull_id(query: str, variables: dict[str, Any]) -> str | None:
 def graphql(ctx: Ctx) -> Reply:
     body = ctx.json()
     query = str(body.get("query", ""))
-    if not _MUTATION.search(query):
-        return _error("the emulator's GraphQL supports only markPullRequestReadyForReview")
+    mutation = _MUTATION.search(query)
+    if not mutation:
+        return _error(
+            "the emulator's GraphQL supports only markPullRequestReadyForReview and "
+            "convertPullRequestToDraft"
+        )
+    name = mutation.group(1)
     wanted = _pull_id(query, body.get("variables") or {})
     for repo in ctx.emu.store.repos.values():
         for issue in repo.issues.values():
@@ -63,10 +69,12 @@ def graphql(ctx: Ctx) -> Reply:
                         ],
                     },
                 )
-            if pr.draft:
+            if name == "convertPullRequestToDraft":
+                convert_to_draft(ctx.emu, repo, pr, ctx.actor())
+            elif pr.draft:
                 ready_for_review(ctx.emu, repo, pr, ctx.actor())
-            payload = {"pullRequest": {"id": wanted, "isDraft": False, "number": pr.number}}
-            return Reply(200, {"data": {"markPullRequestReadyForReview": payload}})
+            payload = {"pullRequest": {"id": wanted, "isDraft": pr.draft, "number": pr.number}}
+            return Reply(200, {"data": {name: payload}})
     if ctx.principal.kind == "anonymous":
         raise ApiError(401, "Requires authentication")
     return Reply(

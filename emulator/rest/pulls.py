@@ -212,6 +212,15 @@ def ready_for_review(emu: Emulator, repo: Repo, pr: PullRequest, actor: User) ->
     announce_pull(emu, repo, pr, "ready_for_review", actor)
 
 
+def convert_to_draft(emu: Emulator, repo: Repo, pr: PullRequest, actor: User) -> None:
+    """GitHub's ``convertPullRequestToDraft`` (GraphQL only, like the way back)."""
+    if pr.draft:
+        return
+    pr.draft = True
+    pr.issue.updated_at = emu.store.now()
+    announce_pull(emu, repo, pr, "converted_to_draft", actor)
+
+
 ROUTES = [
     Spec("GET", "/repos/{owner}/{repo}/pulls", list_pulls),
     Spec("POST", "/repos/{owner}/{repo}/pulls", create_pull),

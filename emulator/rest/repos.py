@@ -103,6 +103,23 @@ def get_git_commit(ctx: Ctx) -> Reply:
     return Reply(200, render.git_commit(ctx.urls, repo, git.commit_info(sha)))
 
 
+def compare_commits(ctx: Ctx) -> Reply:
+    """``GET /compare/{base}...{head}``: how head relates to base (GitHub's
+    ``status``: identical, ahead, behind or diverged), from their real merge base."""
+    repo = ctx.repo(permission="contents")
+    base_ref, sep, head_ref = ctx.params["basehead"].partition("...")
+    if not sep or not base_ref or not head_ref:
+        raise not_found()
+    git = open_git(repo)
+    base_sha, head_sha = git.resolve(base_ref), git.resolve(head_ref)
+    if base_sha is None or head_sha is None:
+        raise not_found()
+    found = git.compare(base_sha, head_sha)
+    if found.merge_base is None:
+        raise ApiError(404, f"No common ancestor between {base_ref} and {head_ref}.")
+    return Reply(200, render.comparison(ctx.urls, repo, git, found))
+
+
 def collaborator_permission(ctx: Ctx) -> Reply:
     repo = ctx.repo()
     user = ctx.emu.store.user(ctx.params["username"])
@@ -168,6 +185,7 @@ ROUTES = [
     Spec("GET", "/repos/{owner}/{repo}/branches/{branch}", get_branch),
     Spec("GET", "/repos/{owner}/{repo}/commits/{ref}", get_commit),
     Spec("GET", "/repos/{owner}/{repo}/git/commits/{commit_sha}", get_git_commit),
+    Spec("GET", "/repos/{owner}/{repo}/compare/{basehead}", compare_commits),
     Spec(
         "GET", "/repos/{owner}/{repo}/collaborators/{username}/permission", collaborator_permission
     ),

@@ -53,7 +53,16 @@ async def test_happy_path_to_merge(stack: LocalStack) -> None:
     assert state["branches"] == ["main"]
     check = await final_check(stack, run.result["proposed_sha"])
     assert check["conclusion"] == "success"
-    assert "Merged the fix." in state["status_comments"][0]["body"]
-    record_history(stack, number, "repair_v2_merged")
+    body = state["status_comments"][0]["body"]
+    assert "Merged the fix." in body
+    # The fix is confirmed on the base branch: the merge commit's tree is the
+    # verified one and the reproduction passes there (its own evidence item).
+    merge_commit = run.result["merge_commit_sha"]
+    assert f"Merged the approved commit as `{merge_commit[:12]}`" in body
+    assert "the reproduction passes on it" in body
+    assert "reproduction on the merge commit" in body
+    assert "✅ Confirm the fix on the merge commit" in body
+    assert "reproduction on the merge commit" in check["output"]["summary"]
+    record_history(stack, number, "repair_v2_merged_and_confirmed")
     assert FIXED_LINE in file_on_branch(stack, "main", "slugify/__init__.py")
     assert [c["user"]["login"] for c in state["status_comments"]] == ["repairbot[bot]"]

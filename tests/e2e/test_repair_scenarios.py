@@ -34,6 +34,7 @@ from tests.e2e.scenario import (
     activity_results,
     branch_sha,
     file_on_branch,
+    final_check,
     first_parent_history,
     github_state,
     heartbeat_every,
@@ -106,6 +107,87 @@ async def test_not_reproduced_ends_without_a_pull_request(stack: LocalStack) -> 
     assert "Could not reproduce the bug" in comment["body"]
     assert "No pull request was opened" in comment["body"]
     assert "reproduction on the base commit" in comment["body"]  # the evidence is listed
+
+
+@SQLITE_ONLY
+async def test_retry_reads_the_issue_as_it_is_now(stack: LocalStack) -> None:
+    """The first run used the issue's repro block (it passes: not reproduced).
+    The maintainer edits the block out and an operator retries: the new run
+    reads the issue again and runs the configured reproduction instead of
+    replaying the old body."""
+    from app import run_actions
+
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    repro = shlex.join([sys.executable, "-m", "unittest", "tests.test_slugify"])
+    number = await open_labelled_issue(stack, body=f"{ISSUE_BODY}\n\n```repro\n{repro}\n```\n")
+    first = await wait_end(stack, number)
+    assert first.result["outcome"] == "not-reproduced"
+    assert first.result["reproduction_source"] == "issue"
+
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{stack.people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=stack.people.owner,
+        body={"body": ISSUE_BODY},
+    )
+    assert stack.runtime is not None
+    retried = await run_actions.retry_run(stack.runtime, first.run_id, reason="edited", by="ops")
+    assert retried != first.run_id
+    status = await wait_phase(stack, number, "awaiting-review")
+    assert status["run_id"] == retried
+    assert status["reproduction_source"] == "config" and status["reproduced"] is True
+
+
+# -- 1b. every end of the run's start is reported (issue 20, bug 2) ---------------------
+
+PERMISSION_ENDPOINT = "GET /repos/{owner}/{repo}/collaborators/{username}/permission"
+
+
+async def _ended_and_reported(stack: LocalStack, number: int, outcome: str) -> str:
+    """The run ended with ``outcome`` and said so: its final status comment and
+    a completed check run on the base commit. The comment's body."""
+    run = await wait_end(stack, number)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == outcome, run.result
+    body = await status_comment(stack, number)
+    assert "working on it" not in body
+    head = branch_sha(stack, "main")
+    assert head is not None
+    check = await final_check(stack, head)
+    assert check["conclusion"] == "neutral"
+    assert (await github_state(stack, number))["pulls"] == []
+    return body
+
+
+@SQLITE_ONLY
+async def test_invalid_config_is_reported(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    await push_files(stack, "main", {".github/repairbot.yml": "test: [unclosed\n"})
+    number = await open_labelled_issue(stack)
+    body = await _ended_and_reported(stack, number, "invalid-config")
+    assert "the repository's repairbot config is invalid" in body
+    assert "`.github/repairbot.yml`" in body
+    assert scheduled(stack, number, "commands.run_reproduction") == []
+
+
+@SQLITE_ONLY
+async def test_no_reproduction_is_reported(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    config = f"test: [{sys.executable}, -m, unittest]\n"
+    await push_files(stack, "main", {".github/repairbot.yml": config})
+    number = await open_labelled_issue(stack)
+    body = await _ended_and_reported(stack, number, "no-reproduction")
+    assert "there is no reproduction command" in body
+    assert scheduled(stack, number, "agent.propose_fix") == []
+
+
+@SQLITE_ONLY
+async def test_permanent_error_in_the_trigger_check_is_reported(stack: LocalStack) -> None:
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    await stack.gh.faults.add(PERMISSION_ENDPOINT, "fail", status=422, times=1)
+    number = await open_labelled_issue(stack)
+    body = await _ended_and_reported(stack, number, "error")
+    assert "github.permission" in body and "Stopped by an error" in body
 
 
 # -- 2. no candidate verifies -----------------------------------------------------------
@@ -277,6 +359,165 @@ async def test_approval_by_a_reader_is_ignored(stack: LocalStack) -> None:
     assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
 
 
+@SQLITE_ONLY
+async def test_merge_landing_more_than_was_verified_goes_to_a_human(stack: LocalStack) -> None:
+    """The base moves while GitHub holds the merge request (after repairbot's
+    last look at it): the merge commit's tree is then not the verified tree.
+    repairbot reads it back, says so and parks the run for a human; it does
+    not report a plain success."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.faults.add(MERGE_ENDPOINT, "delay", delay=3, times=1)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+
+    async def merge_request_arrived() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("repairbot's merge request reached GitHub", merge_request_arrived)
+    await push_files(stack, "main", {"SURPRISE.md": "landed with the fix\n"})
+
+    run = await wait_end(stack, number)
+    assert run.status == "needs-human", (run.status, run.error)
+    body = await wait_status_comment(stack, number, "What landed is not what was verified")
+    assert "What landed is not what was verified" in body
+    assert "Stopped: a human needs to decide" in body
+    assert file_on_branch(stack, "main", "SURPRISE.md") == "landed with the fix\n"
+    assert scheduled(stack, number, "commands.run_reproduction")[-1].endswith(":reproduce")
+
+
+# -- 6c. the approval is bound to values read again at the merge ---------------------
+
+COMMENT_UPDATE = "PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}"
+
+
+async def _break_the_binding(stack: LocalStack, number: int, what: str) -> None:
+    """Change one thing the approval is bound to, outside the run's own state."""
+    if what == "permission":
+        people = stack.people
+        await stack.gh.set_permission(people.owner, stack.repo_name, people.maintainer, "read")
+    elif what == "policy":
+        config = file_on_branch(stack, "main", ".github/repairbot.yml")
+        await push_files(stack, "main", {".github/repairbot.yml": config + "merge_method: merge\n"})
+    else:
+        from sqlalchemy import update
+
+        from app.evidence.database import blobs
+
+        assert stack.runtime is not None
+        status = await wait_phase(stack, number, "merging")
+        [patch] = [e["ref"]["sha256"] for e in status["evidence"] if e["label"].startswith("patch")]
+        with stack.runtime.store.engine.begin() as conn:
+            conn.execute(
+                update(blobs)
+                .where(blobs.c.sha256 == patch)
+                .values(encoding="identity", data=b"import os  # not what was reviewed\n")
+            )
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize(
+    "what,said",
+    [
+        ("evidence", "The evidence changed since the approval"),
+        ("policy", "The policy changed since the approval"),
+        ("permission", "no longer has write access"),
+    ],
+)
+async def test_a_broken_binding_stops_the_merge(stack: LocalStack, what: str, said: str) -> None:
+    """Between the approval and the merge, the evidence bundle is altered in the
+    store, the base's config (the policy) changes, or the approver loses write
+    access: the merge check reads each again, and asks for a fresh approval."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await wait_status_comment(stack, number, "Waiting for a review")
+    # The run's first write after the approval (the status comment saying
+    # "merging") is held: the binding breaks while it is held.
+    await stack.gh.faults.add(COMMENT_UPDATE, "delay", delay=3, times=1)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+
+    async def merging_reported() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("the run reported the merge phase", merging_reported)
+    await _break_the_binding(stack, number, what)
+
+    await wait_status_comment(stack, number, said)
+    await wait_phase(stack, number, "awaiting-review")
+    assert scheduled(stack, number, "github.merge") == []
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+
+# -- 6d. recovery tests 8 and 13: each guard at the merge on its own -----------------
+
+
+@SQLITE_ONLY
+async def test_a_dismissal_only_github_shows_stops_the_merge(stack: LocalStack) -> None:
+    """Recovery test 8, the merge's own read: the approval is dismissed while
+    the merge is under way and the dismissal's webhook does not arrive; the
+    merge's re-read of the reviews on GitHub finds it and asks for a new review."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull = status["pull_number"]
+    await wait_status_comment(stack, number, "Waiting for a review")
+    await stack.gh.faults.add(COMMENT_UPDATE, "delay", delay=3, times=1)
+    approval = await review(stack, pull, "APPROVE", body="Looks right.")
+
+    async def merging_reported() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("the run reported the merge phase", merging_reported)
+    await stack.gh.deliveries.hold()  # the dismissal's webhook stays with GitHub
+    await stack.gh.dismiss_review(
+        people.owner, stack.repo_name, pull, approval["id"], as_user=people.owner
+    )
+    await wait_status_comment(stack, number, "was dismissed: please review again")
+    assert scheduled(stack, number, "github.merge") == []
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+    await stack.gh.deliveries.release()
+
+
+@SQLITE_ONLY
+async def test_an_approval_that_expires_while_the_run_waits_is_not_merged(
+    stack: LocalStack,
+) -> None:
+    """Recovery test 13, the waiting case: the approval is valid when it
+    arrives (it has seconds left), GitHub refuses the merge and the run parks;
+    when an operator resumes it the approval has expired: no merge, a fresh
+    approval is asked for."""
+    import time
+    from datetime import datetime
+
+    runtime = stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    config = file_on_branch(stack, "main", ".github/repairbot.yml")
+    await push_files(stack, "main", {".github/repairbot.yml": config + "approval_ttl_hours: 1\n"})
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.faults.add(
+        MERGE_ENDPOINT, "fail", status=405, message="Pull Request is not mergeable", times=1
+    )
+    left = 15  # seconds of validity the approval has when it is submitted
+    await stack.gh.advance_clock(-(3600 - left))
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    await stack.gh.advance_clock(3600 - left)
+    parked = await wait_end(stack, number)
+    assert parked.status == "needs-human", (parked.status, parked.error)
+    [refused] = activity_results(stack, number, "github.merge")
+    assert refused["outcome"] == "not-mergeable"  # the approval was accepted
+
+    expiry = await runtime.aquery(parked.run_id, "status")
+    expires = datetime.fromisoformat(expiry["approval"]["expires_at"]).timestamp()
+    await wait_for("the approval expired", lambda: time.time() > expires, timeout=left + 30)
+    assert await runtime.resume(parked.run_id, "merge now", by="ops")
+    await wait_status_comment(stack, number, "The approval expired before the merge")
+    await wait_phase(stack, number, "awaiting-review")
+    assert len(scheduled(stack, number, "github.merge")) == 1  # only the refused one
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+
 # -- 7. the head moved after the approval ---------------------------------------------------
 
 
@@ -382,6 +623,124 @@ async def test_base_moved_reverify_then_merge(stack: LocalStack) -> None:
     assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
 
 
+def _tree_of(stack: LocalStack, sha: str) -> tuple[str, tuple[str, ...]]:
+    """A commit's tree and parents, read from the emulator's git."""
+    from emulator.git import BareRepo
+
+    assert stack.emulator is not None
+    repo = stack.emulator.store.repo(stack.people.owner, stack.repo_name)
+    assert repo is not None
+    info = BareRepo(repo.path).commit_info(sha)
+    return info.tree, tuple(info.parents)
+
+
+def _has_file(stack: LocalStack, branch: str, path: str) -> bool:
+    from emulator.git import BareRepo
+
+    assert stack.emulator is not None
+    repo = stack.emulator.store.repo(stack.people.owner, stack.repo_name)
+    assert repo is not None
+    git = BareRepo(repo.path)
+    sha = git.resolve(branch)
+    assert sha is not None
+    return git.read_file(sha, path) is not None
+
+
+@SQLITE_ONLY
+async def test_base_fast_forward_rebuilds_the_proposal_on_the_new_tip(stack: LocalStack) -> None:
+    """After a fast-forward of the base the same patch is rebuilt on the new tip,
+    verified there and merged without a second review; what lands is the tree
+    that was verified."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    proposed = status["proposed_sha"]
+    moved = await push_files(stack, "main", {"CHANGELOG.md": "- unrelated change\n"})
+
+    await _approve_and_wait_merged(stack, number, status["pull_number"])
+    run = await wait_end(stack, number)
+    rebuilt = run.result["proposed_sha"]
+    assert rebuilt != proposed and run.result["pushed"] == [proposed, rebuilt]
+    assert _tree_of(stack, rebuilt)[1] == (moved,)  # built on the new tip
+    assert run.result["approval"]["carried_from"] == proposed
+    [merged] = activity_results(stack, number, "github.merge")
+    assert _tree_of(stack, merged["merge_commit_sha"])[0] == _tree_of(stack, rebuilt)[0]
+    assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
+    # A merged run offers no retry: not on the dashboard, not through the CLI's path.
+    from app import run_actions
+    from app.web import actions
+
+    assert actions.available(run) == []
+    assert stack.runtime is not None
+    with pytest.raises(run_actions.RunMerged):
+        await run_actions.retry_run(stack.runtime, run.run_id, reason="again", by="ops")
+
+
+@SQLITE_ONLY
+async def test_a_fix_that_no_longer_applies_on_the_moved_base_goes_to_a_human(
+    stack: LocalStack,
+) -> None:
+    """The base moved and changed the very line the fix changes: the proposal
+    cannot be rebuilt there. Nothing is merged; the run says why."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    library = file_on_branch(stack, "main", LIBRARY)
+    moved = library.replace(BUGGY_LINE, BUGGY_LINE + "  # touched upstream")
+    assert moved != library
+    await push_files(stack, "main", {LIBRARY: moved})
+
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.status == "needs-human", (run.status, run.error)
+    body = await wait_status_comment(stack, number, "the fix no longer applies to it")
+    assert "Stopped: a human needs to decide" in body
+    assert scheduled(stack, number, "github.merge") == []
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+
+@SQLITE_ONLY
+async def test_rewritten_base_never_brings_removed_commits_back(stack: LocalStack) -> None:
+    """Bug 1 of issue 20: ``main`` has a commit adding LEAKED.txt, the run
+    proposes on it, the maintainer force-pushes ``main`` without that commit and
+    approves. The proposal is rebuilt on the rewritten base, verified again, and
+    needs a fresh approval of the new head; LEAKED.txt stays off ``main``."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    clean = branch_sha(stack, "main")
+    assert clean is not None
+    await push_files(stack, "main", {"LEAKED.txt": "a secret\n"})
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull, proposed = status["pull_number"], status["proposed_sha"]
+    await stack.gh.push_as(
+        stack.people.maintainer,
+        stack.people.owner,
+        stack.repo_name,
+        "main",
+        {"OTHER.md": "rewritten\n"},
+        message="Rewrite main without the leak",
+        force=True,
+        parent=clean,
+    )
+    rewritten = branch_sha(stack, "main")
+    assert not _has_file(stack, "main", "LEAKED.txt")
+
+    await review(stack, pull, "APPROVE", body="Looks right.")
+    await wait_status_comment(stack, number, "The base branch was rewritten")
+    await wait_phase(stack, number, "awaiting-review")
+    assert scheduled(stack, number, "github.merge") == []
+    rebuilt = branch_sha(stack, repair_branch(number))
+    assert rebuilt is not None and rebuilt != proposed
+    assert _tree_of(stack, rebuilt)[1] == (rewritten,)
+
+    await _approve_and_wait_merged(stack, number, pull)
+    assert not _has_file(stack, "main", "LEAKED.txt")
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+    assert file_on_branch(stack, "main", "OTHER.md") == "rewritten\n"
+    assert len(scheduled(stack, number, "github.merge")) == 1
+    record_history(stack, number, "repair_v2_rebuilt_on_rewritten_base")
+
+
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["rereview"], indirect=True)
 async def test_base_moved_rereview_asks_for_a_fresh_approval(stack: LocalStack) -> None:
@@ -400,7 +759,8 @@ async def test_base_moved_rereview_asks_for_a_fresh_approval(stack: LocalStack) 
 
     await _approve_and_wait_merged(stack, number, pull)
     steps = [_step(op) for op in scheduled(stack, number, "commands.verify_candidate")]
-    assert steps == ["verify-1"]  # a human's approval, not a re-verification
+    # Rebuilt on the new base and verified there, then a human's fresh approval.
+    assert steps[0] == "verify-1" and steps[-1].startswith("reverify-")
     assert len(scheduled(stack, number, "github.merge")) == 1
     state = await github_state(stack, number)
     assert state["pulls"][0]["merged_at"] is not None
@@ -534,4 +894,46 @@ async def test_a_refused_merge_parks_the_run_and_an_operator_resume_merges(
     assert [(e.data.get("by"), e.data.get("reason")) for e in resumed] == [
         ("ops", "branch protection fixed")
     ]
+    assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)
+
+
+TO_DRAFT = (
+    "mutation($id: ID!) { convertPullRequestToDraft(input: {pullRequestId: $id}) "
+    "{ pullRequest { isDraft } } }"
+)
+
+
+@SQLITE_ONLY
+async def test_a_pull_request_turned_back_into_a_draft_is_not_merged_on_resume(
+    stack: LocalStack,
+) -> None:
+    """repairbot marked the pull request ready, GitHub refused the merge, the run
+    parked; a maintainer turned the pull request back into a draft ("not yet")
+    and an operator resumed the run. It must not mark it ready and merge: it
+    asks for a fresh approval, and merges only after one."""
+    runtime = stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.faults.add(
+        MERGE_ENDPOINT, "fail", status=405, message="Pull Request is not mergeable", times=1
+    )
+    [pull] = (await github_state(stack, number))["pulls"]
+    await review(stack, pull["number"], "APPROVE", body="Looks right.")
+    parked = await wait_end(stack, number)
+    assert parked.status == "needs-human", (parked.status, parked.error)
+    [ready] = (await github_state(stack, number))["pulls"]
+    assert ready["draft"] is False  # repairbot had marked it ready
+
+    answer = await stack.gh.graphql(
+        TO_DRAFT, {"id": pull["node_id"]}, as_user=stack.people.maintainer
+    )
+    assert answer["data"]["convertPullRequestToDraft"]["pullRequest"]["isDraft"] is True
+    assert await runtime.resume(parked.run_id, "retry the merge", by="ops")
+    await wait_status_comment(stack, number, "turned back into a draft")
+    await wait_phase(stack, number, "awaiting-review")
+    [still] = (await github_state(stack, number))["pulls"]
+    assert still["draft"] is True and still["merged_at"] is None
+    assert len(scheduled(stack, number, "github.merge")) == 1  # only the refused one
+
+    await _approve_and_wait_merged(stack, number, pull["number"])
     assert FIXED_LINE in file_on_branch(stack, "main", LIBRARY)

@@ -98,3 +98,93 @@ async def test_review_defaults_to_current_head_and_own_approval_refused(world: W
         "octo", "demo", pr.number, event="COMMENT", body="evidence"
     )
     assert bot.parsed_data.state == "COMMENTED"
+
+
+# -- the merge base matters (what lands after a force-pushed base) ---------------------
+
+
+async def _leaky_world(world: World, gh: Any) -> tuple[Any, str]:
+    """``main`` gains LEAKED.txt, a PR is built on it, then ``main`` is force-pushed
+    to a commit without it (the maintainer removed the leak). The PR and the
+    rewritten base's sha."""
+    await world.client.push_as("octo", "octo", "demo", "main", {"LEAKED.txt": "secret\n"})
+    pr = await _pr(world, gh)
+    rewritten = await world.client.push_as(
+        "octo", "octo", "demo", "main", {"OTHER.txt": "x\n"}, force=True, parent=world.head
+    )
+    return pr, rewritten["sha"]
+
+
+@pytest.mark.parametrize("method", ["merge", "squash", "rebase"])
+async def test_merge_after_a_base_rewrite_brings_back_what_the_head_carries(
+    world: World, method: str
+) -> None:
+    """As on GitHub: the merge is computed from the real merge base of head and
+    base, so the commit removed from ``main`` comes back with the PR (a squash
+    applies diff(merge-base..head) onto the base tip)."""
+    from emulator.gitview import open_git
+
+    gh = world.github()
+    pr, rewritten = await _leaky_world(world, gh)
+    result = (
+        await gh.rest.pulls.async_merge(
+            "octo", "demo", pr.number, sha=pr.head.sha, merge_method=method
+        )
+    ).parsed_data
+    repo = world.emulator.store.repo("octo", "demo")
+    assert repo is not None
+    git = open_git(repo)
+    assert git.read_file(result.sha, "LEAKED.txt") == b"secret\n"
+    assert git.read_file(result.sha, "OTHER.txt") == b"x\n"
+    assert git.is_ancestor(rewritten, result.sha)
+
+
+async def test_compare_tells_a_rewritten_base_from_a_fast_forward(world: World) -> None:
+    gh = world.github()
+    start = world.head
+    ahead = await world.client.push_as("octo", "octo", "demo", "main", {"A.txt": "a\n"})
+    compared = (
+        await gh.rest.repos.async_compare_commits("octo", "demo", f"{start}...{ahead['sha']}")
+    ).parsed_data
+    assert (compared.status, compared.ahead_by, compared.behind_by) == ("ahead", 1, 0)
+    assert compared.merge_base_commit.sha == start
+    rewritten = await world.client.push_as(
+        "octo", "octo", "demo", "main", {"B.txt": "b\n"}, force=True, parent=start
+    )
+    compared = (
+        await gh.rest.repos.async_compare_commits(
+            "octo", "demo", f"{ahead['sha']}...{rewritten['sha']}"
+        )
+    ).parsed_data
+    assert (compared.status, compared.ahead_by, compared.behind_by) == ("diverged", 1, 1)
+    assert compared.merge_base_commit.sha == start
+    assert [c.sha for c in compared.commits] == [rewritten["sha"]]
+    with pytest.raises(RequestFailed) as err:
+        await gh.rest.repos.async_compare_commits("octo", "demo", f"{start}...nope")
+    assert err.value.response.status_code == 404
+
+
+CONVERT = (
+    "mutation($id: ID!) { convertPullRequestToDraft(input: {pullRequestId: $id}) "
+    "{ pullRequest { isDraft } } }"
+)
+
+
+async def test_a_ready_pull_request_turned_back_into_a_draft_cannot_merge(
+    world: World, sink: WebhookSink
+) -> None:
+    """``convertPullRequestToDraft`` (GraphQL, as on GitHub) as a human: the pull
+    request is a draft again, ``converted_to_draft`` is announced, merging is 405."""
+    gh = world.github()
+    pr = await _pr(world, gh)
+    assert not pr.draft
+    answer = await world.user_github("alice").async_graphql(CONVERT, {"id": pr.node_id})
+    assert answer["convertPullRequestToDraft"]["pullRequest"]["isDraft"] is True
+    again = (await gh.rest.pulls.async_get("octo", "demo", pr.number)).parsed_data
+    assert again.draft is True
+    with pytest.raises(RequestFailed) as err:
+        await gh.rest.pulls.async_merge("octo", "demo", pr.number, sha=pr.head.sha)
+    assert err.value.response.status_code == 405
+    await world.client.deliveries.wait()
+    (event,) = sink.events("pull_request", "converted_to_draft")
+    assert event["pull_request"]["draft"] is True and event["sender"]["login"] == "alice"

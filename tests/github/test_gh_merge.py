@@ -2,11 +2,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from gh_scene import Scene
+from sqlalchemy import Engine
 
+from activities.github import GitHubAccess, RevertInput, RevertResult, propose_revert
+from app.engine.activity_context import Dependencies
+from app.engine.context import WorkflowContext
 from app.engine.errors import TransientError
+from app.engine.registry import Registry, workflow
+from app.engine.runtime import Runtime
 from app.github.markers import OpId
 from app.github.merge import (
     HeadMoved,
@@ -215,3 +222,60 @@ async def test_merge_commit_sha_is_read_under_the_version_githubkit_requests(
     assert "merge_commit_sha" not in raw.json()
     state = await read_pull(scene.gh, scene.repo, number)
     assert state.merged and state.merge_commit_sha == main_head(scene)
+
+
+# -- the revert proposal (the fix did not hold on the merge commit) -----------------
+
+
+@workflow("propose-revert-twice")
+async def _revert_twice(ctx: WorkflowContext, raw: dict[str, Any]) -> Any:
+    """The activity run twice with the same input (a retry after a lost answer)."""
+    first = await ctx.activity(propose_revert, raw, step="revert-1")
+    again = await ctx.activity(propose_revert, raw, step="revert-2")
+    return [first, again]
+
+
+async def test_revert_proposal_is_a_draft_that_undoes_the_merge_once(
+    scene: Scene, proposal: tuple[int, str], served: str, db_engine: Engine
+) -> None:
+    from emulator.gitview import open_git
+
+    number, sha = proposal
+    merged = await merge_pinned(scene.gh, scene.repo, number, sha)
+    assert isinstance(merged, Merged)
+    access = GitHubAccess(factory=scene.factory, git_url=served)
+    runtime = Runtime(
+        db_engine,
+        Registry.of([_revert_twice], [propose_revert]),
+        deps=Dependencies(access),
+        reconcile_interval=0.05,
+    )
+    await runtime.start_in_process()
+    try:
+        raw = RevertInput(
+            repo="octo/demo",
+            installation_id=scene.installation_id,
+            op_run="r",
+            op_step="revert",
+            merge_sha=merged.merge_commit_sha,
+            base="main",
+            branch=f"{BRANCH}-revert",
+            title="Revert the fix for #1",
+            body="The reproduction still fails on the merge commit.",
+            timestamp="2026-12-01T00:00:00+00:00",
+        ).model_dump(mode="json")
+        await runtime.start_workflow("propose-revert-twice", "revert-1", raw)
+        run = await runtime.wait_for("revert-1", timeout=60)
+    finally:
+        await runtime.stop()
+    assert run.status == "completed", run.error
+    first, again = (RevertResult.model_validate(r) for r in run.result)
+    assert first == again  # the same commit and pull request, not a second one
+    git = open_git(scene.state())
+    info = git.commit_info(first.sha)
+    assert info.parents == (merged.merge_commit_sha,)
+    assert info.tree == git.commit_info(scene.head).tree  # main as before the merge
+    assert git.resolve(f"refs/heads/{BRANCH}-revert") == first.sha
+    pulls = [i.pull for i in scene.state().issues.values() if i.pull is not None]
+    [revert] = [p for p in pulls if p.head_ref == f"{BRANCH}-revert"]
+    assert revert.draft and not revert.merged and revert.issue.number == first.number
