@@ -12,11 +12,16 @@ references. The logs themselves never enter history.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities._support import parse_input, sandbox_of
+from activities import test_outcomes
+from activities._support import parse_input, read_evidence, sandbox_of
+from activities.test_outcomes import Comparison, compare, named
+from activities.unrunnable import cannot_run
 from activities.workspace import (
     PatchRejectedError,
     WorkspaceSpec,
@@ -42,7 +47,7 @@ _COMMAND_RETRY = RetryPolicy(initial_interval=5.0, max_interval=120.0, max_attem
 class StepInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Added after runs were recorded: omitted from the recorded input at its default.
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network",)
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "baseline_test")
 
     workspace: WorkspaceSpec
     setup: list[Command] = Field(default_factory=list)
@@ -50,6 +55,9 @@ class StepInput(BaseModel):
     setup_network: bool = False
     commands: list[Command] = Field(min_length=1)
     time_limit_seconds: float = Field(gt=0)
+    #: The repository's test command, run on the base after the reproduction
+    #: (same workspace, setup done once): the baseline candidates are judged against.
+    baseline_test: Command | None = None
 
 
 class StepResult(BaseModel):
@@ -64,10 +72,30 @@ class StepResult(BaseModel):
         return next((r for r in self.results if not r.passed), None)
 
 
+class BaselineTests(BaseModel):
+    """The test command's result on the base commit: evidence, and the yardstick."""
+
+    base_sha: str
+    step: StepResult
+    passed: bool
+    #: Per-test outcomes (JSON evidence), when the command wrote a report.
+    outcomes: EvidenceRef | None = None
+    #: Tests failing on the base (the first few, by id) and how many there are.
+    failing: list[str] = Field(default_factory=list)
+    failing_count: int = 0
+    #: Why the test command could not run at all (a config mistake), if so.
+    cannot_run: str | None = None
+
+
 class ReproductionResult(StepResult):
     #: The reproduction ran and failed: on the base, the bug is reproduced. A
     #: command that could not be run at all (exit 126/127) reproduces nothing.
     reproduced: bool
+    #: Why the reproduction could not run at all (not found, usage error,
+    #: import error, no tests): a config mistake, not the bug.
+    cannot_run: str | None = None
+    #: The test command on the base, when asked for (``baseline_test``).
+    baseline: BaselineTests | None = None
 
 
 #: What shells report for "not executable" and "not found".
@@ -81,6 +109,7 @@ async def run_step(
     *,
     kind: str,
     name: str,
+    extra_env: dict[str, str] | None = None,
 ) -> StepResult:
     """Setup, then the commands; stop at the first failure. Stores the log."""
     sandbox = sandbox_of(actx)
@@ -97,8 +126,9 @@ async def run_step(
                 sandbox=sandbox,
                 heartbeat=actx.heartbeat,
                 network=label == "setup" and request.setup_network,
+                extra_env=extra_env if label != "setup" else None,
             )
-            runs.append((label, run))
+            runs.append((label, relative_to_workspace(run, ws)))
             if not run.result.passed:
                 status = "setup-failed" if label == "setup" else "failed"
                 break
@@ -106,6 +136,32 @@ async def run_step(
             break
     log = actx.dep(EvidenceStore).put(combined_log(runs), kind=f"{kind}-log", name=name)
     return StepResult(status=status, results=[run.result for _, run in runs], log=log)
+
+
+def relative_to_workspace(run: CommandRun, ws: Workspace) -> CommandRun:
+    """The run with the worker's workspace paths replaced: output names files
+    relative to the repository, as a maintainer knows them. The excerpts go
+    into public comments; the worker's directory layout is none of their
+    business."""
+    replacements = []
+    for root in {str(ws.root), os.path.realpath(ws.root)}:
+        replacements += [(f"{root}/repo/", ""), (f"{root}/repo", "."), (root, "<workspace>")]
+
+    def scrub(text: str) -> str:
+        for old, new in replacements:
+            text = text.replace(old, new)
+        return text
+
+    output = run.output
+    for old, new in replacements:
+        output = output.replace(old.encode(), new.encode())
+    result = run.result.model_copy(
+        update={
+            "output_head": scrub(run.result.output_head),
+            "output_tail": scrub(run.result.output_tail),
+        }
+    )
+    return CommandRun(result=result, output=output)
 
 
 def combined_log(runs: list[tuple[str, CommandRun]]) -> bytes:
@@ -137,16 +193,69 @@ async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
     request = parse_input(StepInput, raw)
     async with open_workspace(actx, request.workspace) as ws:
         step = await run_step(
-            actx, ws, request, kind="reproduce", name=_name(request.workspace, "reproduce")
+            actx,
+            ws,
+            request,
+            kind="reproduce",
+            name=_name(request.workspace, "reproduce"),
         )
+        baseline = None
+        if request.baseline_test is not None and step.status != "setup-failed":
+            baseline = await _baseline(actx, ws, request, request.baseline_test)
     failing = step.failing
+    problem = cannot_run(failing) if failing is not None and step.status == "failed" else None
     reproduced = (
         step.status == "failed"
         and failing is not None
         and (failing.timed_out or failing.exit_code not in _NOT_RUN)
     )
-    result = ReproductionResult(**step.model_dump(), reproduced=reproduced)
+    if request.baseline_test is not None:  # the caller tells broken commands apart
+        reproduced = reproduced and problem is None
+    result = ReproductionResult(
+        **step.model_dump(), reproduced=reproduced, cannot_run=problem, baseline=baseline
+    )
     return result.model_dump(mode="json")
+
+
+async def _run_tests(
+    actx: ActivityContext, ws: Workspace, spec: WorkspaceSpec, test: Command, limit: float
+) -> tuple[StepResult, dict[str, test_outcomes.Outcome] | None]:
+    """The test command once, in a workspace where setup already ran, and its
+    per-test outcomes when it wrote a report."""
+    report = ws.tmp / test_outcomes.REPORT_NAME
+    report.unlink(missing_ok=True)  # never read an earlier run's report
+    step = await run_step(
+        actx,
+        ws,
+        StepInput(workspace=spec, commands=[test], time_limit_seconds=limit),
+        kind="test",
+        name=_name(spec, "test"),
+        extra_env=test_outcomes.report_options(ws.tmp),
+    )
+    outcomes = await asyncio.to_thread(test_outcomes.read_report, ws.tmp)
+    return step, outcomes
+
+
+async def _baseline(
+    actx: ActivityContext, ws: Workspace, request: StepInput, test: Command
+) -> BaselineTests:
+    spec = request.workspace
+    step, outcomes = await _run_tests(actx, ws, spec, test, request.time_limit_seconds)
+    failing = sorted(t for t, o in (outcomes or {}).items() if o == "failed")
+    ref = None
+    if outcomes is not None:
+        store = actx.dep(EvidenceStore)
+        ref = store.put(test_outcomes.encode(outcomes), kind="test-outcomes", name="base.json")
+    result = step.failing
+    return BaselineTests(
+        base_sha=spec.base_sha,
+        step=step,
+        passed=step.status == "passed",
+        outcomes=ref,
+        failing=failing[: test_outcomes.MAX_NAMED],
+        failing_count=len(failing),
+        cannot_run=cannot_run(result) if result is not None else None,
+    )
 
 
 # -- verify_candidate ---------------------------------------------------------
@@ -155,7 +264,7 @@ async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
 class VerifyInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Added after runs were recorded: omitted from the recorded input at its default.
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network",)
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "baseline")
 
     #: Base commit plus the candidate patch (required).
     workspace: WorkspaceSpec
@@ -164,6 +273,9 @@ class VerifyInput(BaseModel):
     reproduction: list[Command] = Field(min_length=1)
     test: Command | None = None
     time_limit_seconds: float = Field(gt=0)
+    #: The tests on this base: a candidate is judged by what it changes.
+    #: None: the tests must pass outright (as before baselines existed).
+    baseline: BaselineTests | None = None
 
 
 Verdict = Literal["verified", "still-reproduces", "tests-fail", "setup-failed", "patch-rejected"]
@@ -177,6 +289,8 @@ class VerifyResult(BaseModel):
     tests: StepResult | None = None
     #: Why it is not verified, in a sentence (feedback for the next attempt).
     reason: str | None = None
+    #: How the tests compare with the base's (when there was a baseline).
+    comparison: Comparison | None = None
 
     @property
     def evidence(self) -> list[EvidenceRef]:
@@ -226,24 +340,65 @@ async def _verify(
     if request.test is None:
         return VerifyResult(verdict="verified", patch_sha256=patch_sha, reproduction=repro)
     # Setup already ran in this workspace; the tests run right after it.
-    tests = await run_step(
-        actx,
-        ws,
-        StepInput(
-            workspace=spec, commands=[request.test], time_limit_seconds=request.time_limit_seconds
-        ),
-        kind="test",
-        name=_name(spec, "test"),
-    )
-    if tests.status != "passed":
+    limit = request.time_limit_seconds
+    tests, outcomes = await _run_tests(actx, ws, spec, request.test, limit)
+    baseline = request.baseline
+    if baseline is None or baseline.base_sha != spec.base_sha:
+        if tests.status != "passed":
+            return VerifyResult(
+                verdict="tests-fail",
+                patch_sha256=patch_sha,
+                reproduction=repro,
+                tests=tests,
+                reason=_reason("tests-fail", tests),
+            )
+        return VerifyResult(
+            verdict="verified", patch_sha256=patch_sha, reproduction=repro, tests=tests
+        )
+    base_outcomes = None
+    if baseline.outcomes is not None:
+        base_outcomes = test_outcomes.decode(
+            read_evidence(actx.dep(EvidenceStore), baseline.outcomes)
+        )
+    passed = tests.status == "passed"
+    comparison = compare(baseline.passed, base_outcomes, passed, outcomes)
+    if not comparison.ok and comparison.regressions:
+        # Once more: a test that fails once and then passes is flaky, not broken.
+        _, again = await _run_tests(actx, ws, spec, request.test, limit)
+        flaky = [t for t in comparison.regressions if (again or {}).get(t) == "passed"]
+        if flaky:
+            regressions = [t for t in comparison.regressions if t not in flaky]
+            comparison = comparison.model_copy(
+                update={"regressions": regressions, "flaky": flaky, "ok": not regressions}
+            )
+    if not comparison.ok:
         return VerifyResult(
             verdict="tests-fail",
             patch_sha256=patch_sha,
             reproduction=repro,
             tests=tests,
-            reason=_reason("tests-fail", tests),
+            reason=_regression_reason(comparison, tests),
+            comparison=comparison,
         )
-    return VerifyResult(verdict="verified", patch_sha256=patch_sha, reproduction=repro, tests=tests)
+    return VerifyResult(
+        verdict="verified",
+        patch_sha256=patch_sha,
+        reproduction=repro,
+        tests=tests,
+        comparison=comparison,
+    )
+
+
+def _regression_reason(comparison: Comparison, tests: StepResult) -> str:
+    if comparison.regressions:
+        what = (
+            f"{len(comparison.regressions)} test(s) that pass on the base commit fail with the "
+            f"patch applied: {named(comparison.regressions)}"
+        )
+        failing = tests.failing
+        tail = (failing.output_tail or failing.output_head) if failing is not None else ""
+        return f"{what}.\n\n```text\n{tail.strip()}\n```"
+    return _reason("tests-fail", tests) + " (they pass on the base commit)"
 
 
 def _reason(verdict: Verdict, step: StepResult) -> str:
