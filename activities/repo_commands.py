@@ -13,6 +13,8 @@ references. The logs themselves never enter history.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 from typing import Any, ClassVar, Literal
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from activities import test_outcomes
 from activities._support import parse_input, read_evidence, sandbox_of
+from activities.environments import ENV_VAR, Environment, EnvironmentCache, environment_key
 from activities.test_outcomes import Comparison, compare, named
 from activities.unrunnable import cannot_run
 from activities.workspace import (
@@ -27,6 +30,7 @@ from activities.workspace import (
     WorkspaceSpec,
     open_workspace,
 )
+from app.config import Settings
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import PermanentError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -47,7 +51,7 @@ _COMMAND_RETRY = RetryPolicy(initial_interval=5.0, max_interval=120.0, max_attem
 class StepInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Added after runs were recorded: omitted from the recorded input at its default.
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "baseline_test")
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "baseline_test", "reuse_env")
 
     workspace: WorkspaceSpec
     setup: list[Command] = Field(default_factory=list)
@@ -55,6 +59,9 @@ class StepInput(BaseModel):
     setup_network: bool = False
     commands: list[Command] = Field(min_length=1)
     time_limit_seconds: float = Field(gt=0)
+    #: Setup installs into ``$REPAIRBOT_ENV`` and may build it once for the run
+    #: (the repository's ``setup_once``); only the base's setup builds it.
+    reuse_env: bool = False
     #: The repository's test command, run on the base after the reproduction
     #: (same workspace, setup done once): the baseline candidates are judged against.
     baseline_test: Command | None = None
@@ -66,6 +73,11 @@ class StepResult(BaseModel):
     status: StepStatus
     results: list[CommandResult]
     log: EvidenceRef
+    #: Setup was skipped: the environment the base's setup built was reused.
+    reused_env: bool = False
+    #: The ``$REPAIRBOT_ENV`` the step used (for the next step in the same
+    #: workspace; never recorded).
+    environment: Environment | None = Field(default=None, exclude=True)
 
     @property
     def failing(self) -> CommandResult | None:
@@ -110,32 +122,92 @@ async def run_step(
     kind: str,
     name: str,
     extra_env: dict[str, str] | None = None,
+    environment: Environment | None = None,
 ) -> StepResult:
-    """Setup, then the commands; stop at the first failure. Stores the log."""
+    """Setup, then the commands; stop at the first failure. Stores the log.
+
+    Setup is skipped when the environment the base's setup built for this
+    run can be reused (see :mod:`activities.environments`); ``kind="setup"``
+    (the agent's preparation) means the commands *are* setup. ``environment``:
+    the one an earlier step in this workspace used (its setup already ran).
+    """
+    setup, commands = request.setup, request.commands
+    if kind == "setup":
+        setup, commands = [*setup, *commands], []
+    cache = EnvironmentCache(actx.dep(Settings).data_dir / "environments")
+    key = environment_key(
+        request.workspace.repo, request.workspace.base_sha, setup, request.setup_network, ws.repo
+    )
+    ready = cache.ready(key) if setup else None
+    may_build = bool(setup) and request.reuse_env and request.workspace.patch is None
+    with contextlib.ExitStack() as stack:
+        if environment is not None:
+            env = environment
+        elif ready is not None:
+            cache.touch(key)
+            env = Environment(path=ready, reused=True, shared=True)
+        elif may_build and (built := stack.enter_context(cache.building(key))) is not None:
+            env = Environment(path=built, reused=False, shared=True)
+        else:
+            env = Environment(path=ws.root / "env", reused=False, shared=False)
+        env.path.mkdir(exist_ok=True)
+        skip_setup = env.reused or environment is not None
+        runs, status = await _run_commands(
+            actx, ws, request, env, [] if skip_setup else setup, commands, kind, extra_env
+        )
+        if env.shared and not skip_setup and status != "setup-failed":
+            cache.mark_ready(key)  # setup passed: later steps of the run reuse it
+    log = actx.dep(EvidenceStore).put(
+        combined_log(runs, reused=env.reused and environment is None),
+        kind=f"{kind}-log",
+        name=name,
+    )
+    result = StepResult(
+        status=status, results=[run.result for _, run in runs], log=log, reused_env=env.reused
+    )
+    result.environment = env
+    return result
+
+
+async def _run_commands(
+    actx: ActivityContext,
+    ws: Workspace,
+    request: StepInput,
+    env: Environment,
+    setup: list[Command],
+    commands: list[Command],
+    kind: str,
+    extra_env: dict[str, str] | None,
+) -> tuple[list[tuple[str, CommandRun]], StepStatus]:
     sandbox = sandbox_of(actx)
+    # Only setup writes a shared environment; every other command reads it.
+    reading = dataclasses.replace(
+        sandbox,
+        isolation=dataclasses.replace(
+            sandbox.isolation, read_only=(*sandbox.isolation.read_only, env.path)
+        ),
+    )
     runs: list[tuple[str, CommandRun]] = []
-    status: StepStatus = "passed"
-    for label, commands in (("setup", request.setup), (kind, request.commands)):
-        for command in commands:
+    for label, group in (("setup", setup), (kind, commands)):
+        is_setup = label == "setup"
+        writes_env = is_setup or not env.shared
+        for command in group:
             run = await run_command(
                 command,
                 cwd=ws.repo,
                 home=ws.home,
                 tmpdir=ws.tmp,
                 time_limit=request.time_limit_seconds,
-                sandbox=sandbox,
+                sandbox=sandbox if writes_env else reading,
                 heartbeat=actx.heartbeat,
-                network=label == "setup" and request.setup_network,
-                extra_env=extra_env if label != "setup" else None,
+                network=is_setup and request.setup_network,
+                extra_env={ENV_VAR: str(env.path), **({} if is_setup else extra_env or {})},
+                writable=[env.path] if writes_env else [],
             )
             runs.append((label, relative_to_workspace(run, ws)))
             if not run.result.passed:
-                status = "setup-failed" if label == "setup" else "failed"
-                break
-        if status != "passed":
-            break
-    log = actx.dep(EvidenceStore).put(combined_log(runs), kind=f"{kind}-log", name=name)
-    return StepResult(status=status, results=[run.result for _, run in runs], log=log)
+                return runs, "setup-failed" if is_setup else "failed"
+    return runs, "passed"
 
 
 def relative_to_workspace(run: CommandRun, ws: Workspace) -> CommandRun:
@@ -164,9 +236,14 @@ def relative_to_workspace(run: CommandRun, ws: Workspace) -> CommandRun:
     return CommandRun(result=result, output=output)
 
 
-def combined_log(runs: list[tuple[str, CommandRun]]) -> bytes:
+def combined_log(runs: list[tuple[str, CommandRun]], *, reused: bool = False) -> bytes:
     """One readable log: each command, its output, and how it ended."""
     parts = []
+    if reused:
+        parts.append(
+            b"[setup skipped: this run's base setup built the environment "
+            b"($REPAIRBOT_ENV), reused read-only]\n"
+        )
     for label, run in runs:
         result = run.result
         if result.timed_out:
@@ -201,7 +278,7 @@ async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
         )
         baseline = None
         if request.baseline_test is not None and step.status != "setup-failed":
-            baseline = await _baseline(actx, ws, request, request.baseline_test)
+            baseline = await _baseline(actx, ws, request, request.baseline_test, step.environment)
     failing = step.failing
     problem = cannot_run(failing) if failing is not None and step.status == "failed" else None
     reproduced = (
@@ -218,7 +295,12 @@ async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
 
 
 async def _run_tests(
-    actx: ActivityContext, ws: Workspace, spec: WorkspaceSpec, test: Command, limit: float
+    actx: ActivityContext,
+    ws: Workspace,
+    spec: WorkspaceSpec,
+    test: Command,
+    limit: float,
+    environment: Environment | None,
 ) -> tuple[StepResult, dict[str, test_outcomes.Outcome] | None]:
     """The test command once, in a workspace where setup already ran, and its
     per-test outcomes when it wrote a report."""
@@ -231,16 +313,22 @@ async def _run_tests(
         kind="test",
         name=_name(spec, "test"),
         extra_env=test_outcomes.report_options(ws.tmp),
+        environment=environment,
     )
     outcomes = await asyncio.to_thread(test_outcomes.read_report, ws.tmp)
     return step, outcomes
 
 
 async def _baseline(
-    actx: ActivityContext, ws: Workspace, request: StepInput, test: Command
+    actx: ActivityContext,
+    ws: Workspace,
+    request: StepInput,
+    test: Command,
+    environment: Environment | None,
 ) -> BaselineTests:
     spec = request.workspace
-    step, outcomes = await _run_tests(actx, ws, spec, test, request.time_limit_seconds)
+    limit = request.time_limit_seconds
+    step, outcomes = await _run_tests(actx, ws, spec, test, limit, environment)
     failing = sorted(t for t, o in (outcomes or {}).items() if o == "failed")
     ref = None
     if outcomes is not None:
@@ -341,7 +429,7 @@ async def _verify(
         return VerifyResult(verdict="verified", patch_sha256=patch_sha, reproduction=repro)
     # Setup already ran in this workspace; the tests run right after it.
     limit = request.time_limit_seconds
-    tests, outcomes = await _run_tests(actx, ws, spec, request.test, limit)
+    tests, outcomes = await _run_tests(actx, ws, spec, request.test, limit, repro.environment)
     baseline = request.baseline
     if baseline is None or baseline.base_sha != spec.base_sha:
         if tests.status != "passed":
@@ -364,7 +452,7 @@ async def _verify(
     comparison = compare(baseline.passed, base_outcomes, passed, outcomes)
     if not comparison.ok and comparison.regressions:
         # Once more: a test that fails once and then passes is flaky, not broken.
-        _, again = await _run_tests(actx, ws, spec, request.test, limit)
+        _, again = await _run_tests(actx, ws, spec, request.test, limit, repro.environment)
         flaky = [t for t in comparison.regressions if (again or {}).get(t) == "passed"]
         if flaky:
             regressions = [t for t in comparison.regressions if t not in flaky]

@@ -154,7 +154,9 @@ class WorkPhases(RunBase):
         # any failure of the reproduction for the bug.
         field = self.ctx.patched("field-baseline-and-broken-commands")
         if field:
-            request = request.model_copy(update={"baseline_test": self.config.test})
+            request = request.model_copy(
+                update={"baseline_test": self.config.test, "reuse_env": self.config.setup_once}
+            )
         result = await self.timed(
             repo_commands.run_reproduction, request, ReproductionResult, step="reproduce"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from app.engine.errors import ActivityCancelled
 from app.evidence import EvidenceStore
 from app.repo_config import Command
 from tests.activities.support import PY, REPRO, TESTS, RecordingContext, call, with_patch
-from tests.agent.sample_repo import FIX_DIFF
+from tests.agent.sample_repo import FIX_DIFF, REPRO_ARGV
 
 BREAKS_MUL = """diff --git a/calc.py b/calc.py
 --- a/calc.py
@@ -303,3 +304,90 @@ new file mode 100644
 +    open(mark, "w").close()
 +    assert not first
 """
+
+
+# -- dependencies installed once per run ------------------------------------------
+
+#: A "setup" that installs into $REPAIRBOT_ENV and counts how often it ran.
+COUNTING_SETUP = Command(
+    shell='echo installed > "$REPAIRBOT_ENV/dep.txt"; echo "setup ran in $REPAIRBOT_ENV"'
+)
+#: The reproduction needs what setup installed.
+NEEDS_DEP = Command(shell=f'test -f "$REPAIRBOT_ENV/dep.txt" && {shlex.join(REPRO_ARGV)}')
+
+
+def once(spec: WorkspaceSpec, **extra: object) -> dict[str, object]:
+    fields: dict[str, object] = {"reuse_env": True, **extra}
+    return step(spec, NEEDS_DEP, setup=[COUNTING_SETUP.model_dump(mode="json")], **fields)
+
+
+def setup_runs(result: dict[str, Any]) -> int:
+    return sum(r["command"] == COUNTING_SETUP.model_dump(mode="json") for r in result["results"])
+
+
+async def test_the_base_setup_runs_once_and_candidates_reuse_it(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    base = await call(run_reproduction, actx, once(spec))
+    assert base["reproduced"] is True and setup_runs(base) == 1
+    payload = verify_input(spec, evidence, FIX_DIFF) | {
+        "setup": [COUNTING_SETUP.model_dump(mode="json")],
+        "reproduction": [NEEDS_DEP.model_dump(mode="json")],
+    }
+    verified = await call(verify_candidate, actx, payload)
+    assert verified["verdict"] == "verified", verified["reason"]
+    assert verified["reproduction"]["reused_env"] is True
+    assert setup_runs(verified["reproduction"]) == 0
+    log = evidence.get(verified["reproduction"]["log"]["sha256"])
+    assert log.startswith(b"[setup skipped: this run's base setup built the environment")
+
+
+async def test_candidate_code_cannot_change_the_shared_environment(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    await call(run_reproduction, actx, once(spec))
+    tamper = Command(shell='echo poisoned > "$REPAIRBOT_ENV/dep.txt"')
+    payload = verify_input(spec, evidence, FIX_DIFF) | {
+        "setup": [COUNTING_SETUP.model_dump(mode="json")],
+        "reproduction": [tamper.model_dump(mode="json")],
+    }
+    result = await call(verify_candidate, actx, payload)
+    assert result["reproduction"]["reused_env"] is True
+    assert result["verdict"] == "still-reproduces"  # the write failed: read-only
+    assert "Read-only file system" in result["reproduction"]["results"][0]["output_tail"]
+
+
+async def test_only_the_base_builds_the_shared_environment(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """A candidate's setup (code the model may have written) never fills the cache."""
+    candidate = with_patch(spec, evidence.put(FIX_DIFF.encode(), kind="patch", name="c.patch"))
+    first = await call(run_reproduction, actx, once(WorkspaceSpec.model_validate(candidate)))
+    assert setup_runs(first) == 1 and first["reused_env"] is False
+    base = await call(run_reproduction, actx, once(spec))
+    assert setup_runs(base) == 1  # nothing was cached by the candidate
+
+
+async def test_a_changed_dependency_file_runs_setup_again(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    await call(run_reproduction, actx, once(spec))
+    adds_requirements = FIX_DIFF + (
+        "diff --git a/requirements.txt b/requirements.txt\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/requirements.txt\n@@ -0,0 +1 @@\n+left-pad==1.0\n"
+    )
+    payload = verify_input(spec, evidence, adds_requirements) | {
+        "setup": [COUNTING_SETUP.model_dump(mode="json")],
+        "reproduction": [NEEDS_DEP.model_dump(mode="json")],
+    }
+    result = await call(verify_candidate, actx, payload)
+    assert result["reproduction"]["reused_env"] is False
+    assert setup_runs(result["reproduction"]) == 1
+
+
+async def test_without_setup_once_setup_runs_every_step(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    first = await call(run_reproduction, actx, once(spec, reuse_env=False))
+    second = await call(run_reproduction, actx, once(spec, reuse_env=False))
+    assert setup_runs(first) == setup_runs(second) == 1
