@@ -145,6 +145,7 @@ def config(
     wheelhouse: Path,
     *,
     setup: bool = True,
+    setup_once: bool = True,
     reproduce: str | None = None,
     test: str | None = None,
 ) -> str:
@@ -154,7 +155,7 @@ def config(
     if setup:
         command = f'{install} "$REPAIRBOT_ENV/site" {PLUGIN}'
         lines += ["setup:", f"  - {json.dumps(command)}"]
-        lines.append("setup_once: true")
+        lines.append(f"setup_once: {'true' if setup_once else 'false'}")
     reproduce = reproduce or pytest_command(
         "--field-seed=3", "tests/test_median.py::test_even_length"
     )

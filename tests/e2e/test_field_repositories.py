@@ -185,6 +185,21 @@ async def test_a_config_mistake_is_reported_before_any_agent_attempt(
     assert state["pulls"] == []
 
 
+@SQLITE_ONLY
+@pytest.mark.parametrize("seed", [{"setup_once": False}], indirect=True)
+async def test_without_setup_once_setup_runs_for_every_step(
+    stack: LocalStack, wheelhouse: Path
+) -> None:
+    """The comparison point of docs/benchmarks.md: the same run, setup every step."""
+    start(stack, wheelhouse, agent_command())
+    started = time.monotonic()
+    number = await open_issue(stack)
+    await wait_phase(stack, number, "awaiting-review", timeout=240)
+    print(f"\nlabel -> draft PR (setup every step): {time.monotonic() - started:.1f}s")
+    verified = activity_results(stack, number, "commands.verify_candidate")
+    assert setup_commands_run(verified) == 1
+
+
 def test_the_field_repository_needs_what_it_claims(tmp_path: Path, wheelhouse: Path) -> None:
     """Its config installs a plugin its test command needs (a fast check of the fixture)."""
     repo = write_field_repo(tmp_path / "r", wheelhouse)
