@@ -391,3 +391,13 @@ async def test_without_setup_once_setup_runs_every_step(
     first = await call(run_reproduction, actx, once(spec, reuse_env=False))
     second = await call(run_reproduction, actx, once(spec, reuse_env=False))
     assert setup_runs(first) == setup_runs(second) == 1
+
+
+async def test_a_directory_planted_where_the_report_goes_is_not_a_crash(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    plant = Command(shell='mkdir -p "$TMPDIR/repairbot-junit.xml/x"; exit 1')
+    payload = step(spec, plant, baseline_test=PYTEST.model_dump(mode="json"))
+    result = await call(run_reproduction, actx, payload)
+    assert result["reproduced"] is True
+    assert result["baseline"]["outcomes"] is None  # no report could be read
