@@ -46,7 +46,7 @@ def cannot_run(result: CommandResult) -> str | None:
         return f"`{missing.group(1)}` is not installed where the command runs"
     if _looks_like_pytest(result):
         if result.exit_code in _PYTEST_EXITS:
-            return f"{_PYTEST_EXITS[result.exit_code]} (exit {result.exit_code})"
+            return _PYTEST_EXITS[result.exit_code]
         if any(pattern.search(output) for pattern in _COLLECTION):
             return "the test files could not be collected (an import or syntax error)"
     if _UNITTEST_IMPORT.search(output):

@@ -33,6 +33,7 @@ from tests.e2e.scenario import (
     activity_results,
     final_check,
     github_state,
+    record_history,
     scheduled,
     wait_end,
     wait_phase,
@@ -126,6 +127,7 @@ async def test_a_fix_that_breaks_a_passing_test_is_not_proposed(
     number = await open_issue(stack)
     run = await wait_end(stack, number, timeout=240)
     assert run.result["outcome"] == "budget-exhausted"
+    record_history(stack, number, "repair_v2_field_regression_budget_exhausted")
     state = await github_state(stack, number)
     assert state["pulls"] == []
     [comment] = state["status_comments"]
@@ -168,6 +170,7 @@ async def test_a_config_mistake_is_reported_before_any_agent_attempt(
     number = await open_issue(stack)
     run = await wait_end(stack, number, timeout=120)
     assert run.result["outcome"] == outcome, run.result
+    record_history(stack, number, f"repair_v2_field_{outcome.replace('-', '_')}")
     assert scheduled(stack, number, "agent.propose_fix") == []
     detail = run.result["detail"]
     assert says in detail and "No agent attempt was made" in detail
