@@ -453,12 +453,14 @@ async def _verify(
     comparison = compare(baseline.passed, base_outcomes, passed, outcomes)
     if not comparison.ok and comparison.regressions:
         # Once more: a test that fails once and then passes is flaky, not broken.
-        _, again = await _run_tests(actx, ws, spec, request.test, limit, repro.environment)
+        rerun, again = await _run_tests(actx, ws, spec, request.test, limit, repro.environment)
         flaky = [t for t in comparison.regressions if (again or {}).get(t) == "passed"]
         if flaky:
             regressions = [t for t in comparison.regressions if t not in flaky]
+            # A suite green on the base must be green again, not merely per test.
+            green = not baseline.passed or rerun.status == "passed"
             comparison = comparison.model_copy(
-                update={"regressions": regressions, "flaky": flaky, "ok": not regressions}
+                update={"regressions": regressions, "flaky": flaky, "ok": not regressions and green}
             )
     if not comparison.ok:
         return VerifyResult(
