@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from activities.workspace import WorkspaceSpec
-from app.repo_config import CheckoutConfig, parse_repo_config
+from app.repo_config import CheckoutConfig, Command, parse_repo_config
 from app.workflows.calls import activity_input
 from app.workspace import build_workspace, remove_workspace
 from tests.agent.sample_repo import SampleRepo, git
@@ -64,3 +64,33 @@ def test_a_spec_without_checkout_is_recorded_as_before() -> None:
     assert "checkout" not in activity_input(spec)
     deeper = spec.model_copy(update={"checkout": CheckoutConfig(depth=0, tags=True)})
     assert activity_input(deeper)["checkout"] == {"depth": 0, "tags": True}
+
+
+class _Ctx:
+    """Just what building activity inputs needs from a workflow context."""
+
+    run_id = "repair:o/r#1/1"
+
+    def set_query(self, name: str, handler: object) -> None:
+        pass
+
+
+def test_the_repositorys_checkout_setting_reaches_every_workspace() -> None:
+    from app.workflows.contracts import RunRequest
+    from app.workflows.repair_base import RunBase
+
+    request = RunRequest(
+        repo="o/r",
+        default_branch="main",
+        clone_url="file:///r",
+        installation_id=1,
+        issue_number=1,
+        issue_title="t",
+        requested_by="maya",
+    )
+    run = RunBase(_Ctx(), request)  # type: ignore[arg-type]
+    assert run.spec("a" * 40).checkout is None  # the default: recorded as before
+    run.config = parse_repo_config("checkout: {depth: 0, tags: true}\n")
+    assert run.spec("a" * 40).checkout == CheckoutConfig(depth=0, tags=True)
+    run.reproduction = [Command(shell="make repro")]
+    assert run.verify_input("a" * 40, None).workspace.checkout == CheckoutConfig(depth=0, tags=True)
