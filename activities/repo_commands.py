@@ -317,6 +317,9 @@ async def _run_tests(
         environment=environment,
     )
     outcomes = await asyncio.to_thread(test_outcomes.read_report, ws.tmp)
+    if outcomes is None:  # not pytest: unittest's verbose lines, if that is what ran
+        log = read_evidence(actx.dep(EvidenceStore), step.log)
+        outcomes = test_outcomes.parse_unittest(log.decode(errors="replace"))
     return step, outcomes
 
 

@@ -71,6 +71,48 @@ def parse_junit(data: bytes) -> dict[str, Outcome] | None:
     return outcomes
 
 
+#: ``unittest -v``: ``test_add (pkg.test_calc.CalcTest.test_add) ... FAIL``
+#: (Python 3.11+; before, the parenthesis held only the class).
+_UNITTEST_LINE = re.compile(
+    r"^(?P<name>\w+) \((?P<where>[\w.]+)\)(?: \S.*)? \.\.\. "
+    r"(?P<result>ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b",
+    re.MULTILINE,
+)
+_UNITTEST_SUMMARY = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
+_UNITTEST_OUTCOMES: dict[str, Outcome] = {
+    "ok": "passed",
+    "expected failure": "passed",
+    "skipped": "skipped",
+    "FAIL": "failed",
+    "ERROR": "failed",
+    "unexpected success": "failed",
+}
+
+
+def parse_unittest(output: str) -> dict[str, Outcome] | None:
+    """Outcomes from ``python -m unittest -v`` output; None unless the output
+    is unittest's and accounts for every test its summary counts ("Ran N
+    tests"): a test missed (output cut in the middle, a docstring line) could
+    hide a regression, so a partial list is no list."""
+    summary = _UNITTEST_SUMMARY.search(output)
+    if summary is None:
+        return None
+    outcomes: dict[str, Outcome] = {}
+    for match in _UNITTEST_LINE.finditer(output):
+        where, name = match.group("where"), match.group("name")
+        if where.endswith(f".{name}"):
+            where = where[: -len(name) - 1]
+        test_id = _UNSAFE.sub("_", f"{where}::{name}")[:300]
+        outcome = _UNITTEST_OUTCOMES[match.group("result")]
+        if outcomes.get(test_id) != "failed":
+            outcomes[test_id] = outcome
+        if len(outcomes) > MAX_TESTS:
+            return None
+    if not outcomes or len(outcomes) != int(summary.group(1)):
+        return None
+    return outcomes
+
+
 def _outcome(case: ET.Element) -> Outcome:
     tags = {child.tag for child in case}
     if tags & {"failure", "error"}:

@@ -401,3 +401,19 @@ async def test_a_directory_planted_where_the_report_goes_is_not_a_crash(
     result = await call(run_reproduction, actx, payload)
     assert result["reproduced"] is True
     assert result["baseline"]["outcomes"] is None  # no report could be read
+
+
+async def test_unittest_suites_are_compared_per_test_too(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    verbose = Command.of([PY, "-m", "unittest", "-v"])
+    payload = step(spec, REPRO, baseline_test=verbose.model_dump(mode="json"))
+    baseline = (await call(run_reproduction, actx, payload))["baseline"]
+    assert baseline["failing"] == [BASE_FAILING]
+    judged = verify_input(spec, evidence, BREAKS_MUL) | {
+        "test": verbose.model_dump(mode="json"),
+        "baseline": baseline,
+    }
+    broke = await call(verify_candidate, actx, judged)
+    assert broke["verdict"] == "tests-fail"
+    assert broke["comparison"]["regressions"] == ["test_calc.CalcTest::test_mul"]

@@ -107,3 +107,41 @@ def test_without_reports_exit_statuses_are_compared() -> None:
     assert not compare(True, None, False, None).ok
     assert compare(True, BASE, True, None).ok  # type: ignore[arg-type]
     assert not compare(True, BASE, False, None).ok  # type: ignore[arg-type]
+
+
+UNITTEST_V = """test_add (test_calc.CalcTest.test_add) ... FAIL
+test_mul (test_calc.CalcTest.test_mul) ... ok
+test_old (pkg.tests.OldStyle) ... ERROR
+test_skip (test_calc.CalcTest.test_skip) ... skipped 'not today'
+
+======================================================================
+FAIL: test_add (test_calc.CalcTest.test_add)
+----------------------------------------------------------------------
+Ran 4 tests in 0.001s
+
+FAILED (failures=1, errors=1, skipped=1)
+"""
+
+
+def test_unittest_verbose_output_gives_outcomes() -> None:
+    outcomes = test_outcomes.parse_unittest(UNITTEST_V)
+    assert outcomes == {
+        "test_calc.CalcTest::test_add": "failed",
+        "test_calc.CalcTest::test_mul": "passed",
+        "pkg.tests.OldStyle::test_old": "failed",
+        "test_calc.CalcTest::test_skip": "skipped",
+    }
+
+
+def test_a_partial_unittest_list_is_no_list() -> None:
+    """A test the lines miss (a docstring, output cut) could hide a regression."""
+    with_docstring = UNITTEST_V.replace(
+        "Ran 4 tests", "test_doc (m.C.test_doc)\nA docstring. ... FAIL\nRan 5 tests"
+    )
+    assert test_outcomes.parse_unittest(with_docstring) is None
+
+
+def test_output_that_is_not_unittests_gives_nothing() -> None:
+    # Lines that look like unittest's, without its summary: a program printing them.
+    assert test_outcomes.parse_unittest("test_x (a.B.test_x) ... ok\n") is None
+    assert test_outcomes.parse_unittest("Ran 0 tests in 0.000s\n\nNO TESTS RAN\n") is None
