@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from activities._support import (
     keep_alive,
@@ -38,6 +38,7 @@ from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import (
     CONFIG_PATH,
     MAX_CONFIG_BYTES,
+    CheckoutConfig,
     Command,
     RepoConfig,
     RepoConfigError,
@@ -70,6 +71,16 @@ class WorkspaceSpec(BaseModel):
     installation_id: int | None = None
     #: The candidate patch, applied (staged) on top of the base.
     patch: EvidenceRef | None = None
+    #: History depth and tags (the repository's ``checkout:``); None: the commit alone.
+    checkout: CheckoutConfig | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_default_checkout(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Specs recorded before ``checkout`` existed must hash the same (replay).
+        data = handler(self)
+        if isinstance(data, dict) and data.get("checkout") is None:
+            data.pop("checkout", None)
+        return data
 
 
 class GitCredentials:
@@ -135,6 +146,8 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
                 patch=patch,
                 token=token,
                 git_config=credentials.git_config(spec),
+                depth=spec.checkout.depth if spec.checkout else 1,
+                tags=spec.checkout.tags if spec.checkout else False,
             ),
             doing=f"fetching {spec.repo}@{spec.base_sha[:12]}",
         )

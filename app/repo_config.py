@@ -12,6 +12,8 @@ Example::
     budgets: {repair_attempts: 3, time_limit_seconds: 900}
     merge_method: squash
     network: setup                    # setup may download; nothing else has network
+    checkout: {depth: 0, tags: true}  # full history and tags (for setuptools-scm and the like)
+    setup_once: true                  # setup installs into $REPAIRBOT_ENV; reused by later steps
 
 A command written as a single string is run with ``sh -c``. That is safe only
 because the string comes from the repository owner's own config file, which
@@ -164,6 +166,17 @@ class Budgets(BaseModel):
         return self
 
 
+class CheckoutConfig(BaseModel):
+    """How much of git the workspace carries (version tools such as
+    setuptools-scm read tags and history): ``depth`` commits of history (0:
+    all of it) and, with ``tags``, the repository's tags."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    depth: StrictInt = Field(default=1, ge=0, le=100_000)
+    tags: StrictBool = False
+
+
 class RepoConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -189,6 +202,13 @@ class RepoConfig(BaseModel):
     drift_check_seconds: StrictInt = Field(default=600, ge=5, le=24 * 3600)
     #: Bot accounts whose trigger label counts (other bots are ignored).
     allowed_bots: list[StrictStr] = Field(default_factory=list, max_length=20)
+    #: Setup installs into ``$REPAIRBOT_ENV`` (outside the checkout): run it once,
+    #: on the base commit, and let every later step of the run reuse what it
+    #: built, read-only (see activities/environments.py). Off: setup runs
+    #: before every step, as for setups that write into the checkout.
+    setup_once: StrictBool = False
+    #: History and tags fetched into every workspace (default: the commit alone).
+    checkout: CheckoutConfig = Field(default_factory=CheckoutConfig)
 
 
 def parse_repo_config(text: str | None) -> RepoConfig:

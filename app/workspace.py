@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.github.gitcmd import fetch_commit, git_env
+from app.github.gitcmd import GitTimeout, fetch_commit, git_env, remote_auth, run_git
 
 #: Tool caches that a command run in the tree leaves behind; never part of a proposal.
 _LOCAL_EXCLUDES = (
@@ -219,6 +219,8 @@ async def build_workspace(
     git_config: Sequence[tuple[str, str]] = (),
     time_limit: float = _GIT_TIME_LIMIT,
     limits: Limits = LIMITS,
+    depth: int = 1,
+    tags: bool = False,
 ) -> Workspace:
     """A new workspace under ``root`` at ``base_sha`` with ``patch`` applied (staged).
 
@@ -245,6 +247,8 @@ async def build_workspace(
         if fetched.status == "missing":
             raise CommitNotFound(fetched.detail)
         await check_tree(ws, base_sha, limits)
+        if depth != 1 or tags:
+            await _deepen(ws, clone_url, base_sha, token, git_config, depth, tags, time_limit)
         await _git_ok(["update-ref", "--no-deref", "HEAD", base_sha], ws=ws)
         await _git_ok(["read-tree", "--reset", "-u", "HEAD"], ws=ws)
         _configure(ws)
@@ -255,6 +259,36 @@ async def build_workspace(
         remove_workspace(ws)
         raise
     return ws
+
+
+async def _deepen(
+    ws: Workspace,
+    clone_url: str,
+    base_sha: str,
+    token: str | None,
+    git_config: Sequence[tuple[str, str]],
+    depth: int,
+    tags: bool,
+    time_limit: float,
+) -> None:
+    """More history (``depth`` commits, 0: all) and the tags, for version tools."""
+    auth = remote_auth(clone_url, token)
+    env = git_env([*auth.config, *git_config], extra={"GIT_DIR": str(ws.git_dir)})
+    args = ["fetch", "--quiet", "--tags" if tags else "--no-tags"]
+    if (ws.git_dir / "shallow").exists():
+        args.append("--unshallow" if depth == 0 else f"--depth={depth}")
+    try:
+        result = await run_git(
+            [*args, clone_url, base_sha],
+            cwd=ws.git_dir,
+            env=env,
+            time_limit=time_limit,
+            secrets=auth.secrets,
+        )
+    except GitTimeout as exc:
+        raise FetchFailed(f"git fetch of history and tags timed out: {exc}") from None
+    if not result.ok:
+        raise FetchFailed(f"git fetch of history and tags failed: {result.stderr.strip()}")
 
 
 def _new_workspace(root: Path, base_sha: str) -> Workspace:

@@ -39,7 +39,8 @@ def plan(
             mounts.bind("ro", path)
     mounts.add(("proc", "/proc"), Path("/proc"), tmpfs=False)
     mounts.add(("dev", "/dev"), Path("/dev"), tmpfs=False)
-    # POSIX shared memory and semaphores (multiprocessing's locks live there).
+    # POSIX semaphores and shared memory (multiprocessing's locks and queues)
+    # live in /dev/shm; the sandbox user must be able to create them there.
     mounts.tmpfs(Path("/dev/shm"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
     mounts.tmpfs(Path("/tmp"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
     for path in isolation.visible_paths():  # after /tmp: one may lie under it
@@ -96,6 +97,26 @@ class _Mounts:
             self.tmpfs(path, mode="0700")
         else:
             self.steps.append(("null", str(path)))
+
+
+def shows(steps: Sequence[Step], path: Path) -> bool:
+    """Whether the view ``steps`` build shows the host's ``path`` (resolved).
+
+    The last step covering the path decides: a bind shows the host's file, a
+    tmpfs, a device or a mask does not. A program found on the worker's
+    ``PATH`` that the sandbox does not show is reported as missing instead of
+    failing obscurely inside (bubblewrap's own exit 1 would read as a failure
+    of the command).
+    """
+    real = Path(os.path.realpath(path))
+    deciding: Step | None = None
+    for step in steps:
+        if step[0] in ("symlink", "dir"):
+            continue
+        mounted = Path(step[1])
+        if mounted == real or mounted in real.parents:
+            deciding = step
+    return deciding is not None and deciding[0] in ("ro", "rw")
 
 
 def _depth(path: Path) -> int:

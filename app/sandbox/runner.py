@@ -54,6 +54,7 @@ from app.repo_config import Command
 from app.sandbox import Isolation, Launch, prepare
 from app.sandbox.egress import EgressPolicy, egress, proxy_env
 from app.sandbox.forward import PortForward
+from app.sandbox.mounts import plan, shows
 
 Heartbeat = Callable[[dict[str, Any]], Awaitable[bool]]
 
@@ -318,6 +319,8 @@ async def run_command(
     if missing is not None:
         return _not_started(command, missing, 127)
     writable = _unique([cwd, home, tmpdir, *writable])
+    if not _shown_in_sandbox(argv[0], sandbox.isolation, writable, cwd=cwd, path=env["PATH"]):
+        return _not_started(command, _HIDDEN, 127)
     if not network or sandbox.isolation.mode == "none":
         # Unsandboxed (the operator's choice) means the host's network anyway.
         return await _launch(
@@ -475,6 +478,25 @@ def _missing_program(program: str, *, cwd: Path, path: str) -> OSError | None:
     return FileNotFoundError(2, "No such file or directory", program)
 
 
+#: A program the worker's PATH finds but the sandbox does not show.
+_HIDDEN = FileNotFoundError(2, "it is not available inside the sandbox")
+
+
+def _shown_in_sandbox(
+    program: str, isolation: Isolation, writable: Sequence[Path], *, cwd: Path, path: str
+) -> bool:
+    """Whether the program the worker finds is visible inside the sandbox.
+
+    Without this a program under, say, the worker's ``~/.local/bin`` makes
+    bubblewrap exit 1 ("execvp: No such file"), which would read as the
+    command failing, i.e. as a reproduced bug.
+    """
+    if isolation.mode == "none":
+        return True
+    found = str(cwd / program) if "/" in program else shutil.which(program, path=path)
+    return found is None or shows(plan(isolation, writable), Path(found))
+
+
 def _unique(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for path in paths:
@@ -484,7 +506,10 @@ def _unique(paths: Sequence[Path]) -> list[Path]:
 
 
 def _not_started(command: Command, exc: OSError, code: int) -> CommandRun:
-    message = f"repairbot: cannot run {command.to_argv()[0]!r}: {exc.strerror}\n"
+    if exc is _HIDDEN:
+        message = f"repairbot: `{command.to_argv()[0]}` is not available inside the sandbox\n"
+    else:
+        message = f"repairbot: cannot run {command.to_argv()[0]!r}: {exc.strerror}\n"
     result = CommandResult(
         command=command,
         exit_code=code,

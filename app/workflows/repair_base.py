@@ -19,7 +19,7 @@ from app.engine.context import WorkflowContext
 from app.engine.registry import ActivityDefn
 from app.engine.scheduler import WorkflowFuture
 from app.evidence import EvidenceRef
-from app.repo_config import Command, RepoConfig
+from app.repo_config import CheckoutConfig, Command, RepoConfig
 from app.workflows.calls import call, first, schedule
 from app.workflows.contracts import RunRequest
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
@@ -128,6 +128,8 @@ class RunBase:
             base_sha=base_sha,
             installation_id=self.request.installation_id,
             patch=patch,
+            # The default (the commit alone) is left out: specs stay as recorded.
+            checkout=None if self.config.checkout == CheckoutConfig() else self.config.checkout,
         )
 
     def verify_input(self, base_sha: str, patch: EvidenceRef | None) -> VerifyInput:

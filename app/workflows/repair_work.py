@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from activities import agent, github, repo_commands, workspace
 from activities.agent import FeedbackInput, ProposeInput, ProposeResult
-from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
+from activities.repo_commands import BaselineTests, ReproductionResult, StepInput, VerifyResult
 from app.agent.budget import Caps as AgentCaps
 from app.agent.budget import Usage as AgentUsage
 from app.repo_config import reproduction_from_issue
+from app.workflows.base_evidence import (
+    baseline_sentence,
+    broken_command,
+    comparison_sentence,
+    setup_failed,
+)
 from app.workflows.calls import call, schedule
 from app.workflows.ids import head_owner, run_branch
 from app.workflows.repair_base import Finished, Next, RunBase
@@ -17,6 +23,10 @@ from app.workflows.state import Contract, Limits, PullState
 
 
 class WorkPhases(RunBase):
+    #: The test command's result on the base (runs that recorded one): what
+    #: candidates are judged against.
+    baseline: BaselineTests | None = None
+
     # -- who asked: the run's first step -----------------------------------------
 
     async def sender_may_trigger(self) -> bool:
@@ -133,29 +143,57 @@ class WorkPhases(RunBase):
     async def reproduce(self) -> Next:
         await self.report("reproducing")
         assert self.state.base_sha is not None
+        request = StepInput(
+            workspace=self.spec(self.state.base_sha),
+            setup=self.config.setup,
+            setup_network=self.config.network == "setup",
+            commands=self.reproduction,
+            time_limit_seconds=self.config.budgets.time_limit_seconds,
+        )
+        # Runs recorded before this change ran no tests on the base and took
+        # any failure of the reproduction for the bug.
+        field = self.ctx.patched("field-baseline-and-broken-commands")
+        if field:
+            request = request.model_copy(
+                update={"baseline_test": self.config.test, "reuse_env": self.config.setup_once}
+            )
         result = await self.timed(
-            repo_commands.run_reproduction,
-            StepInput(
-                workspace=self.spec(self.state.base_sha),
-                setup=self.config.setup,
-                setup_network=self.config.network == "setup",
-                commands=self.reproduction,
-                time_limit_seconds=self.config.budgets.time_limit_seconds,
-            ),
-            ReproductionResult,
-            step="reproduce",
+            repo_commands.run_reproduction, request, ReproductionResult, step="reproduce"
         )
         self.state.reproduced = result.reproduced
         if any(r.network for r in result.results):
             self.state.setup_network = True  # the status comment says so
         self.reproduction_log = result.log
         self.state.add_evidence("reproduction on the base commit", result.log)
+        if field:
+            self.judge_base(result)
         if not result.reproduced:
             raise Finished(
                 "not-reproduced",
                 f"The reproduction ended with status `{result.status}` on the base commit.",
             )
         return "repairing"
+
+    def judge_base(self, result: ReproductionResult) -> None:
+        """Before any agent time: stop at commands that cannot run on the base
+        (a config mistake, not the bug), and keep the tests' result there."""
+        if result.status == "setup-failed":
+            detail, steps = setup_failed(result)
+            raise Finished("invalid-config", detail, next_steps=steps)
+        failing = result.failing
+        if result.cannot_run is not None and failing is not None:
+            detail, steps = broken_command("reproduction", failing, result.cannot_run)
+            raise Finished("broken-reproduction", detail, next_steps=steps)
+        baseline = result.baseline
+        if baseline is None:
+            return
+        self.state.add_evidence("tests on the base commit", baseline.step.log)
+        broken = baseline.step.failing
+        if baseline.cannot_run is not None and broken is not None:
+            detail, steps = broken_command("test", broken, baseline.cannot_run)
+            raise Finished("invalid-config", detail, next_steps=steps)
+        self.baseline = baseline
+        self.state.tests_on_base = baseline_sentence(baseline)
 
     # -- repairing ----------------------------------------------------------------
 
@@ -236,11 +274,11 @@ class WorkPhases(RunBase):
                     )
                 )
                 continue
+            verify = self.verify_input(self.state.base_sha, proposal.patch)
+            if self.baseline is not None:
+                verify = verify.model_copy(update={"baseline": self.baseline})
             verdict = await self.timed(
-                repo_commands.verify_candidate,
-                self.verify_input(self.state.base_sha, proposal.patch),
-                VerifyResult,
-                step=f"verify-{attempt}",
+                repo_commands.verify_candidate, verify, VerifyResult, step=f"verify-{attempt}"
             )
             self.keep_verification(verdict, f"candidate {attempt}")
             if verdict.verdict == "verified":
@@ -248,6 +286,8 @@ class WorkPhases(RunBase):
                 self.state.patch_sha = proposal.patch.sha256
                 self.state.agent_summary = proposal.summary
                 self.state.verified = True
+                if verdict.comparison is not None:
+                    self.state.tests_note = comparison_sentence(verdict.comparison)
                 self.state.add_evidence(f"patch, attempt {attempt}", proposal.patch)
                 return "publishing"
             failing = verdict.tests or verdict.reproduction

@@ -23,6 +23,8 @@ PHASES = (
 #: comments keep their words: they are part of recorded histories).
 CONFIRMING = ("confirming", "Confirm the fix on the merge commit")
 
+#: How :func:`app.workflows.base_evidence.comparison_sentence` starts when the tests pass.
+TESTS_GREEN = "Repository tests with the fix: pass."
 RETRY = "Comment `/repair retry` to start a new run."
 
 #: Headline and default next step per outcome.
@@ -36,6 +38,11 @@ OUTCOMES: dict[Outcome, tuple[str, str]] = {
     "not-triggered": ("Not started.", ""),
     "not-reproduced": (
         "Could not reproduce the bug: the reproduction passes on the base commit.",
+        "Fix the reproduction (config `reproduce:` or the issue's repro block), then " + RETRY,
+    ),
+    "broken-reproduction": (
+        "Stopped before any repair attempt: the reproduction command cannot run on the base "
+        "commit (a config problem, not the bug).",
         "Fix the reproduction (config `reproduce:` or the issue's repro block), then " + RETRY,
     ),
     "budget-exhausted": (
@@ -149,6 +156,11 @@ def budget_lines(state: RunState) -> list[str]:
     return lines
 
 
+def test_lines(state: RunState) -> list[str]:
+    """The repository's tests on the base, and with the fix (baseline-aware runs)."""
+    return [line for line in (state.tests_on_base, state.tests_note) if line]
+
+
 def headline(state: RunState) -> str:
     if state.outcome is None:
         return "working on it"
@@ -189,6 +201,7 @@ def status_comment(state: RunState) -> str:
         lines.append(f"Branch: {where}{gone}")
     if state.proposed_sha:
         lines.append(f"Proposed commit: `{state.proposed_sha}`")
+    lines.extend(test_lines(state))
     if state.setup_network:
         lines.append(
             "Setup commands ran with network access (`network: setup` in "
@@ -221,7 +234,7 @@ def pull_request_body(state: RunState) -> str:
         f"| reproduction on the base commit `{base}` | "
         f"{'fails, as the issue says' if state.reproduced else 'n/a'} |",
         f"| reproduction with this fix | {'passes' if state.verified else '-'} |",
-        f"| repository tests with this fix | {'pass' if state.verified else '-'} |",
+        f"| repository tests with this fix | {_tests_cell(state)} |",
         f"| patch sha256 | `{state.patch_sha or ''}` |",
         f"| repair attempts | {state.usage.attempts} |",
     ]
@@ -234,9 +247,18 @@ def pull_request_body(state: RunState) -> str:
     return "\n".join(lines)
 
 
+def _tests_cell(state: RunState) -> str:
+    if not state.verified:
+        return "-"
+    return state.tests_note or "pass"
+
+
 def check_title(state: RunState) -> str:
     if state.outcome is None:
-        return "Verified: reproduction passes, tests pass; waiting for an approving review"
+        tests = "tests pass"
+        if state.tests_note and not state.tests_note.startswith(TESTS_GREEN):
+            tests = "no test that passes on the base fails"
+        return f"Verified: reproduction passes, {tests}; waiting for an approving review"
     return headline(state)
 
 

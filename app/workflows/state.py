@@ -34,6 +34,7 @@ Outcome = Literal[
     "fix-not-confirmed",
     "not-triggered",
     "not-reproduced",
+    "broken-reproduction",
     "budget-exhausted",
     "time-budget-exhausted",
     "cost-budget-exhausted",
@@ -151,6 +152,10 @@ class RunState(Model):
     #: Setup commands ran with network access (the repository's ``network: setup``).
     setup_network: bool = False
     verified: bool = False
+    #: The repository's tests on the base commit, in a sentence (baseline runs).
+    tests_on_base: str | None = None
+    #: How the verified candidate's tests compare with the base's.
+    tests_note: str | None = None
     contract: Contract | None = None
     limits: Limits = Field(default_factory=Limits)
     usage: Usage = Field(default_factory=Usage)

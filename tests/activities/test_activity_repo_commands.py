@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from app.engine.errors import ActivityCancelled
 from app.evidence import EvidenceStore
 from app.repo_config import Command
 from tests.activities.support import PY, REPRO, TESTS, RecordingContext, call, with_patch
-from tests.agent.sample_repo import FIX_DIFF
+from tests.agent.sample_repo import FIX_DIFF, REPRO_ARGV
 
 BREAKS_MUL = """diff --git a/calc.py b/calc.py
 --- a/calc.py
@@ -182,3 +184,252 @@ async def test_the_candidates_setup_never_gets_the_network(
     setup = result["reproduction"]["results"][0]
     assert setup["network"] is False and setup["output_tail"].split() == ["0"]
     assert result["verdict"] == "verified"
+
+
+# -- the base's test run, broken commands, paths --------------------------------
+
+PYTEST = Command.of([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+#: test_add fails on the base (the bug); test_mul passes.
+BASE_FAILING = "test_calc.CalcTest::test_add"
+
+
+async def test_the_tests_run_on_the_base_once_with_per_test_outcomes(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    payload = step(spec, REPRO, baseline_test=PYTEST.model_dump(mode="json"))
+    result = await call(run_reproduction, actx, payload)
+    assert result["reproduced"] is True and result["cannot_run"] is None
+    baseline = result["baseline"]
+    assert baseline["passed"] is False and baseline["base_sha"] == spec.base_sha
+    assert baseline["failing"] == [BASE_FAILING] and baseline["failing_count"] == 1
+    outcomes = json.loads(evidence.get(baseline["outcomes"]["sha256"]))
+    assert outcomes == {BASE_FAILING: "failed", "test_calc.CalcTest::test_mul": "passed"}
+
+
+async def test_without_a_report_the_baseline_has_no_outcomes(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    payload = step(spec, REPRO, baseline_test=TESTS.model_dump(mode="json"))  # unittest
+    baseline = (await call(run_reproduction, actx, payload))["baseline"]
+    assert baseline["passed"] is False and baseline["outcomes"] is None
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (Command.of([PY, "-m", "pytest", "--no-such-plugin-option"]), "usage error"),
+        (Command.of([PY, "-m", "pytest", "-k", "nothing_matches_this"]), "no tests"),
+        (Command.of(["python9.99", "-c", "pass"]), "could not be found"),
+        (Command(shell="no-such-tool --check"), "could not be found"),
+    ],
+)
+async def test_a_reproduction_that_cannot_run_is_not_a_reproduced_bug(
+    actx: RecordingContext, spec: WorkspaceSpec, command: Command, says: str
+) -> None:
+    payload = step(spec, command, baseline_test=PYTEST.model_dump(mode="json"))
+    result = await call(run_reproduction, actx, payload)
+    assert result["reproduced"] is False
+    assert says in result["cannot_run"]
+
+
+async def test_a_test_command_that_cannot_run_is_told(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    broken = Command.of([PY, "-m", "pytest", "--no-such-plugin-option"])
+    payload = step(spec, REPRO, baseline_test=broken.model_dump(mode="json"))
+    baseline = (await call(run_reproduction, actx, payload))["baseline"]
+    assert "usage error" in baseline["cannot_run"]
+
+
+async def test_output_names_paths_relative_to_the_repository(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    where = Command(shell='echo "at $PWD/calc.py and $HOME"; exit 3')
+    result = await call(run_reproduction, actx, step(spec, where))
+    tail = result["results"][0]["output_tail"]
+    assert tail.strip() == "at calc.py and <workspace>/home"
+    assert b"at calc.py and <workspace>/home" in evidence.get(result["log"]["sha256"])
+
+
+async def baseline_of(actx: RecordingContext, spec: WorkspaceSpec) -> dict[str, Any]:
+    payload = step(spec, REPRO, baseline_test=PYTEST.model_dump(mode="json"))
+    return (await call(run_reproduction, actx, payload))["baseline"]  # type: ignore[no-any-return]
+
+
+def judged_input(
+    spec: WorkspaceSpec, evidence: EvidenceStore, patch: str, baseline: dict[str, Any]
+) -> dict[str, object]:
+    return verify_input(spec, evidence, patch) | {
+        "test": PYTEST.model_dump(mode="json"),
+        "baseline": baseline,
+    }
+
+
+async def test_a_fix_is_judged_by_what_it_changes(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    baseline = await baseline_of(actx, spec)
+    fixed = await call(verify_candidate, actx, judged_input(spec, evidence, FIX_DIFF, baseline))
+    assert fixed["verdict"] == "verified"
+    assert fixed["comparison"]["fixed"] == [BASE_FAILING]
+    broke = await call(verify_candidate, actx, judged_input(spec, evidence, BREAKS_MUL, baseline))
+    assert broke["verdict"] == "tests-fail"
+    assert broke["comparison"]["regressions"] == ["test_calc.CalcTest::test_mul"]
+    assert "pass on the base commit fail with the patch applied" in broke["reason"]
+
+
+async def test_a_test_that_already_fails_on_the_base_is_not_blamed(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    # The reproduction is something else than the failing test: a fix that
+    # leaves test_add failing (as it was on the base) still verifies.
+    baseline = await baseline_of(actx, spec)
+    payload = judged_input(spec, evidence, WRONG_FIX, baseline) | {
+        "reproduction": [Command.of([PY, "-c", "import calc"]).model_dump(mode="json")]
+    }
+    result = await call(verify_candidate, actx, payload)
+    assert result["verdict"] == "verified"
+    assert result["comparison"]["still_failing"] == [BASE_FAILING]
+    # Without the baseline the same candidate fails verification (as before).
+    payload.pop("baseline")
+    assert (await call(verify_candidate, actx, payload))["verdict"] == "tests-fail"
+
+
+async def test_a_test_that_fails_once_is_rerun_and_called_flaky(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    baseline = await baseline_of(actx, spec)
+    flaky = FIX_DIFF + FLAKY_TEST
+    result = await call(verify_candidate, actx, judged_input(spec, evidence, flaky, baseline))
+    assert result["verdict"] == "verified"
+    assert result["comparison"]["flaky"] == ["test_flaky::test_first_run_fails"]
+
+
+#: A new test that fails the first time it runs in a workspace, then passes.
+FLAKY_TEST = """diff --git a/test_flaky.py b/test_flaky.py
+new file mode 100644
+--- /dev/null
++++ b/test_flaky.py
+@@ -0,0 +1,8 @@
++import os
++
++
++def test_first_run_fails():
++    mark = os.path.join(os.environ["TMPDIR"], "ran-once")
++    first = not os.path.exists(mark)
++    open(mark, "w").close()
++    assert not first
+"""
+
+
+# -- dependencies installed once per run ------------------------------------------
+
+#: A "setup" that installs into $REPAIRBOT_ENV and counts how often it ran.
+COUNTING_SETUP = Command(
+    shell='echo installed > "$REPAIRBOT_ENV/dep.txt"; echo "setup ran in $REPAIRBOT_ENV"'
+)
+#: The reproduction needs what setup installed.
+NEEDS_DEP = Command(shell=f'test -f "$REPAIRBOT_ENV/dep.txt" && {shlex.join(REPRO_ARGV)}')
+
+
+def once(spec: WorkspaceSpec, **extra: object) -> dict[str, object]:
+    fields: dict[str, object] = {"reuse_env": True, **extra}
+    return step(spec, NEEDS_DEP, setup=[COUNTING_SETUP.model_dump(mode="json")], **fields)
+
+
+def setup_runs(result: dict[str, Any]) -> int:
+    return sum(r["command"] == COUNTING_SETUP.model_dump(mode="json") for r in result["results"])
+
+
+async def test_the_base_setup_runs_once_and_candidates_reuse_it(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    base = await call(run_reproduction, actx, once(spec))
+    assert base["reproduced"] is True and setup_runs(base) == 1
+    payload = verify_input(spec, evidence, FIX_DIFF) | {
+        "setup": [COUNTING_SETUP.model_dump(mode="json")],
+        "reproduction": [NEEDS_DEP.model_dump(mode="json")],
+    }
+    verified = await call(verify_candidate, actx, payload)
+    assert verified["verdict"] == "verified", verified["reason"]
+    assert verified["reproduction"]["reused_env"] is True
+    assert setup_runs(verified["reproduction"]) == 0
+    log = evidence.get(verified["reproduction"]["log"]["sha256"])
+    assert log.startswith(b"[setup skipped: this run's base setup built the environment")
+
+
+async def test_candidate_code_cannot_change_the_shared_environment(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    await call(run_reproduction, actx, once(spec))
+    tamper = Command(shell='echo poisoned > "$REPAIRBOT_ENV/dep.txt"')
+    payload = verify_input(spec, evidence, FIX_DIFF) | {
+        "setup": [COUNTING_SETUP.model_dump(mode="json")],
+        "reproduction": [tamper.model_dump(mode="json")],
+    }
+    result = await call(verify_candidate, actx, payload)
+    assert result["reproduction"]["reused_env"] is True
+    assert result["verdict"] == "still-reproduces"  # the write failed: read-only
+    assert "Read-only file system" in result["reproduction"]["results"][0]["output_tail"]
+
+
+async def test_only_the_base_builds_the_shared_environment(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """A candidate's setup (code the model may have written) never fills the cache."""
+    candidate = with_patch(spec, evidence.put(FIX_DIFF.encode(), kind="patch", name="c.patch"))
+    first = await call(run_reproduction, actx, once(WorkspaceSpec.model_validate(candidate)))
+    assert setup_runs(first) == 1 and first["reused_env"] is False
+    base = await call(run_reproduction, actx, once(spec))
+    assert setup_runs(base) == 1  # nothing was cached by the candidate
+
+
+async def test_a_changed_dependency_file_runs_setup_again(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    await call(run_reproduction, actx, once(spec))
+    adds_requirements = FIX_DIFF + (
+        "diff --git a/requirements.txt b/requirements.txt\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/requirements.txt\n@@ -0,0 +1 @@\n+left-pad==1.0\n"
+    )
+    payload = verify_input(spec, evidence, adds_requirements) | {
+        "setup": [COUNTING_SETUP.model_dump(mode="json")],
+        "reproduction": [NEEDS_DEP.model_dump(mode="json")],
+    }
+    result = await call(verify_candidate, actx, payload)
+    assert result["reproduction"]["reused_env"] is False
+    assert setup_runs(result["reproduction"]) == 1
+
+
+async def test_without_setup_once_setup_runs_every_step(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    first = await call(run_reproduction, actx, once(spec, reuse_env=False))
+    second = await call(run_reproduction, actx, once(spec, reuse_env=False))
+    assert setup_runs(first) == setup_runs(second) == 1
+
+
+async def test_a_directory_planted_where_the_report_goes_is_not_a_crash(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    plant = Command(shell='mkdir -p "$TMPDIR/repairbot-junit.xml/x"; exit 1')
+    payload = step(spec, plant, baseline_test=PYTEST.model_dump(mode="json"))
+    result = await call(run_reproduction, actx, payload)
+    assert result["reproduced"] is True
+    assert result["baseline"]["outcomes"] is None  # no report could be read
+
+
+async def test_unittest_suites_are_compared_per_test_too(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    verbose = Command.of([PY, "-m", "unittest", "-v"])
+    payload = step(spec, REPRO, baseline_test=verbose.model_dump(mode="json"))
+    baseline = (await call(run_reproduction, actx, payload))["baseline"]
+    assert baseline["failing"] == [BASE_FAILING]
+    judged = verify_input(spec, evidence, BREAKS_MUL) | {
+        "test": verbose.model_dump(mode="json"),
+        "baseline": baseline,
+    }
+    broke = await call(verify_candidate, actx, judged)
+    assert broke["verdict"] == "tests-fail"
+    assert broke["comparison"]["regressions"] == ["test_calc.CalcTest::test_mul"]
