@@ -80,6 +80,17 @@ class ApiToken(SQLModel, table=True):
     revoked_at: float | None = None
 
 
+class SignedOutSession(SQLModel, table=True):
+    """A dashboard sign-in that was signed out: its cookie is refused from then
+    on, by every web process. Kept until the cookie would have expired anyway."""
+
+    __tablename__ = "signed_out_sessions"
+
+    #: sha256 of the session's id (the cookie holds the id, encrypted).
+    sid_sha256: str = Field(primary_key=True)
+    expires_at: float = Field(index=True)
+
+
 class DeliveryScan(SQLModel, table=True):
     """The delivery reconciler's place in GitHub's list of the App's deliveries.
 

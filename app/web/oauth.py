@@ -5,11 +5,14 @@ kept in a short-lived encrypted cookie; ``/auth/callback`` accepts the code
 only when GitHub hands back that same state (so nobody can splice their own
 sign-in into someone else's browser), trades it for a user token, asks GitHub
 who that is, and sets the session cookie. ``/logout`` (a POST with the CSRF
-token) clears it.
+token) ends the sign-in server side (app/web/signouts.py: the cookie, and any
+copy of it, is refused from then on), forgets what GitHub said about the
+user's access, and clears the cookie.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import secrets
@@ -23,6 +26,7 @@ from app.config import Settings
 from app.web.access import RepoAccess
 from app.web.guard import Endpoint, Guard
 from app.web.session import LOGIN_COOKIE, LOGIN_TTL, SESSION_COOKIE, Session, SessionCodec
+from app.web.signouts import sign_out
 
 log = logging.getLogger("repairbot.web.oauth")
 
@@ -128,7 +132,15 @@ class SignIn:
         ):
             return Response("missing or wrong CSRF token", status_code=403)
         if principal is not None and principal.session is not None:
-            self.access.forget(principal.session.github_token)
+            session = principal.session
+            await asyncio.to_thread(
+                sign_out,
+                self.guard.store,
+                session.sid,
+                expires_at=session.issued_at + self.codec.max_age,
+            )
+            self.access.forget(session.github_token)
+            log.info("signed out", extra={"login": session.login})
         response = RedirectResponse("/signed-out", status_code=303)
         response.delete_cookie(SESSION_COOKIE)
         return response
