@@ -91,6 +91,19 @@ class SignedOutSession(SQLModel, table=True):
     expires_at: float = Field(index=True)
 
 
+class InstallationRunSlot(SQLModel, table=True):
+    """One of an installation's slots for runs doing costly work. The primary
+    key (installation, slot number) is what makes the cap race-free: two
+    workers cannot both take the last slot, one insert fails."""
+
+    __tablename__ = "installation_run_slots"
+
+    installation_id: int = Field(primary_key=True)
+    slot: int = Field(primary_key=True)
+    run_id: str = Field(unique=True)
+    taken_at: float
+
+
 class DeliveryScan(SQLModel, table=True):
     """The delivery reconciler's place in GitHub's list of the App's deliveries.
 

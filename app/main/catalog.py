@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities import agent, github, repo_commands, runs, workspace
+from activities import agent, github, installation_caps, repo_commands, runs, workspace
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
@@ -15,6 +15,7 @@ def build_registry() -> Registry:
             *example_activities.ACTIVITIES,
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
+            *installation_caps.ACTIVITIES,
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,

@@ -26,6 +26,7 @@ from app.engine.scheduler import WorkflowFuture
 from app.workflows import repair_v1
 from app.workflows.calls import call
 from app.workflows.contracts import RunRequest
+from app.workflows.installation_slots import InstallationSlot
 from app.workflows.repair_base import Finished, Next
 from app.workflows.repair_review import ReviewPhases
 from app.workflows.repair_work import WorkPhases
@@ -39,6 +40,8 @@ RESUME_STEPS = (
 
 
 class Repair(WorkPhases, ReviewPhases):
+    slot: InstallationSlot | None = None
+
     def phases(self) -> dict[Next, Callable[[], Awaitable[Next]]]:
         return {
             "reproducing": self.reproduce,
@@ -91,8 +94,12 @@ class Repair(WorkPhases, ReviewPhases):
         """Run phases until one ends the run; record how it ended."""
         phases = self.phases()
         following: Next = start
+        # Runs recorded before per-installation caps never asked for a slot.
+        slot = self.installation_slot() if self.ctx.patched("installation-caps") else None
         try:
             while following != "done":
+                if slot is not None:
+                    await slot.before(following)
                 following = await phases[following]()
             self.state.outcome = "merged"
             self.state.detail = "Merged the approved commit."
@@ -113,6 +120,14 @@ class Repair(WorkPhases, ReviewPhases):
                 f"({error.failure_class}): {error.message}"
             )
         self.end_work_round()
+        if slot is not None:
+            await slot.release()
+
+    def installation_slot(self) -> InstallationSlot:
+        """One per run: its step numbers go on across resumed work rounds."""
+        if self.slot is None:
+            self.slot = InstallationSlot(self)
+        return self.slot
 
     # -- the one place a run ends -----------------------------------------------
 

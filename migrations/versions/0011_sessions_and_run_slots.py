@@ -1,7 +1,11 @@
-"""signed-out dashboard sessions
+"""signed-out dashboard sessions; per-installation run slots
 
 Logout used to delete the cookie only: a copy taken before stayed valid until
 it expired. The ids of signed-out sessions are kept until then and refused.
+
+Run slots cap the repair runs of one installation that do costly work at once
+(REPAIRBOT_MAX_ACTIVE_RUNS_PER_INSTALLATION); the primary key makes taking the
+last slot race-free across workers.
 
 Revision ID: 0011
 Revises: 0008
@@ -31,7 +35,18 @@ def upgrade() -> None:
         "ix_signed_out_sessions_expires_at", "signed_out_sessions", ["expires_at"], unique=False
     )
 
+    op.create_table(
+        "installation_run_slots",
+        sa.Column("installation_id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("slot", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
+        sa.Column("taken_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("installation_id", "slot"),
+        sa.UniqueConstraint("run_id"),
+    )
+
 
 def downgrade() -> None:
+    op.drop_table("installation_run_slots")
     op.drop_index("ix_signed_out_sessions_expires_at", table_name="signed_out_sessions")
     op.drop_table("signed_out_sessions")
