@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from activities import agent, github, installation_caps, repo_commands, runs, workspace
+from activities import (
+    agent,
+    github,
+    installation_caps,
+    repo_commands,
+    runs,
+    trigger_config,
+    workspace,
+)
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
@@ -16,6 +24,7 @@ def build_registry() -> Registry:
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
             *installation_caps.ACTIVITIES,
+            *trigger_config.ACTIVITIES,
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,

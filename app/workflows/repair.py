@@ -30,6 +30,7 @@ from app.workflows.installation_slots import InstallationSlot
 from app.workflows.repair_base import Finished, Next
 from app.workflows.repair_review import ReviewPhases
 from app.workflows.repair_work import WorkPhases
+from app.workflows.trigger_check import bot_may_trigger
 
 #: Outcomes that park the run (it holds the issue until a human retries it).
 PARKING = frozenset({"needs-human"})
@@ -55,6 +56,12 @@ class Repair(WorkPhases, ReviewPhases):
         try:
             if not await self.sender_may_trigger():
                 return self.quiet("the label's sender does not have write access")
+            # Runs recorded before this change read the allow-list from their clone.
+            checked_early = self.request.sender_is_bot and self.ctx.patched(
+                "bot-label-before-clone"
+            )
+            if checked_early and not await bot_may_trigger(self):
+                return self.quiet("the label's bot is not on the repository's allow-list")
             if not await self.prepare():
                 return self.quiet("the label is not this repository's trigger (or its sender)")
             await self.loop()

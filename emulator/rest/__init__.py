@@ -5,8 +5,9 @@ from __future__ import annotations
 from emulator.rest import apps, checks, comments, issues, merge, pulls, refs, repos, reviews
 from emulator.rest.http import Spec
 
-#: Path parameters that may contain slashes (branch names, ``heads/feature/x``).
-PATH_PARAMS = ("ref", "branch")
+#: Path parameters that may contain slashes (branch names, ``heads/feature/x``,
+#: file paths).
+PATH_PARAMS = ("ref", "branch", "path")
 
 
 def all_specs() -> list[Spec]:

@@ -66,6 +66,31 @@ def get_commit(ctx: Ctx) -> Reply:
     return Reply(200, render.commit(ctx.urls, repo, git.commit_info(sha)))
 
 
+def get_content(ctx: Ctx) -> Reply:
+    """``GET /repos/{owner}/{repo}/contents/{path}?ref=``: a file, base64 in
+    ``content`` (wrapped every 60 characters, as GitHub does); a directory is
+    its entries. 404 when the path (or ref) does not exist."""
+    repo = ctx.repo(permission="contents")
+    git = open_git(repo)
+    ref = ctx.query.get("ref") or git.default_branch() or ""
+    sha = git.resolve(ref)
+    path = ctx.params["path"].strip("/")
+    if sha is None:
+        raise ApiError(404, f"No commit found for the ref {ref}")
+    parent, _, name = path.rpartition("/")
+    entries = git.list_tree(sha, parent) or []
+    entry = next((e for e in entries if e.path.rpartition("/")[2] == name), None)
+    if entry is None:
+        raise not_found()
+    if entry.type == "tree":
+        listed = git.list_tree(sha, path) or []
+        return Reply(200, [render.content_entry(ctx.urls, repo, e, ref) for e in listed])
+    data = git.read_file(sha, path) if entry.type == "blob" else None
+    if data is None:
+        raise not_found()
+    return Reply(200, render.content_file(ctx.urls, repo, entry, ref, data))
+
+
 def get_git_commit(ctx: Ctx) -> Reply:
     repo = ctx.repo(permission="contents")
     git = open_git(repo)
@@ -138,6 +163,7 @@ ROUTES = [
     Spec("GET", "/repos/{owner}/{repo}/branches/{branch}", get_branch),
     Spec("GET", "/repos/{owner}/{repo}/commits/{ref}", get_commit),
     Spec("GET", "/repos/{owner}/{repo}/git/commits/{commit_sha}", get_git_commit),
+    Spec("GET", "/repos/{owner}/{repo}/contents/{path}", get_content),
     Spec(
         "GET", "/repos/{owner}/{repo}/collaborators/{username}/permission", collaborator_permission
     ),
