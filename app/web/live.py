@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
@@ -58,6 +59,26 @@ def stream_holder(principal: Principal) -> str:
     if principal.session is not None:
         return f"session:{principal.session.sid}"
     return principal.name
+
+
+class _CountedStream(StreamingResponse):
+    """An event stream that gives its holder's slot back however it ends:
+    finished, disconnected, or cancelled before its first byte (a generator
+    that never started would never run its own ``finally``)."""
+
+    def __init__(self, body: AsyncIterator[str], *, on_close: Callable[[], None]) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
 
 
 class Live:
@@ -129,13 +150,6 @@ class Live:
                 last_sent = time.monotonic()
             await asyncio.sleep(POLL_SECONDS)
 
-    def _stream(self, body: AsyncIterator[str]) -> Response:
-        return StreamingResponse(
-            body,
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-        )
-
     async def _serve(self, request: Request, principal: Principal, keys: list[str]) -> Response:
         opened = await self._open(principal, keys)
         if isinstance(opened, Response):
@@ -144,18 +158,16 @@ class Live:
         # Counted from here, not from the first chunk: a burst of requests
         # cannot all pass the check before any of them is counted.
         self.open[holder] = self.open.get(holder, 0) + 1
-        return self._stream(self._counted(holder, self._watch(request, principal, opened)))
+        return _CountedStream(
+            self._watch(request, principal, opened), on_close=lambda: self._release(holder)
+        )
 
-    async def _counted(self, holder: str, body: AsyncIterator[str]) -> AsyncIterator[str]:
-        try:
-            async for chunk in body:
-                yield chunk
-        finally:
-            left = self.open.get(holder, 0) - 1
-            if left > 0:
-                self.open[holder] = left
-            else:
-                self.open.pop(holder, None)
+    def _release(self, holder: str) -> None:
+        left = self.open.get(holder, 0) - 1
+        if left > 0:
+            self.open[holder] = left
+        else:
+            self.open.pop(holder, None)
 
     async def run(self, request: Request, principal: Principal) -> Response:
         return await self._serve(request, principal, [request.path_params["run_id"]])

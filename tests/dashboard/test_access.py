@@ -18,10 +18,10 @@ from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.web import create_app
 from app.web.live import MAX_STREAMS_PER_SESSION
-from app.web.session import SESSION_COOKIE
+from app.web.session import SESSION_COOKIE, SessionCodec
 from handlers import build_router
 from tests.dashboard.conftest import GITHUB, World
-from tests.dashboard.support import settle, waiting_repair
+from tests.dashboard.support import SESSION_SECRET, settle, waiting_repair
 
 
 async def test_without_sign_in_only_the_webhook_and_health_are_served(
@@ -178,6 +178,14 @@ async def test_a_copy_of_the_cookie_is_refused_after_sign_out(world: World) -> N
         thief.cookies.set(SESSION_COOKIE, copied)
         assert (await thief.get("/runs")).status_code == 303
         assert (await thief.get("/api/runs")).status_code == 401
+    # The GitHub user token inside the cookie was revoked at GitHub as well.
+    session = SessionCodec(SESSION_SECRET, max_age=3600).load(copied)
+    assert session is not None
+    async with world.browser() as client:
+        me = await client.get(
+            f"{GITHUB}/user", headers={"authorization": f"Bearer {session.github_token}"}
+        )
+    assert me.status_code == 401
 
 
 async def _start_named(world: World, repo: str, repo_id: int | None, number: int) -> str:
