@@ -29,6 +29,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from app.web.tally import Tally
+
 log = logging.getLogger("repairbot.web.connections")
 
 #: A request head larger than this is refused (h11 answers 431/400). GitHub's
@@ -53,7 +55,7 @@ class ConnectionLimits:
 class ConnectionCounts:
     """Open connections per client address (one event loop: plain integers)."""
 
-    open: dict[str, int] = field(default_factory=dict)
+    open: Tally = field(default_factory=Tally)
     refused: int = 0
     timed_out: int = 0
 
@@ -62,15 +64,11 @@ class ConnectionCounts:
         if cap and held >= cap:
             self.refused += 1
             return False
-        self.open[client] = held + 1
+        self.open.add(client)
         return True
 
     def release(self, client: str) -> None:
-        left = self.open.get(client, 0) - 1
-        if left > 0:
-            self.open[client] = left
-        else:
-            self.open.pop(client, None)
+        self.open.remove(client)
 
 
 def guarded_protocol(limits: ConnectionLimits, counts: ConnectionCounts) -> type[H11Protocol]:

@@ -38,6 +38,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from app.metrics import instruments
+from app.web.tally import Tally
 
 log = logging.getLogger("repairbot.web.limits")
 
@@ -80,7 +81,7 @@ class BodyGate:
         self.limits = limits
         self.in_flight = 0
         #: Client address -> body bytes it has in flight (absent when none).
-        self.per_client: dict[str, int] = {}
+        self.per_client = Tally()
         self.refused: dict[int, int] = {}
 
     def _reserve(self, client: str, size: int) -> BodyRefused | None:
@@ -93,18 +94,14 @@ class BodyGate:
         if self.in_flight + size > self.limits.bytes_in_flight:
             log.warning("webhook refused: %d bytes in flight", self.in_flight)
             return self._busy("too many webhook bytes in flight; try again later")
-        self.per_client[client] = held + size
+        self.per_client.add(client, size)
         self._account(size)
         return None
 
     def _release(self, client: str, size: int) -> None:
         if not size:
             return
-        left = self.per_client.get(client, 0) - size
-        if left > 0:
-            self.per_client[client] = left
-        else:
-            self.per_client.pop(client, None)
+        self.per_client.remove(client, size)
         self._account(-size)
 
     def _account(self, change: int) -> None:

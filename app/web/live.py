@@ -29,6 +29,7 @@ from app.engine.store import RunRow
 from app.engine.tables import CLOSED_STATUSES
 from app.runs_view import summarize
 from app.web.access import Principal
+from app.web.tally import Tally
 
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
@@ -85,7 +86,7 @@ class Live:
     def __init__(self, runtime: RuntimeClient) -> None:
         self.runtime = runtime
         #: Holder -> streams open in this process.
-        self.open: dict[str, int] = {}
+        self.open = Tally()
 
     async def _visible_runs(self, principal: Principal, keys: list[str]) -> list[str]:
         """The keys of runs that exist and that ``principal`` may see."""
@@ -157,17 +158,10 @@ class Live:
         holder = stream_holder(principal)
         # Counted from here, not from the first chunk: a burst of requests
         # cannot all pass the check before any of them is counted.
-        self.open[holder] = self.open.get(holder, 0) + 1
+        self.open.add(holder)
         return _CountedStream(
-            self._watch(request, principal, opened), on_close=lambda: self._release(holder)
+            self._watch(request, principal, opened), on_close=lambda: self.open.remove(holder)
         )
-
-    def _release(self, holder: str) -> None:
-        left = self.open.get(holder, 0) - 1
-        if left > 0:
-            self.open[holder] = left
-        else:
-            self.open.pop(holder, None)
 
     async def run(self, request: Request, principal: Principal) -> Response:
         return await self._serve(request, principal, [request.path_params["run_id"]])

@@ -5,6 +5,7 @@ chosen point, from a chosen loopback address (Linux routes all of
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import httpx
@@ -40,13 +41,31 @@ def head(length: int | None, *, delivery: str = "attack", expect: bool = False) 
 
 
 def wait_continue(conn: socket.socket) -> None:
-    """Block until the server said ``100 Continue`` on ``conn``."""
+    """Block until the server said ``100 Continue`` on ``conn``. Reads a byte
+    at a time, so that an answer sent right after it stays unread."""
     seen = b""
-    while b"\r\n\r\n" not in seen:
-        chunk = conn.recv(4096)
+    while not seen.endswith(b"\r\n\r\n"):
+        chunk = conn.recv(1)
         assert chunk, f"closed before 100 Continue: {seen!r}"
         seen += chunk
     assert seen.startswith(b"HTTP/1.1 100"), seen
+
+
+def one_response(conn: socket.socket) -> bytes:
+    """One whole response (head and ``Content-Length`` body) off a kept-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        assert chunk, f"closed mid-response: {data!r}"
+        data += chunk
+    head_part, _, body = data.partition(b"\r\n\r\n")
+    found = re.search(rb"(?im)^content-length:\s*(\d+)", head_part)
+    length = int(found.group(1)) if found else 0
+    while len(body) < length:
+        chunk = conn.recv(4096)
+        assert chunk, "closed mid-body"
+        body += chunk
+    return head_part + b"\r\n\r\n" + body
 
 
 def answer(conn: socket.socket) -> bytes:
