@@ -44,14 +44,17 @@ from app.agent import (
     LoopStopped,
     build_agent,
 )
+from app.agent.base import REFUSED_WORKSPACES, ProposalRefused
 from app.agent.budget import Caps, Usage, price_of
+from app.agent.proxy import ModelProxy
 from app.engine.activity_context import ActivityContext
-from app.engine.errors import TransientError
+from app.engine.errors import PermanentError, TransientError
 from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import activity
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import AgentConfig, Command
-from app.workspace import PatchRejected, Workspace, apply_patch, snapshot
+from app.secrets import KnownSecrets
+from app.workspace import NestedGitRefused, PatchRejected, Workspace, apply_patch, snapshot
 
 T = TypeVar("T", int, float)
 log = logging.getLogger("repairbot.activities")
@@ -147,9 +150,14 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
     async with open_workspace(actx, base) as ws:
         baseline = await _prepare(actx, ws, request, store)
         agent_http = optional_dep(actx, AgentHttp)
+        policy = _within(optional_dep(actx, AgentPolicy) or AgentPolicy(), request.run_caps)
         agent = build_agent(
             request.agent,
-            policy=_within(optional_dep(actx, AgentPolicy) or AgentPolicy(), request.run_caps),
+            policy=policy,
+            # Only the operator's own command agent uses it (see build_agent).
+            model_access=policy.model_access(optional_dep(actx, ModelProxy))
+            if request.agent is None
+            else None,
             http_client=agent_http.client if agent_http else None,
             time_limit=request.time_limit_seconds,
             sandbox=sandbox_of(actx),
@@ -170,9 +178,13 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
             test_command=request.test,
         )
         try:
-            proposal = await keep_alive(
-                actx, agent.propose(agent_request), doing="asking the agent"
-            )
+            try:
+                proposal = await keep_alive(
+                    actx, agent.propose(agent_request), doing="asking the agent"
+                )
+            except REFUSED_WORKSPACES as exc:
+                # The built-in loop records its workspace after every tool call.
+                raise ProposalRefused(f"the proposal was refused: {exc}") from None
         except AgentFailed as failure:
             return _failed(actx, request, store, failure).model_dump(mode="json")
     return _proposed(actx, request, store, proposal).model_dump(mode="json")
@@ -197,15 +209,22 @@ def _within(policy: AgentPolicy, caps: Caps | None) -> AgentPolicy:
 
 
 def _loop_host(actx: ActivityContext, store: EvidenceStore) -> LoopHost:
-    policy = optional_dep(actx, AgentPolicy) or AgentPolicy()
     return LoopHost(
         store=store,
         save=actx.checkpoint,
         beat=actx.heartbeat,
         previous=actx.last_checkpoint,
         fault=actx.fault,
-        secrets=policy.secrets,
+        secrets=known_secrets(actx),
     )
+
+
+def known_secrets(actx: ActivityContext) -> KnownSecrets:
+    """Every secret this worker holds (its settings', installation tokens
+    minted so far) plus the agent policy's keys and command environment."""
+    worker = optional_dep(actx, KnownSecrets)
+    policy = optional_dep(actx, AgentPolicy) or AgentPolicy()
+    return KnownSecrets([*(worker.values() if worker else ()), *policy.secrets])
 
 
 async def _prepare(
@@ -228,7 +247,12 @@ async def _prepare(
         if setup.status != "passed":
             # It passed when the bug was reproduced: most likely a flaky download.
             raise TransientError(f"setup failed before the agent ran (log {setup.log.sha256})")
-    baseline = await snapshot(ws)
+    try:
+        baseline = await snapshot(ws)
+    except NestedGitRefused as exc:
+        # Setup (repository code) left a .git below the root: the worker's
+        # git would follow it. Running setup again would leave it again.
+        raise PermanentError(f"setup left the work tree unusable: {exc}") from None
     candidate = read_patch(store, request.workspace.patch)
     if candidate:
         try:
@@ -247,7 +271,7 @@ def _failed(
     also spends one: conservative, and needs no state across attempts.
     """
     transcript = store.put(
-        failure.transcript,
+        known_secrets(actx).redact_bytes(failure.transcript),
         kind="agent-transcript",
         name=f"agent-attempt-{request.attempt}-try-{actx.attempt}.log",
     )
@@ -270,9 +294,21 @@ def _failed(
 def _proposed(
     actx: ActivityContext, request: ProposeInput, store: EvidenceStore, proposal: AgentProposal
 ) -> ProposeResult:
+    secrets = known_secrets(actx)
     transcript = store.put(
-        proposal.transcript, kind="agent-transcript", name=f"agent-attempt-{request.attempt}.log"
+        secrets.redact_bytes(proposal.transcript),
+        kind="agent-transcript",
+        name=f"agent-attempt-{request.attempt}.log",
     )
+    if secrets.found_in(proposal.patch):
+        # Not redacted and proposed: a patch with a hole in it is not the
+        # change that would be verified, and the agent had no business
+        # holding a secret. The run ends; nothing is stored or pushed.
+        raise PermanentError(
+            f"the agent's proposal (attempt {request.attempt}) contains a secret this "
+            f"installation holds (an API key, token or key material); it was refused and "
+            f"nothing was pushed (transcript {transcript.sha256}, redacted)"
+        )
     patch = None
     if proposal.patch:
         patch = store.put(
@@ -290,8 +326,8 @@ def _proposed(
     return ProposeResult(
         outcome="proposed" if patch is not None else "no-change",
         patch=patch,
-        files_changed=proposal.files_changed,
-        summary=proposal.summary,
+        files_changed=[secrets.redact(path) for path in proposal.files_changed],
+        summary=secrets.redact(proposal.summary),
         input_tokens=proposal.input_tokens,
         output_tokens=proposal.output_tokens,
         backend=proposal.backend,

@@ -160,6 +160,8 @@ class VerifyInput(BaseModel):
     #: Base commit plus the candidate patch (required).
     workspace: WorkspaceSpec
     setup: list[Command] = Field(default_factory=list)
+    #: Ignored: the candidate (model-written code) never gets the network. Kept
+    #: so that recorded inputs still parse.
     setup_network: bool = False
     reproduction: list[Command] = Field(min_length=1)
     test: Command | None = None
@@ -208,7 +210,10 @@ async def _verify(
         StepInput(
             workspace=spec,
             setup=request.setup,
-            setup_network=request.setup_network,
+            # Code the model wrote runs with no network at all, whatever the
+            # repository's ``network: setup`` says: its setup (the candidate's
+            # own, possibly rewritten) uses what the base's setup installed.
+            setup_network=False,
             commands=request.reproduction,
             time_limit_seconds=request.time_limit_seconds,
         ),

@@ -14,7 +14,7 @@ from app.engine.registry import activity
 from app.engine.runtime import Runtime
 from app.engine.tables import OPEN_STATUSES, PARKED_STATUSES
 from app.workflows.contracts import RunRequest
-from app.workflows.ids import REPAIR_WORKFLOW, repair_workflow_id
+from app.workflows.ids import REPAIR_WORKFLOW, request_workflow_id
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
 DB_TIMEOUTS = Timeouts(start_to_close=60)
@@ -61,7 +61,7 @@ class DescribeResult(BaseModel):
 
 
 def _workflow_id(request: RunRequest) -> str:
-    return repair_workflow_id(request.repo, request.issue_number)
+    return request_workflow_id(request.repo_id, request.repo, request.issue_number)
 
 
 @activity("runs.start_repair", retry=DB, timeouts=DB_TIMEOUTS)

@@ -46,6 +46,7 @@ from app.repo_config import (
     reproduction_from_issue,
 )
 from app.workspace import (
+    CheckoutRefused,
     CommitNotFound,
     FetchFailed,
     PatchRejected,
@@ -139,7 +140,7 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
         )
     except FetchFailed as exc:
         raise TransientError(str(exc)) from None
-    except CommitNotFound as exc:
+    except (CommitNotFound, CheckoutRefused) as exc:
         raise PermanentError(str(exc)) from None
     except PatchRejected as exc:
         raise PatchRejectedError(f"the candidate patch does not apply: {exc}") from None
@@ -188,6 +189,8 @@ async def prepare_workspace(actx: ActivityContext, raw: dict[str, Any]) -> dict[
     request = parse_input(PrepareInput, raw)
     async with open_workspace(actx, request.workspace) as ws:
         config_text, config_error = read_config(ws)
+    if config_text is None and config_error is None and actx.dep(Settings).require_config:
+        config_error = NO_CONFIG
     issue_body = request.issue_body
     ignored = False
     if not request.issue_repro_allowed and reproduction_from_issue(issue_body) is not None:
@@ -197,6 +200,15 @@ async def prepare_workspace(actx: ActivityContext, raw: dict[str, Any]) -> dict[
     if config_error is not None:
         result = result.model_copy(update={"config": None, "config_error": config_error})
     return result.model_dump(mode="json")
+
+
+#: Why a repository without a config file gets no run (``require_config``).
+NO_CONFIG = (
+    f"this repository has no `{CONFIG_PATH}` yet, so repairbot does not know how to set it "
+    "up or test it. Merge the onboarding pull request repairbot opened when it was "
+    f"installed, or add `{CONFIG_PATH}` yourself (at least a `test:` command, and a "
+    "`reproduce:` command or a fenced `repro` block in the issue), then label the issue again."
+)
 
 
 def read_config(ws: Workspace) -> tuple[str | None, str | None]:

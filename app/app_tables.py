@@ -164,6 +164,46 @@ class EvidenceBlob(SQLModel, table=True):
     last_put_at: float = Field(index=True)
 
 
+class GitHubConditional(SQLModel, table=True):
+    """The last answer GitHub gave to a GET, kept for conditional requests.
+
+    Shared by every worker (not one worker's disk): a re-read sends the stored
+    ``etag`` as ``If-None-Match``, and GitHub answers ``304 Not Modified``
+    (not counted against the rate limit) while nothing changed.
+    """
+
+    __tablename__ = "github_conditional"
+
+    installation_id: int = Field(
+        sa_column=Column(BigInteger, primary_key=True, autoincrement=False)
+    )
+    #: sha256 of the request (URL with its query, Accept and API version headers).
+    request_key: str = Field(primary_key=True, max_length=64)
+    etag: str
+    content_type: str
+    body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    stored_at: float = Field(index=True)
+
+
+class GitHubRateBudget(SQLModel, table=True):
+    """What GitHub last said about one installation's rate limit, shared by
+    every worker process: reads wait while little is left, mutations keep the
+    reserve; a secondary limit pauses every worker's calls until it passes."""
+
+    __tablename__ = "github_rate_budget"
+
+    installation_id: int = Field(
+        sa_column=Column(BigInteger, primary_key=True, autoincrement=False)
+    )
+    limit: int
+    remaining: int
+    #: Epoch seconds when the primary window resets.
+    reset_at: float
+    #: Epoch seconds until which GitHub asked everyone to wait (secondary limit).
+    blocked_until: float = 0.0
+    updated_at: float
+
+
 def whole_schema() -> MetaData:
     """Every table, the app's and the engine's: what migrations compare against
     and tests build."""

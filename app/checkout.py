@@ -11,10 +11,16 @@ repository's config, so every read here:
   refused, not followed);
 - opens only a regular file (not a FIFO that would block, not a device);
 - checks the resolved path is still inside the checkout.
+
+Files the sandbox wrote outside a checkout (an agent's result file,
+transcripts) are read with :func:`read_untrusted`: the same no-follow,
+non-blocking, regular-file-only rules with a size cap, off the event loop.
+This module is the one place the worker reads such files.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -74,3 +80,48 @@ def _read(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+#: Largest file the worker reads whole from anywhere the sandbox could write.
+DEFAULT_UNTRUSTED_LIMIT = 1 << 20
+
+
+class TooLarge(UnsafePath):
+    """The file is larger than the caller's cap."""
+
+
+def read_untrusted_sync(path: Path, *, limit: int = DEFAULT_UNTRUSTED_LIMIT) -> bytes:
+    """``path``'s content, read the way every file the sandbox touched is read.
+
+    ``O_NOFOLLOW`` (a symlink to ``/dev/zero`` or a key is refused),
+    ``O_NONBLOCK`` (opening a FIFO returns at once instead of waiting for a
+    writer), ``fstat`` must say regular file (no FIFO, device or socket), and
+    at most ``limit`` bytes: a larger file raises :class:`TooLarge` rather
+    than being read. Raises :class:`FileNotFoundError` when absent.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(exc.errno, "a symlink", str(path)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafePath(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise TooLarge(errno.EFBIG, f"larger than {limit} bytes", str(path))
+        # The file may grow after fstat (the sandbox may still be writing):
+        # read one byte past the cap to notice.
+        data = _read(fd, limit + 1)
+        if len(data) > limit:
+            raise TooLarge(errno.EFBIG, f"larger than {limit} bytes", str(path))
+        return data
+    finally:
+        os.close(fd)
+
+
+async def read_untrusted(path: Path, *, limit: int = DEFAULT_UNTRUSTED_LIMIT) -> bytes:
+    """:func:`read_untrusted_sync` off the event loop: a slow disk or a huge
+    file never stalls the worker's other runs and heartbeats."""
+    return await asyncio.to_thread(read_untrusted_sync, path, limit=limit)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.sandbox.egress import DEFAULT_ALLOW, EgressPolicy, parse_destinations
 from app.sandbox.policy import Isolation, parse_mode
 
 
@@ -82,6 +83,26 @@ def read_app_file(path: Path) -> dict[str, str]:
     return {var: str(raw[key]) for key, var in APP_FILE_KEYS.items() if raw.get(key)}
 
 
+def _egress(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """REPAIRBOT_EGRESS_ALLOW (unset: the registries; ``none``: nowhere) and _PRIVATE."""
+    raw = env.get("REPAIRBOT_EGRESS_ALLOW", "").strip()
+    try:
+        if not raw:
+            allow: tuple[str, ...] = DEFAULT_ALLOW
+        elif raw.lower() == "none":
+            allow = ()
+        else:
+            allow = parse_destinations(raw, setting="REPAIRBOT_EGRESS_ALLOW")
+        private = parse_destinations(
+            env.get("REPAIRBOT_EGRESS_ALLOW_PRIVATE", ""),
+            setting="REPAIRBOT_EGRESS_ALLOW_PRIVATE",
+            need_port=True,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return {"egress_allow": allow, "egress_allow_private": private}
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if raw == "":
@@ -103,8 +124,14 @@ def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         "REPAIRBOT_AGENT_PRICES",
         "REPAIRBOT_AGENT_TOOL_NETWORK",
         "REPAIRBOT_AGENT_COMMAND_ENV",
+        "REPAIRBOT_AGENT_REPOSITORY_COMMANDS",
+        "REPAIRBOT_AGENT_COMMAND_MODEL_KEY",
+        "REPAIRBOT_AGENT_PROXY_ADDRESS",
     ]
-    names += [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
+    # Entries are NAME or NAME=URL (the base URL the key is bound to).
+    names += [
+        n.partition("=")[0].strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")
+    ]
     names += [n.strip() for n in env.get("REPAIRBOT_AGENT_COMMAND_ENV", "").split(",")]
     return tuple((n, env[n]) for n in dict.fromkeys(names) if n and env.get(n))
 
@@ -166,6 +193,12 @@ class Settings:
     cancel_on_close: bool = True
     #: REPAIRBOT_CANCEL_ON_UNLABEL: removing the trigger label cancels its run.
     cancel_on_unlabel: bool = True
+    #: REPAIRBOT_ONBOARDING: on installation, propose ``.github/repairbot.yml``
+    #: in a pull request to each repository that has none.
+    onboarding: bool = True
+    #: REPAIRBOT_REQUIRE_CONFIG: a repository without ``.github/repairbot.yml``
+    #: gets no run (the issue is told how to add one); ``false`` runs with defaults.
+    require_config: bool = True
 
     #: REPAIRBOT_EVIDENCE_STORE: ``database`` (default: every machine reads it) or
     #: ``folder`` (``<data_dir>/evidence``; one machine only).
@@ -196,6 +229,16 @@ class Settings:
     sandbox_read_only: tuple[Path, ...] = ()
     #: GITHUB_PRIVATE_KEY_FILE: where the key was read from (hidden from commands).
     github_private_key_file: Path | None = None
+    #: REPAIRBOT_EGRESS_ALLOW: where a networked sandbox step (the base's setup
+    #: with ``network: setup``) may connect through the egress proxy: ``host``
+    #: (ports 443 and 80) or ``host:port``, comma-separated; default: the
+    #: common package registries (app/sandbox/egress.py DEFAULT_ALLOW);
+    #: ``none``: networked steps reach nothing.
+    egress_allow: tuple[str, ...] = DEFAULT_ALLOW
+    #: REPAIRBOT_EGRESS_ALLOW_PRIVATE: exact ``host:port`` entries allowed to
+    #: resolve to loopback/private/link-local addresses (a mirror on your own
+    #: network). Empty by default.
+    egress_allow_private: tuple[str, ...] = ()
 
     #: REPAIRBOT_PUBLIC_URL: where people reach this service (the sign-in
     #: callback and links are built from it), e.g. ``https://repairbot.example.com``.
@@ -294,8 +337,12 @@ class Settings:
     def isolation(self) -> Isolation:
         """The sandbox repository commands run in on this worker."""
         hidden = [self.data_dir, Path.home()]
-        if self.github_private_key_file is not None:
-            hidden.append(self.github_private_key_file)
+        # Every secret file the settings read (grep _FILE): a 0600 file is no
+        # protection on the unprivileged path, whose sandbox user is the
+        # worker's user outside its user namespace.
+        for secret_file in (self.github_private_key_file, self.app_file):
+            if secret_file is not None:
+                hidden.append(secret_file)
         if self.database_url.startswith("sqlite:///"):
             # The database may live outside the data directory.
             hidden.append(Path(self.database_url.removeprefix("sqlite:///")))
@@ -304,6 +351,10 @@ class Settings:
             read_only=self.sandbox_read_only,
             hidden=tuple(hidden),
         )
+
+    def egress_policy(self) -> EgressPolicy:
+        """Where networked sandbox steps may connect (the operator's allow-list)."""
+        return EgressPolicy(allow=self.egress_allow, allow_private=self.egress_allow_private)
 
     def secret_env(self) -> dict[str, str]:
         """The secrets, as ``from_env`` reads them: hand them to a worker process
@@ -346,6 +397,8 @@ class Settings:
             "REPAIRBOT_TRIGGER_LABEL": self.trigger_label,
             "REPAIRBOT_CANCEL_ON_CLOSE": str(self.cancel_on_close).lower(),
             "REPAIRBOT_CANCEL_ON_UNLABEL": str(self.cancel_on_unlabel).lower(),
+            "REPAIRBOT_ONBOARDING": str(self.onboarding).lower(),
+            "REPAIRBOT_REQUIRE_CONFIG": str(self.require_config).lower(),
             "REPAIRBOT_FAULT_POINT": self.fault_point,
             "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
             "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
@@ -374,6 +427,8 @@ class Settings:
             "REPAIRBOT_AGENT_NETWORK": str(self.agent_network).lower(),
             "REPAIRBOT_SANDBOX": self.sandbox,
             "REPAIRBOT_SANDBOX_READ_ONLY": os.pathsep.join(map(str, self.sandbox_read_only)),
+            "REPAIRBOT_EGRESS_ALLOW": ",".join(self.egress_allow) or "none",
+            "REPAIRBOT_EGRESS_ALLOW_PRIVATE": ",".join(self.egress_allow_private),
         }
         if self.app_file is not None:
             env["REPAIRBOT_APP_FILE"] = str(self.app_file)
@@ -433,6 +488,8 @@ class Settings:
             "trigger_label": env.get("REPAIRBOT_TRIGGER_LABEL", "repairbot"),
             "cancel_on_close": _bool(env, "REPAIRBOT_CANCEL_ON_CLOSE", True),
             "cancel_on_unlabel": _bool(env, "REPAIRBOT_CANCEL_ON_UNLABEL", True),
+            "onboarding": _bool(env, "REPAIRBOT_ONBOARDING", True),
+            "require_config": _bool(env, "REPAIRBOT_REQUIRE_CONFIG", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
             "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",
@@ -475,6 +532,7 @@ class Settings:
                 Path(p) for p in env.get("REPAIRBOT_SANDBOX_READ_ONLY", "").split(os.pathsep) if p
             ),
             "github_private_key_file": Path(key_path) if key_path else None,
+            **_egress(env),
         }
         if kwargs["arq_poll_delay"] <= 0:
             raise ConfigError("REPAIRBOT_ARQ_POLL_DELAY must be a positive number of seconds")

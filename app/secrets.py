@@ -12,7 +12,9 @@ in core dumps. So:
   root);
 - a process that starts a worker hands the secrets over through an
   inherited descriptor (:func:`handover`: an anonymous, unlinked memory file
-  holding JSON), never through the child's environment or a command line.
+  holding JSON), never through the child's environment or a command line;
+- every secret value the worker holds is collected in :class:`KnownSecrets`,
+  which redacts them from what agents produce and finds them in proposals.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import json
+import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, MutableMapping
 
 #: Environment variables that hold secrets (agent API keys are named at run time).
@@ -125,3 +129,160 @@ def set_non_dumpable() -> bool:
 def is_dumpable() -> bool:
     libc = _libc()
     return libc is None or bool(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
+
+
+#: Shapes of well-known credentials, redacted even when this worker does not
+#: hold the value (a token the agent found elsewhere, a proxy token of
+#: another attempt).
+TOKEN_SHAPES = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
+    r"sk-(?:ant-)?[A-Za-z0-9_-]{16,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|"
+    r"rbp-[A-Za-z0-9_-]{40,})"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+)
+#: The model proxy's per-attempt tokens (app/agent/proxy.py).
+PROXY_TOKEN = re.compile(r"\brbp-[A-Za-z0-9_-]{40,}")
+#: Installation tokens remembered (each lives an hour; several per run).
+SHORT_LIVED_KEPT = 256
+#: Shorter values are not treated as secrets (they would redact ordinary words).
+MIN_SECRET_LENGTH = 8
+#: The settings' variables whose values are secrets (agent keys come from the policy).
+SETTINGS_SECRETS = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "GITHUB_PRIVATE_KEY",
+    "GITHUB_WEBHOOK_SECRET",
+    "GITHUB_CLIENT_SECRET",
+    "REPAIRBOT_SESSION_SECRET",
+)
+#: Settings holding a URL: only the password in it is secret.
+URL_SETTINGS = frozenset({"DATABASE_URL", "REDIS_URL"})
+REDACTED = "[redacted]"
+
+
+class KnownSecrets:
+    """Every secret value this worker holds, so that none leaves in what an
+    agent produced: API keys, command agents' environment values, the
+    webhook secret, the App's private key (whole and line by line, so a key
+    printed in pieces is caught too), installation tokens as they are minted,
+    and the model proxy's per-attempt tokens.
+
+    :meth:`redact` is for text that is kept (transcripts, summaries, logs,
+    evidence); :meth:`found_in` is for a proposal, which is refused rather
+    than altered (a redacted patch would not be the change that was verified).
+    """
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self._held: re.Pattern[str] = PROXY_TOKEN
+        self._short_lived: list[str] = []
+        self.add(*values)
+
+    def __repr__(self) -> str:  # never show the values
+        return f"KnownSecrets({len(self._values)} values)"
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def values(self) -> list[str]:
+        return sorted(self._values)
+
+    def add(self, *values: str) -> None:
+        for value in values:
+            for part in _parts(value):
+                if part not in self._values:
+                    self._values.add(part)
+                    self._pattern = None
+
+    def add_short_lived(self, value: str) -> None:
+        """A token that expires (an installation token lives an hour): only
+        the latest :data:`SHORT_LIVED_KEPT` are kept, so a worker running for
+        months does not grow its pattern without bound (the ``ghs_`` shape
+        still catches older ones)."""
+        if value in self._short_lived:
+            return
+        self._short_lived.append(value)
+        self.add(value)
+        if len(self._short_lived) > SHORT_LIVED_KEPT:
+            self._values.discard(self._short_lived.pop(0))
+            self._pattern = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> KnownSecrets:
+        """The settings' secrets (:data:`SETTINGS_SECRETS` in ``env``) plus ``extra``.
+
+        Of a service URL only its password is secret: a repository may well
+        contain ``redis://127.0.0.1:6379/0``, and a proposal must not be
+        refused for it.
+        """
+        values = []
+        for name in SETTINGS_SECRETS:
+            value = env.get(name) or ""
+            values += _url_password(value) if name in URL_SETTINGS else [value]
+        return cls([*values, *extra])
+
+    def _compiled(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            self._pattern = self._build([TOKEN_SHAPES.pattern])
+            self._held = self._build([PROXY_TOKEN.pattern])
+        return self._pattern
+
+    def _build(self, shapes: list[str]) -> re.Pattern[str]:
+        # Longest first: a key that contains another secret goes whole.
+        known = sorted(self._values, key=len, reverse=True)
+        alternatives = [re.escape(v) for v in known] + shapes
+        return re.compile("|".join(f"(?:{a})" for a in alternatives))
+
+    def redact(self, text: str) -> str:
+        return self._compiled().sub(REDACTED, text)
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        # surrogateescape keeps every other byte exactly as it was.
+        return self.redact(data.decode(errors="surrogateescape")).encode(errors="surrogateescape")
+
+    def found_in(self, text: str) -> bool:
+        """Whether ``text`` holds a value this worker holds (or a proxy token).
+
+        Token *shapes* are not enough here: a proposal may legitimately hold
+        ``sk-learn-...`` or a test fixture's PEM header, and it is refused
+        outright, not redacted.
+        """
+        self._compiled()
+        return self._held.search(text) is not None
+
+
+def _parts(value: str) -> list[str]:
+    """``value`` and the pieces of it that are secret on their own: the lines
+    of a PEM key, the password of a URL."""
+    parts = [value] if len(value) >= MIN_SECRET_LENGTH else []
+    if "-----BEGIN" in value:
+        parts += [
+            line.strip()
+            for line in value.splitlines()
+            if len(line.strip()) >= 16 and not line.startswith("-----")
+        ]
+    return parts + _url_password(value)
+
+
+def _url_password(value: str) -> list[str]:
+    if "://" not in value or "@" not in value:
+        return []
+    userinfo = value.split("://", 1)[1].rsplit("@", 1)[0]
+    password = userinfo.partition(":")[2]
+    return [password] if len(password) >= MIN_SECRET_LENGTH else []
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that removes known secrets from every record's message."""
+
+    def __init__(self, secrets: KnownSecrets) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = self.secrets.redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True

@@ -69,6 +69,39 @@ class PatchRejected(WorkspaceError):
     """The candidate patch does not apply to the base commit."""
 
 
+class CheckoutRefused(WorkspaceError):
+    """The commit's tree is too large to check out, or holds a nested ``.git``:
+    read from the tree before anything was written; retrying will not help."""
+
+
+class DiffTooLarge(WorkspaceError):
+    """The checkout's changes make a diff larger than the cap: not a proposal."""
+
+
+class NestedGitRefused(WorkspaceError):
+    """Something in the work tree planted a ``.git`` below its root: the
+    worker's git would treat it as another repository and follow it."""
+
+
+class QuotaExceeded(WorkspaceError):
+    """The workspace holds more than its disk quota."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What one workspace may hold. A checkout is refused before it is written
+    when its tree exceeds the first two; a proposal when its diff exceeds
+    ``diff_bytes``; an attempt when the workspace exceeds ``quota_bytes``."""
+
+    checkout_files: int = 100_000
+    checkout_bytes: int = 1 << 30
+    diff_bytes: int = 8 << 20
+    quota_bytes: int = 4 << 30
+
+
+LIMITS = Limits()
+
+
 @dataclass(frozen=True)
 class Workspace:
     root: Path
@@ -107,12 +140,24 @@ _PINNED = (
 )
 
 
+def workspace_git_env(ws: Workspace) -> dict[str, str]:
+    """The environment every git command the worker runs in ``ws`` uses: our
+    git directory, pinned settings, no discovery (see the module doc)."""
+    return _git_env(ws)
+
+
 def _git_env(ws: Workspace | None = None) -> dict[str, str]:
     # Built from scratch (the operator's git config and stray GIT_* variables
     # must not change what we fetch or build); in a workspace, our git directory.
     extra = {}
     if ws is not None:
-        extra = {"GIT_DIR": str(ws.git_dir), "GIT_WORK_TREE": str(ws.repo)}
+        extra = {
+            "GIT_DIR": str(ws.git_dir),
+            "GIT_WORK_TREE": str(ws.repo),
+            # Never discover a repository above the workspace (a planted
+            # gitfile or a checkout inside someone else's repository).
+            "GIT_CEILING_DIRECTORIES": str(ws.root.parent),
+        }
     return git_env(_PINNED, extra=extra)
 
 
@@ -173,13 +218,15 @@ async def build_workspace(
     token: str | None = None,
     git_config: Sequence[tuple[str, str]] = (),
     time_limit: float = _GIT_TIME_LIMIT,
+    limits: Limits = LIMITS,
 ) -> Workspace:
     """A new workspace under ``root`` at ``base_sha`` with ``patch`` applied (staged).
 
     ``token`` authenticates to ``clone_url`` only; ``git_config`` adds
     settings for the fetch. Raises :class:`FetchFailed`,
-    :class:`CommitNotFound` or :class:`PatchRejected`; on any failure the
-    half-built directory is removed.
+    :class:`CommitNotFound`, :class:`CheckoutRefused` (the tree, read before
+    it is written, exceeds ``limits`` or holds a nested ``.git``) or
+    :class:`PatchRejected`; on any failure the half-built directory is removed.
     """
     if not _SHA.match(base_sha):
         raise ValueError(f"base_sha must be a full commit id, got {base_sha!r}")
@@ -197,6 +244,7 @@ async def build_workspace(
             raise FetchFailed(f"git fetch failed: {fetched.detail}")
         if fetched.status == "missing":
             raise CommitNotFound(fetched.detail)
+        await check_tree(ws, base_sha, limits)
         await _git_ok(["update-ref", "--no-deref", "HEAD", base_sha], ws=ws)
         await _git_ok(["read-tree", "--reset", "-u", "HEAD"], ws=ws)
         _configure(ws)
@@ -270,19 +318,151 @@ async def snapshot(ws: Workspace) -> str:
     Taken after setup commands ran, it keeps what setup created (build
     output, lock files) out of the agent's proposal.
     """
-    await _git_ok(["add", "--all"], ws=ws)
+    await _stage_all(ws)
     return (await _git_ok(["write-tree"], ws=ws)).decode().strip()
 
 
-async def diff_from(ws: Workspace, tree_ish: str) -> str:
-    """Everything changed in the checkout since ``tree_ish``, as a binary-safe patch."""
+async def _stage_all(ws: Workspace) -> None:
+    # A nested .git would make `git add` record a gitlink and read another
+    # repository (a planted gitfile can name any on the host): refuse first.
+    await asyncio.to_thread(refuse_nested_git, ws)
     await _git_ok(["add", "--all"], ws=ws)
-    out = await _git_ok(
-        ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", tree_ish],
-        ws=ws,
-    )
+
+
+async def diff_from(ws: Workspace, tree_ish: str, *, limit: int | None = None) -> str:
+    """Everything changed in the checkout since ``tree_ish``, as a binary-safe patch.
+
+    git writes the diff to a pipe read in chunks: at most ``limit`` bytes
+    (default :data:`LIMITS`) are ever held; past that git is stopped and
+    :class:`DiffTooLarge` raised, so a huge file the agent wrote costs the
+    worker no more than the cap (it used to cost ~4x the file).
+    """
+    cap = LIMITS.diff_bytes if limit is None else limit
+    await _stage_all(ws)
+    args = ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv"]
+    out = await _git_capped([*args, tree_ish], ws=ws, limit=cap)
+    if out is None:
+        raise DiffTooLarge(f"the changes make a diff larger than {cap} bytes")
     # surrogateescape keeps bytes of non-UTF-8 files exact through str.
     return out.decode(errors="surrogateescape")
+
+
+async def _git_capped(args: Sequence[str], *, ws: Workspace, limit: int) -> bytes | None:
+    """git's stdout, or ``None`` when it exceeds ``limit`` bytes (git is killed)."""
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=ws.repo,
+        env=_git_env(ws),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    chunks = bytearray()
+    try:
+        async with asyncio.timeout(_GIT_TIME_LIMIT):
+            while chunk := await proc.stdout.read(1 << 16):
+                chunks += chunk
+                if len(chunks) > limit:
+                    return None
+            err = await proc.stderr.read(1 << 16)
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            # Drain to EOF: the pipes close with the process, not at garbage collection.
+            await asyncio.shield(proc.communicate())
+    if code != 0:
+        raise WorkspaceError(f"git {args[0]} failed: {err.decode(errors='replace').strip()}")
+    return bytes(chunks)
+
+
+def refuse_nested_git(ws: Workspace) -> None:
+    """Raise :class:`NestedGitRefused` when any ``.git`` (file, directory or
+    link, any case) exists in the work tree below its root. The root's own
+    ``.git`` is the agents' copy and never read by the worker's git."""
+    root = str(ws.repo)
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        top = directory == root
+        for name in (*dirs, *files):
+            if name.lower() == ".git" and not (top and name == ".git"):
+                rel = os.path.relpath(os.path.join(directory, name), root)
+                raise NestedGitRefused(f"{rel}: a nested .git is not allowed in the work tree")
+        if top:
+            dirs[:] = [d for d in dirs if d != ".git"]
+
+
+def workspace_usage(ws: Workspace, *, limit: int) -> int:
+    """Bytes the workspace holds (blocks actually used, links not followed);
+    stops counting and raises :class:`QuotaExceeded` past ``limit``."""
+    used = 0
+    for directory, dirs, files in os.walk(ws.root, followlinks=False):
+        for name in (*dirs, *files):
+            with contextlib.suppress(OSError):
+                used += os.lstat(os.path.join(directory, name)).st_blocks * 512
+        if used > limit:
+            raise QuotaExceeded(f"the workspace holds more than its quota of {limit} bytes")
+    return used
+
+
+async def check_tree(ws: Workspace, commit: str, limits: Limits = LIMITS) -> None:
+    """Refuse ``commit`` before anything is written when its tree has more than
+    ``limits.checkout_files`` entries or ``limits.checkout_bytes`` of blobs,
+    or a ``.git`` path component. Read from ``git ls-tree -r -l`` as it
+    streams: a "git bomb" (a small tree naming the same subtree thousands of
+    times over) is stopped at the cap, never listed whole."""
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        "ls-tree",
+        "-r",
+        "-l",
+        "-z",
+        "--full-tree",
+        commit,
+        cwd=ws.root,
+        env=_git_env(ws),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    files = total = 0
+    try:
+        async with asyncio.timeout(_GIT_TIME_LIMIT):
+            pending = b""
+            while chunk := await proc.stdout.read(1 << 16):
+                *entries, pending = (pending + chunk).split(b"\0")
+                for entry in entries:
+                    info, _, path = entry.partition(b"\t")
+                    fields = info.split()
+                    files += 1
+                    if len(fields) == 4 and fields[3].isdigit():
+                        total += int(fields[3])
+                    if any(part.lower() == b".git" for part in path.split(b"/")):
+                        raise CheckoutRefused(
+                            f"{path.decode(errors='replace')}: the tree holds a .git path"
+                        )
+                    if files > limits.checkout_files:
+                        raise CheckoutRefused(
+                            f"the tree has more than {limits.checkout_files} files"
+                        )
+                    if total > limits.checkout_bytes:
+                        raise CheckoutRefused(
+                            f"the tree holds more than {limits.checkout_bytes} bytes"
+                        )
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            # Drain to EOF: the pipes close with the process, not at garbage collection.
+            await asyncio.shield(proc.communicate())
+    if code != 0:
+        raise WorkspaceError(f"git ls-tree {commit} failed")
 
 
 async def diff_against_base(ws: Workspace) -> str:

@@ -337,7 +337,10 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         bench_cpu_at_start = time.process_time()
         started = time.time()
         await asyncio.gather(*(label(name) for name in names))
-        ids = {n: repair_workflow_id(f"{people.owner}/{n}", numbers[n]) for n in names}
+        ids = {
+            n: repair_workflow_id(stack.gh.repo_id(f"{people.owner}/{n}"), numbers[n])
+            for n in names
+        }
         approved: set[str] = set()
         deadline = time.monotonic() + args.timeout
         last_report = 0.0

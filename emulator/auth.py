@@ -132,8 +132,10 @@ def token_principal(store: Store, value: str) -> Principal:
         raise AuthError(401, "Bad credentials")
     if token.kind == "installation":
         inst = store.installations.get(token.installation_id or -1)
-        if inst is None or inst.suspended_at is not None:
+        if inst is None:
             raise AuthError(401, "Bad credentials")
+        if inst.suspended_at is not None:
+            raise AuthError(403, "This installation has been suspended")
         return Principal(
             "installation", installation=inst, token=token, app=store.apps[inst.app_id]
         )

@@ -115,6 +115,9 @@ class EmulatorClient:
         self.base_path = "/" + base_path.strip("/") if base_path.strip("/") else ""
         self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport, timeout=timeout)
         self.tokens: dict[str, str] = {}
+        #: Ids of the repositories this client created, by lowercased full name
+        #: (repairbot keys its runs by repository id).
+        self.repo_ids: dict[str, int] = {}
         self.faults = Faults(self)
         self.deliveries = Deliveries(self)
 
@@ -226,6 +229,31 @@ class EmulatorClient:
         )
         return result
 
+    async def suspend_installation(self, installation_id: int, *, suspended: bool = True) -> None:
+        verb = "suspend" if suspended else "unsuspend"
+        await self.control("POST", f"/installations/{installation_id}/{verb}")
+
+    async def delete_issue(self, owner: str, repo: str, number: int, *, as_user: str) -> None:
+        await self.control("DELETE", f"/repos/{owner}/{repo}/issues/{number}", {"as": as_user})
+
+    async def transfer_issue(
+        self, owner: str, repo: str, number: int, to: str, *, as_user: str
+    ) -> dict[str, Any]:
+        """Move the issue to ``to`` (``owner/name``); its new ``{repository, number}``."""
+        result: dict[str, Any] = await self.control(
+            "POST",
+            f"/repos/{owner}/{repo}/issues/{number}/transfer",
+            {"as": as_user, "repository": to},
+        )
+        return result
+
+    async def rename_repo(self, owner: str, repo: str, name: str, *, as_user: str) -> None:
+        """A rename through REST (admin); the client keeps the id under the new name."""
+        await self.rest("PATCH", f"/repos/{owner}/{repo}", as_user=as_user, body={"name": name})
+        moved = self.repo_ids.pop(f"{owner}/{repo}".lower(), None)
+        if moved is not None:
+            self.repo_ids[f"{owner}/{name}".lower()] = moved
+
     async def delete_installation(self, installation_id: int) -> None:
         await self.control("DELETE", f"/installations/{installation_id}")
 
@@ -249,7 +277,12 @@ class EmulatorClient:
                 "private": private,
             },
         )
+        self.repo_ids[f"{owner}/{name}".lower()] = int(result["id"])
         return result
+
+    def repo_id(self, full_name: str) -> int:
+        """The id of a repository this client created (it survives renames)."""
+        return self.repo_ids[full_name.lower()]
 
     async def set_permission(self, owner: str, repo: str, login: str, permission: str) -> None:
         await self.control(

@@ -12,10 +12,13 @@ JSON out; errors are ``{"message": ...}`` with a 4xx status.
     POST   /installations                       {app_id, account, repositories?, permissions?}
     POST   /installations/{id}/repositories     {add?: [...], remove?: [...]}
     DELETE /installations/{id}
+    POST   /installations/{id}/suspend | /installations/{id}/unsuspend
     POST   /repos                               {owner, name, source?, default_branch?, private?}
     PUT    /repos/{owner}/{repo}/collaborators/{login}   {permission}
     POST   /repos/{owner}/{repo}/push           {as, branch?, files, message?, force?, parent?}
     POST   /repos/{owner}/{repo}/pulls/{n}/ready {as}
+    DELETE /repos/{owner}/{repo}/issues/{n}     {as}  (GraphQL deleteIssue)
+    POST   /repos/{owner}/{repo}/issues/{n}/transfer {as, repository}  (GraphQL transferIssue)
     POST   /clock                               {advance_seconds}
     GET|POST|DELETE /faults                     Fault fields (see emulator.faults)
     GET    /deliveries                          ?event=&action=
@@ -152,7 +155,35 @@ def routes(emu: Emulator) -> list[BaseRoute]:
             lambda r, b: scripting.delete_installation(emu, int(pp(r, "id"))),
             {},
         ),
+        (
+            "POST",
+            "/installations/{id:int}/suspend",
+            lambda r, b: scripting.suspend_installation(emu, int(pp(r, "id")), True),
+            {},
+        ),
+        (
+            "POST",
+            "/installations/{id:int}/unsuspend",
+            lambda r, b: scripting.suspend_installation(emu, int(pp(r, "id")), False),
+            {},
+        ),
         ("POST", "/repos", lambda r, b: scripting.create_repo(emu, b), {"status": 201}),
+        (
+            "DELETE",
+            "/repos/{owner}/{repo}/issues/{number:int}",
+            lambda r, b: scripting.delete_issue(
+                emu, pp(r, "owner"), pp(r, "repo"), int(pp(r, "number")), b
+            ),
+            {},
+        ),
+        (
+            "POST",
+            "/repos/{owner}/{repo}/issues/{number:int}/transfer",
+            lambda r, b: scripting.transfer_issue(
+                emu, pp(r, "owner"), pp(r, "repo"), int(pp(r, "number")), b
+            ),
+            {},
+        ),
         (
             "PUT",
             "/repos/{owner}/{repo}/collaborators/{login}",

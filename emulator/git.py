@@ -442,6 +442,10 @@ class BareRepo:
             return None
         return rest[: int(fields[2])]
 
+    def blob_sha(self, sha: str, path: str) -> str:
+        """The blob id of the file at ``path`` in commit ``sha`` (it exists)."""
+        return self._text("rev-parse", f"{sha}:{path.strip('/')}").strip()
+
     def list_tree(self, sha: str, path: str = "") -> list[TreeEntry] | None:
         """The entries of directory ``path`` in commit ``sha``; None if it is not a directory."""
         path = path.strip("/")

@@ -69,8 +69,16 @@ def git_app(emu: Emulator) -> GitSmartHTTP:
             ]
             refs_updated(emu, repo, sender, changes)
 
+    def resolve_moved(owner: str, name: str) -> str | None:
+        from emulator.moves import moved_repo
+
+        with emu.store.lock:
+            repo = moved_repo(emu, owner, name)
+            return None if repo is None else repo.full_name
+
     return GitSmartHTTP(
         resolve_repo=resolve_repo,
+        resolve_moved=resolve_moved,
         authorize=authorize,
         on_refs_updated=on_refs_updated,
         faults=emu.faults,

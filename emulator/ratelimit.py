@@ -2,7 +2,8 @@
 
 Counts requests per principal in hourly windows, as GitHub does, but never
 refuses on its own: refusals are a fault to inject (``rate_limit``), so tests
-decide when they happen.
+decide when they happen. A conditional GET answered ``304 Not Modified`` is not
+counted (``refund``), as on GitHub.
 """
 
 from __future__ import annotations
@@ -33,6 +34,19 @@ class RateCounter:
         window, used = self._window(principal.label)
         used += 1
         self._used[principal.label] = (window, used)
+        return self.headers(principal)
+
+    def reset(self) -> None:
+        """Forget every count, as if a new window had begun for everyone (a
+        benchmark that compresses days of requests into minutes of wall time)."""
+        self._used.clear()
+
+    def refund(self, principal: Principal) -> dict[str, str]:
+        """Take back the request just counted (a ``304 Not Modified``: GitHub
+        does not count a conditional request it answers so); the headers
+        after it."""
+        window, used = self._window(principal.label)
+        self._used[principal.label] = (window, max(0, used - 1))
         return self.headers(principal)
 
     def headers(self, principal: Principal) -> dict[str, str]:

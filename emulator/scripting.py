@@ -348,6 +348,48 @@ def mergeable_unknown(
     return {"number": pr.number, "mergeable_unknown_reads": pr.mergeable_unknown_reads}
 
 
+def delete_issue(
+    emu: Emulator, owner: str, name: str, number: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    """GitHub's GraphQL ``deleteIssue``, by a repository admin."""
+    from emulator.moves import delete_issue as delete
+    from emulator.rest.issues import find_issue
+
+    repo, user = _repo(emu, owner, name), _user(emu, str(body.get("as", "")))
+    if ROLE_RANK[repo.role_of(user.login)] < ROLE_RANK["admin"]:
+        raise ApiError(403, f"{user.login} cannot delete issues of {repo.full_name}")
+    delete(emu, repo, find_issue(repo, number), user)
+    return {"deleted": number}
+
+
+def transfer_issue(
+    emu: Emulator, owner: str, name: str, number: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    """GitHub's GraphQL ``transferIssue`` ``{as, repository: "owner/name"}``
+    (write access to both repositories, same owner)."""
+    from emulator.moves import transfer_issue as transfer
+    from emulator.rest.issues import find_issue
+
+    repo, user = _repo(emu, owner, name), _user(emu, str(body.get("as", "")))
+    target_owner, _, target_name = str(body.get("repository", "")).partition("/")
+    target = _repo(emu, target_owner, target_name)
+    for side in (repo, target):
+        if ROLE_RANK[side.role_of(user.login)] < ROLE_RANK["write"]:
+            raise ApiError(403, f"{user.login} cannot transfer issues with {side.full_name}")
+    if target.owner.id != repo.owner.id or target is repo:
+        raise ApiError(422, "an issue moves only to another repository of the same owner")
+    moved = transfer(emu, repo, find_issue(repo, number), target, user)
+    return {"repository": target.full_name, "number": moved.number}
+
+
+def suspend_installation(emu: Emulator, inst_id: int, suspended: bool) -> dict[str, Any]:
+    from emulator.moves import set_suspended
+
+    inst = _installation(emu, inst_id)
+    set_suspended(emu, inst, suspended, inst.account)
+    return {"id": inst.id, "suspended": inst.suspended_at is not None}
+
+
 def mark_ready(
     emu: Emulator, owner: str, name: str, number: int, body: dict[str, Any]
 ) -> dict[str, Any]:

@@ -167,8 +167,11 @@ class GitSmartHTTP:
         faults: FaultRegistry | None = None,
         max_body_bytes: int = 256 * 1024 * 1024,
         timeout: float = 300.0,
+        resolve_moved: Callable[[str, str], str | None] | None = None,
     ) -> None:
         self._resolve_repo = resolve_repo
+        #: The new ``owner/name`` of a renamed or transferred repository.
+        self._resolve_moved = resolve_moved
         self._authorize = authorize
         self._on_refs_updated = on_refs_updated
         self._faults = faults
@@ -208,6 +211,17 @@ class GitSmartHTTP:
         username, password = _credentials(headers.get("authorization"))
         found = await _invoke(self._resolve_repo, owner, repo)
         repo_path = Path(found) if isinstance(found, str | Path) else None
+        moved = (
+            self._resolve_moved(owner, repo) if repo_path is None and self._resolve_moved else None
+        )
+        if moved is not None:
+            # As GitHub: the old URL redirects (git follows it for the first request).
+            path = _route_path(scope)
+            tail = path[path.index(f"/{action}") :]
+            root = str(scope.get("root_path", ""))
+            query = scope.get("query_string", b"").decode("latin-1")
+            location = f"{root}/{moved}.git{tail}" + (f"?{query}" if query else "")
+            raise _RequestError(301, "Moved Permanently", {"Location": location})
         if repo_path is None:
             # GitHub asks anonymous callers to authenticate before admitting anything.
             if username is None:

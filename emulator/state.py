@@ -45,6 +45,7 @@ DEFAULT_APP_EVENTS: list[str] = [
     "pull_request",
     "pull_request_review",
     "push",
+    "repository",
 ]
 
 
@@ -249,6 +250,8 @@ class Repo:
     next_number: int = 1
     #: False on a private repository whose plan has no draft pull requests.
     drafts_supported: bool = True
+    #: Issues transferred away: old number -> (repository id, new number).
+    transferred_issues: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def full_name(self) -> str:
@@ -276,6 +279,8 @@ class Store:
         self.installations: dict[int, Installation] = {}
         self.tokens: dict[str, Token] = {}
         self.repos: dict[str, Repo] = {}
+        #: Former full names (lowercased) of renamed or transferred repositories -> id.
+        self.moved: dict[str, int] = {}
         self.grants: dict[str, Grant] = {}
         # Distinct ranges per kind make a wrong id fail loudly instead of hitting
         # another object by coincidence.

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from app.webhooks.routing import HandlerContext, Router
-from handlers import installation, issue_comment, issues, pull_request, pull_request_review
+from handlers import (
+    installation,
+    issue_comment,
+    issues,
+    pull_request,
+    pull_request_review,
+    repository,
+)
 
 
 def build_router() -> Router:
@@ -13,6 +20,7 @@ def build_router() -> Router:
         issue_comment.router,
         pull_request.router,
         pull_request_review.router,
+        repository.router,
     )
 
 

@@ -3,7 +3,24 @@
 from __future__ import annotations
 
 from app.webhooks.events import IssueCommentEvent, IssuesEvent
+from app.webhooks.models import Repository
+from app.webhooks.routing import HandlerContext
 from app.workflows.contracts import RunRequest
+from app.workflows.ids import repair_workflow_ids
+
+
+def issue_run(ctx: HandlerContext, repository: Repository, issue_number: int) -> str:
+    """The workflow id that holds the issue's run: the repository-id key, or
+    the legacy name key while a run started before the 0009 migration (its
+    input lacked the id) is still active under it."""
+    key, legacy = repair_workflow_ids(repository.id, repository.full_name, issue_number)
+    if ctx.tx.active_run(key) is None and ctx.tx.active_run(legacy) is not None:
+        return legacy
+    return key
+
+
+def clone_url(git_url: str, full_name: str) -> str:
+    return f"{git_url.rstrip('/')}/{full_name}.git"
 
 
 def repair_request(
@@ -25,7 +42,7 @@ def repair_request(
         owner=repo.owner.login,
         name=repo.name,
         default_branch=repo.default_branch,
-        clone_url=f"{git_url.rstrip('/')}/{repo.full_name}.git",
+        clone_url=clone_url(git_url, repo.full_name),
         installation_id=event.installation.id,
         issue_number=event.issue.number,
         issue_title=event.issue.title,

@@ -1,5 +1,6 @@
 """``installation`` and ``installation_repositories``: keep the app's record of
-where it is installed current."""
+where it is installed current, and onboard each repository it gains (see
+:mod:`app.workflows.onboarding`: a run per repository, keyed by its id)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from app.app_tables import Installation, InstallationRepository
 from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
 from app.webhooks.routing import HandlerContext, Router
+from app.workflows.onboarding import ONBOARDING_WORKFLOW, OnboardRequest, onboarding_workflow_id
+from handlers.moves import end_runs, installation_runs
 
 router = Router()
 installations = Installation.__table__  # type: ignore[attr-defined]
@@ -88,6 +91,22 @@ def _set_repositories(
         ctx.notes.append(f"{len(repos)} repositories {verb} for installation {installation_id}")
 
 
+def _onboard(ctx: HandlerContext, installation_id: int, repos: tuple[RepositoryRef, ...]) -> None:
+    """Start the onboarding run of each repository (a no-op for one already started)."""
+    if not ctx.settings.onboarding:
+        return
+    for repo in repos:
+        request = OnboardRequest(
+            installation_id=installation_id,
+            repository_id=repo.id,
+            repo=repo.full_name,
+            trigger_label=ctx.settings.trigger_label,
+        )
+        ctx.start(
+            ONBOARDING_WORKFLOW, onboarding_workflow_id(repo.id), request.model_dump(mode="json")
+        )
+
+
 @router.on("installation")
 def installation(event: InstallationEvent, ctx: HandlerContext) -> None:
     status = STATUS_BY_ACTION.get(event.action)
@@ -97,9 +116,24 @@ def installation(event: InstallationEvent, ctx: HandlerContext) -> None:
     ctx.notes.append(f"installation {event.installation.id} is {status}")
     if event.action == "created":
         _set_repositories(ctx, event.installation.id, event.repositories, active=True)
+        _onboard(ctx, event.installation.id, event.repositories)
+    elif event.action in ("suspend", "unsuspend"):
+        # Nothing to change in the runs: while suspended every GitHub call
+        # answers 403 "This installation has been suspended", which their
+        # activities wait out (app/github/errors.py); after unsuspend the
+        # next retry goes through.
+        waiting = len(list(installation_runs(ctx, event.installation.id)))
+        ctx.notes.append(f"{waiting} open runs {'wait' if status == 'suspended' else 'go on'}")
     elif event.action == "deleted":
         ctx.tx.conn.execute(
             _DEACTIVATE_REPOSITORIES, {"p_installation": event.installation.id, "p_now": ctx.tx.now}
+        )
+        # The app lost every token for these repositories: the runs cannot
+        # clean anything there any more, so they end now.
+        end_runs(
+            ctx,
+            list(installation_runs(ctx, event.installation.id)),
+            f"the app was uninstalled by @{event.sender.login}",
         )
 
 
@@ -107,4 +141,5 @@ def installation(event: InstallationEvent, ctx: HandlerContext) -> None:
 def installation_repositories(event: InstallationRepositoriesEvent, ctx: HandlerContext) -> None:
     _upsert_installation(ctx, event.installation, "active")
     _set_repositories(ctx, event.installation.id, event.repositories_added, active=True)
+    _onboard(ctx, event.installation.id, event.repositories_added)
     _set_repositories(ctx, event.installation.id, event.repositories_removed, active=False)

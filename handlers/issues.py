@@ -1,11 +1,14 @@
-"""``issues``: a label may start a repair; closing or unlabelling cancels.
+"""``issues``: a label may start a repair; closing or unlabelling may cancel;
+deleting or transferring the issue ends or moves its run.
 
 Which label triggers a run is the repository's choice (``trigger_label`` in
 ``.github/repairbot.yml``), which a handler cannot read (no network here). So
-any label added to an open issue starts a run, and the run's first steps
-decide: the sender's permission (through the API), then the repository's
-trigger label and bot allow-list; a run that was not really asked for ends
-quietly, without a comment.
+a label added to an open issue starts a small ``label-triage`` workflow keyed
+by the delivery, which reads the config through the contents API and starts
+the run only for the trigger label: another label never creates a run (one
+that would hold the issue and swallow the trigger's own delivery). Closing
+starts a ``close-triage`` workflow: the closer's permission and whether the
+close is GitHub's side effect of the run's merge are GitHub questions too.
 """
 
 from __future__ import annotations
@@ -13,10 +16,27 @@ from __future__ import annotations
 from app.webhooks.events import IssuesEvent
 from app.webhooks.routing import HandlerContext, Router
 from app.workflows.contracts import RunRequest
-from app.workflows.ids import REPAIR_WORKFLOW, repair_workflow_id
-from handlers.inputs import repair_request
+from app.workflows.ids import (
+    CLOSE_TRIAGE_WORKFLOW,
+    LABEL_TRIAGE_WORKFLOW,
+    triage_workflow_id,
+)
+from app.workflows.triage_contracts import CloseTriage, LabelTriage
+from handlers.inputs import issue_run, repair_request
+from handlers.moves import move_run
 
 router = Router()
+
+
+def _request(event: IssuesEvent, ctx: HandlerContext) -> RunRequest:
+    """The run request this event stands for (its sender asked)."""
+    return repair_request(
+        event,
+        trigger="label",
+        requested_by=event.sender.login,
+        delivery_id=ctx.delivery_id,
+        git_url=ctx.settings.github_git_url,
+    )
 
 
 @router.on("issues", "labeled")
@@ -31,16 +51,9 @@ def labeled(event: IssuesEvent, ctx: HandlerContext) -> None:
     if event.installation is None:
         ctx.notes.append("no installation in the payload: cannot act")
         return
+    triage = LabelTriage(request=_request(event, ctx), default_trigger=ctx.settings.trigger_label)
     ctx.start(
-        REPAIR_WORKFLOW,
-        repair_workflow_id(event.repository.full_name, event.issue.number),
-        repair_request(
-            event,
-            trigger="label",
-            requested_by=event.sender.login,
-            delivery_id=ctx.delivery_id,
-            git_url=ctx.settings.github_git_url,
-        ).model_dump(mode="json"),
+        LABEL_TRIAGE_WORKFLOW, triage_workflow_id(ctx.delivery_id), triage.model_dump(mode="json")
     )
 
 
@@ -60,7 +73,7 @@ def unlabeled(event: IssuesEvent, ctx: HandlerContext) -> None:
     assert event.label is not None
     if not ctx.settings.cancel_on_unlabel:
         return
-    workflow_id = repair_workflow_id(event.repository.full_name, event.issue.number)
+    workflow_id = issue_run(ctx, event.repository, event.issue.number)
     if not _started_by_label(ctx, workflow_id, event.label.name):
         return
     ctx.cancel(workflow_id, f"the {event.label.name!r} label was removed by @{event.sender.login}")
@@ -70,7 +83,45 @@ def unlabeled(event: IssuesEvent, ctx: HandlerContext) -> None:
 def closed(event: IssuesEvent, ctx: HandlerContext) -> None:
     if not ctx.settings.cancel_on_close:
         return
+    if event.sender.login == ctx.bot_login:
+        # Closed by repairbot's own merge (closing keywords): the run's own effect.
+        ctx.notes.append("closed by repairbot itself: not a cancel")
+        return
+    if event.installation is None:
+        ctx.notes.append("no installation in the payload: cannot act")
+        return
+    if ctx.tx.active_run(issue_run(ctx, event.repository, event.issue.number)) is None:
+        ctx.notes.append("no active run for this issue")
+        return
+    triage = CloseTriage(request=_request(event, ctx), closer=event.sender.login)
+    ctx.start(
+        CLOSE_TRIAGE_WORKFLOW, triage_workflow_id(ctx.delivery_id), triage.model_dump(mode="json")
+    )
+
+
+@router.on("issues", "deleted")
+def deleted(event: IssuesEvent, ctx: HandlerContext) -> None:
+    """The issue is gone: its run is cancelled (it closes its pull request and
+    deletes its branch, which are still there; a status comment has nowhere
+    to go, and the run records that as its only leftover)."""
     ctx.cancel(
-        repair_workflow_id(event.repository.full_name, event.issue.number),
-        f"the issue was closed by @{event.sender.login}",
+        issue_run(ctx, event.repository, event.issue.number),
+        f"the issue was deleted by @{event.sender.login}",
+    )
+
+
+@router.on("issues", "transferred")
+def transferred(event: IssuesEvent, ctx: HandlerContext) -> None:
+    """The issue moved to another repository with a new number: its run is
+    re-keyed there so later events (comments, a close, ``/repair status``)
+    on the new issue reach it."""
+    moved = event.changes_new_issue
+    if moved is None:
+        ctx.notes.append("transfer without its new issue: nothing to move")
+        return
+    move_run(
+        ctx,
+        issue_run(ctx, event.repository, event.issue.number),
+        repository=moved.new_repository,
+        issue_number=moved.new_issue.number,
     )

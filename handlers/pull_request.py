@@ -16,7 +16,8 @@ from app.workflows.contracts import (
     PullClosedSignal,
     PullSynchronizedSignal,
 )
-from app.workflows.ids import issue_of_branch, repair_workflow_id
+from app.workflows.ids import issue_of_branch
+from handlers.inputs import issue_run
 
 router = Router()
 
@@ -29,7 +30,7 @@ def run_of(event: PullRequestEvent, ctx: HandlerContext) -> str | None:
     issue = issue_of_branch(event.pull_request.head.ref)
     if issue is None:
         return None
-    return repair_workflow_id(event.repository.full_name, issue)
+    return issue_run(ctx, event.repository, issue)
 
 
 @router.on("pull_request", "closed")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from app.webhooks.events import PullRequestReviewEvent
 from app.webhooks.routing import HandlerContext, Router
 from app.workflows.contracts import REVIEW, ReviewSignal
-from app.workflows.ids import issue_of_branch, repair_workflow_id
+from app.workflows.ids import issue_of_branch
+from handlers.inputs import issue_run
 
 router = Router()
 
@@ -22,7 +23,7 @@ def review(event: PullRequestReviewEvent, ctx: HandlerContext) -> None:
         return
     review = event.review
     ctx.signal(
-        repair_workflow_id(event.repository.full_name, issue),
+        issue_run(ctx, event.repository, issue),
         REVIEW,
         ReviewSignal(
             action=event.action,

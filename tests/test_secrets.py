@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from app import secrets
 from app.config import Settings
 from app.demo.run import WorkerProcess
+from app.engine.db import make_engine
+from app.main.worker_process import shared_clients
 
 CHILD = """
 import os, sys
@@ -96,3 +102,106 @@ def test_worker_processes_get_secrets_by_descriptor_not_environment(tmp_path: Pa
 
 def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+    "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
+    "-----END RSA PRIVATE KEY-----\n"
+)
+
+
+def test_known_secrets_are_redacted_whole_and_in_pieces() -> None:
+    known = secrets.KnownSecrets.from_env(
+        {
+            "GITHUB_WEBHOOK_SECRET": "hook-secret-value",
+            "GITHUB_PRIVATE_KEY": PEM,
+            "DATABASE_URL": "postgresql://bot:db-password-1@db.internal/repairbot",
+            "REDIS_URL": "redis://127.0.0.1:6379/0",
+        },
+        extra=["sk-operator-cli-key-0123456789", "short"],
+    )
+    text = (
+        "env: CLI_AGENT_API_KEY=sk-operator-cli-key-0123456789 HOOK=hook-secret-value\n"
+        "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
+        "password db-password-1; a short one: short; redis://127.0.0.1:6379/0\n"
+    )
+    cleaned = known.redact(text)
+    for secret in ("sk-operator", "hook-secret", "VTLw7onL", "db-password-1"):
+        assert secret not in cleaned
+    # Short values and the parts of a URL that are no secret stay readable.
+    assert "short" in cleaned and "redis://127.0.0.1:6379/0" in cleaned
+    assert known.found_in(text) and not known.found_in("redis://127.0.0.1:6379/0")
+    assert "sk-operator" not in repr(known)
+
+
+def test_token_shapes_are_redacted_without_being_known() -> None:
+    known = secrets.KnownSecrets()
+    for token in (
+        "ghs_" + "a" * 36,
+        "rbp-" + "b" * 43,  # a model proxy token of any attempt
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+    ):
+        assert token not in known.redact(f"x {token} y")
+    # A proposal is refused only for what this worker holds (and proxy tokens):
+    # a fixture or an `sk-learn-...` name is no reason to refuse a fix.
+    assert known.found_in("rbp-" + "b" * 43)
+    assert not known.found_in("sk-learn-compatible-models and ghs_" + "a" * 36)
+
+
+def test_bytes_are_redacted_and_other_bytes_kept() -> None:
+    known = secrets.KnownSecrets(["sk-operator-cli-key-0123456789"])
+    data = b"\xff\xfe binary sk-operator-cli-key-0123456789 \x00 end"
+    assert known.redact_bytes(data) == b"\xff\xfe binary [redacted] \x00 end"
+
+
+def test_log_records_are_redacted() -> None:
+    known = secrets.KnownSecrets(["sk-operator-cli-key-0123456789"])
+    record = logging.makeLogRecord(
+        {"msg": "agent said %s", "args": ("key=sk-operator-cli-key-0123456789",)}
+    )
+    assert secrets.RedactingFilter(known).filter(record)
+    assert record.getMessage() == "agent said key=[redacted]"
+
+
+def test_short_lived_tokens_are_redacted_and_the_oldest_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(secrets, "SHORT_LIVED_KEPT", 2)
+    known = secrets.KnownSecrets()
+    for n in range(3):
+        known.add_short_lived(f"installation-token-{n}")
+    assert known.redact("installation-token-2") == "[redacted]"
+    assert known.values() == ["installation-token-1", "installation-token-2"]
+
+
+def test_a_worker_redacts_its_secrets_from_its_logs_and_offers_them_to_activities(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    path = tmp_path / "worker.db"
+    shutil.copy(sqlite_template, path)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=f"sqlite:///{path}",
+        github_webhook_secret="hook-secret-for-the-log-test",
+    )
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Collect()
+    logging.getLogger().addHandler(handler)
+    engine = make_engine(settings.database_url)
+    try:
+        deps = shared_clients(settings, engine)
+        logging.getLogger("repairbot.test").warning(
+            "agent printed %s", settings.github_webhook_secret
+        )
+    finally:
+        logging.getLogger().removeHandler(handler)
+        engine.dispose()
+    assert lines == ["agent printed [redacted]"]
+    assert deps.get(secrets.KnownSecrets).found_in("x hook-secret-for-the-log-test y")

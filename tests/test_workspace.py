@@ -5,15 +5,21 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from app.github.gitcmd import remote_auth
 from app.workspace import (
+    CheckoutRefused,
     CommitNotFound,
+    DiffTooLarge,
     FetchFailed,
+    Limits,
+    NestedGitRefused,
     PatchRejected,
+    QuotaExceeded,
     Workspace,
     build_workspace,
     diff_against_base,
@@ -21,6 +27,8 @@ from app.workspace import (
     remove_workspace,
     snapshot,
     sweep_workspaces,
+    workspace_git_env,
+    workspace_usage,
 )
 from tests.agent.sample_repo import (  # noqa: F401
     FIX_DIFF,
@@ -237,3 +245,136 @@ async def test_sweeping_removes_only_stale_workspaces(
     assert sweep_workspaces(tmp_path / "workspaces", older_than=3600) == [stale.root]
     assert not stale.root.exists() and live.repo.is_dir()
     assert sweep_workspaces(tmp_path / "nowhere", older_than=0) == []
+
+
+# -- hostile trees and work trees (issue 19, items 3 and 8) ------------------------
+
+
+def _plumb(repo: Path, *args: str, stdin: str | bytes | None = None) -> str:
+    env = {
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_DIR": str(repo),
+        "GIT_AUTHOR_NAME": "Bomber",
+        "GIT_AUTHOR_EMAIL": "bomber@example.com",
+        "GIT_COMMITTER_NAME": "Bomber",
+        "GIT_COMMITTER_EMAIL": "bomber@example.com",
+    }
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    out = subprocess.run(["git", *args], env=env, input=data, check=True, capture_output=True)
+    return out.stdout.decode().strip()
+
+
+def hostile_repo(
+    tmp_path: Path, entries: list[tuple[str, str, str]], depth: int = 0
+) -> tuple[str, str]:
+    """A bare repository whose one commit's root tree is ``entries`` (mode,
+    name, "blob:<content>" or "tree"), with ``depth`` levels of a tree that
+    names the one below it ten times: a git bomb when deep. (url, commit)."""
+    repo = tmp_path / "hostile.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(repo)], check=True)
+    blob = _plumb(repo, "hash-object", "-w", "--stdin", stdin="boom\n")
+    tree = _plumb(repo, "mktree", stdin="".join(f"100644 blob {blob}\tf{i}\n" for i in range(10)))
+    for _ in range(depth):
+        tree = _plumb(
+            repo, "mktree", stdin="".join(f"040000 tree {tree}\td{i}\n" for i in range(10))
+        )
+    lines = []
+    for mode, name, what in entries:
+        if what == "tree":
+            lines.append(f"040000 tree {tree}\t{name}\n")
+        else:
+            sha = _plumb(repo, "hash-object", "-w", "--stdin", stdin=what.removeprefix("blob:"))
+            lines.append(f"{mode} blob {sha}\t{name}\n")
+    root = _plumb(repo, "mktree", "--missing", stdin="".join(lines))
+    commit = _plumb(repo, "commit-tree", root, "-m", "hostile")
+    _plumb(repo, "update-ref", "refs/heads/main", commit)
+    return repo.as_uri(), commit
+
+
+async def test_a_git_bomb_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # 10^5 files from a few hundred bytes of objects; the cap is 1,000.
+    url, commit = hostile_repo(tmp_path, [("040000", "bomb", "tree")], depth=4)
+    root = tmp_path / "workspaces"
+    with pytest.raises(CheckoutRefused, match="more than 1000 files"):
+        await build_workspace(
+            root, clone_url=url, base_sha=commit, patch=None, limits=Limits(checkout_files=1000)
+        )
+    assert list(root.iterdir()) == []  # nothing left, nothing was checked out
+
+
+async def test_a_tree_over_the_byte_cap_is_refused(tmp_path: Path) -> None:
+    url, commit = hostile_repo(tmp_path, [("100644", "big.txt", "blob:" + "x" * 5000)])
+    with pytest.raises(CheckoutRefused, match="more than 4000 bytes"):
+        await build_workspace(
+            tmp_path / "ws",
+            clone_url=url,
+            base_sha=commit,
+            patch=None,
+            limits=Limits(checkout_bytes=4000),
+        )
+
+
+@pytest.mark.parametrize("name", [".git", ".GIT"])
+async def test_a_tree_with_a_git_directory_is_refused(tmp_path: Path, name: str) -> None:
+    url, commit = hostile_repo(tmp_path, [("040000", name, "tree")])
+    with pytest.raises(CheckoutRefused, match=r"holds a \.git path"):
+        await build_workspace(tmp_path / "ws", clone_url=url, base_sha=commit, patch=None)
+
+
+async def test_a_planted_gitfile_is_never_followed(tmp_path: Path, sample_repo: SampleRepo) -> None:
+    ws = await build(tmp_path, sample_repo)
+    other = tmp_path / "someone-elses-repo"
+    subprocess.run(["git", "init", "--quiet", str(other)], check=True)
+    before = sorted(p.name for p in (other / ".git").iterdir())
+    (ws.repo / "vendor").mkdir()
+    (ws.repo / "vendor" / ".git").write_text(f"gitdir: {other / '.git'}\n")
+    with pytest.raises(NestedGitRefused, match=r"vendor/\.git"):
+        await diff_against_base(ws)
+    with pytest.raises(NestedGitRefused):
+        await snapshot(ws)
+    assert sorted(p.name for p in (other / ".git").iterdir()) == before  # no index written there
+
+
+async def test_a_nested_git_directory_is_refused(tmp_path: Path, sample_repo: SampleRepo) -> None:
+    ws = await build(tmp_path, sample_repo)
+    subprocess.run(["git", "init", "--quiet", str(ws.repo / "inner")], check=True)
+    with pytest.raises(NestedGitRefused, match=r"inner/\.git"):
+        await diff_against_base(ws)
+
+
+async def test_the_worker_git_never_discovers_a_repository_above_the_workspace(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    ws = await build(tmp_path, sample_repo)
+    env = workspace_git_env(ws)
+    assert env["GIT_CEILING_DIRECTORIES"] == str(ws.root.parent)
+    assert env["GIT_DIR"] == str(ws.git_dir) and env["GIT_WORK_TREE"] == str(ws.repo)
+
+
+async def test_a_huge_diff_is_refused_and_never_held_whole(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    ws = await build(tmp_path, sample_repo)
+    # Random bytes: a binary diff (base85) about 1.25x the file.
+    (ws.repo / "huge.bin").write_bytes(os.urandom(8 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DiffTooLarge, match="larger than 1048576 bytes"):
+            await diff_from(ws, ws.base_sha, limit=1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # At most the cap and one chunk, not the ~10 MiB diff (nor 4 copies of it).
+    assert peak < 3 << 20, peak
+
+
+async def test_a_workspace_over_its_quota_is_noticed(
+    tmp_path: Path, sample_repo: SampleRepo
+) -> None:
+    ws = await build(tmp_path, sample_repo)
+    used = workspace_usage(ws, limit=1 << 30)
+    (ws.repo / "fill.bin").write_bytes(os.urandom(2 << 20))
+    with pytest.raises(QuotaExceeded):
+        workspace_usage(ws, limit=used + (1 << 20))

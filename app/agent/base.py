@@ -10,13 +10,23 @@ way, so a proposal never depends on how an agent describes its own work.
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from app.repo_config import Command
-from app.workspace import Workspace
+from app.workspace import (
+    LIMITS,
+    DiffTooLarge,
+    NestedGitRefused,
+    QuotaExceeded,
+    Workspace,
+    changed_paths,
+    diff_from,
+    workspace_usage,
+)
 
 
 class Feedback(BaseModel):
@@ -97,3 +107,29 @@ class Agent(abc.ABC):
         Raises :class:`AgentFailed`, or the engine's ``TransientError`` /
         ``PermanentError`` for failures of the service behind the agent.
         """
+
+
+class ProposalRefused(AgentFailed):
+    """What the agent left cannot be proposed: a diff over the cap, a nested
+    ``.git``, a workspace over its disk quota. Trying again would leave the
+    same, so it is reported at once; the message becomes feedback."""
+
+    retryable = False
+
+
+#: What the agent may leave that is refused rather than proposed.
+REFUSED_WORKSPACES = (DiffTooLarge, NestedGitRefused, QuotaExceeded)
+
+
+async def proposal_diff(
+    ws: Workspace, baseline: str, *, transcript: bytes = b""
+) -> tuple[str, list[str]]:
+    """The diff the agent left and the paths it changes; raises
+    :class:`ProposalRefused` when the workspace is over its disk quota,
+    holds a nested ``.git`` or makes a diff over the cap."""
+    try:
+        await asyncio.to_thread(workspace_usage, ws, limit=LIMITS.quota_bytes)
+        patch = await diff_from(ws, baseline)
+    except REFUSED_WORKSPACES as exc:
+        raise ProposalRefused(f"the proposal was refused: {exc}", transcript=transcript) from None
+    return patch, await changed_paths(ws, baseline)

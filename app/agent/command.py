@@ -26,18 +26,28 @@ explicitly by the operator (``extra_env``), never inherited.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest
+import httpx
+
+from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest, proposal_diff
+from app.agent.prompt import feedback_for_model
+from app.agent.proxy import ModelProxy, Upstream
+from app.agent.untrusted import DATA_NOTICE, issue_for_model, strip_invisible, visible_text
+from app.checkout import read_untrusted
 from app.repo_config import Command
 from app.sandbox.runner import Heartbeat, Sandbox, run_command
-from app.workspace import changed_paths, diff_from
 
 log = logging.getLogger("repairbot.agent")
+
+#: Largest result file read (a summary and two numbers).
+MAX_RESULT_BYTES = 64 * 1024
 
 
 class CommandAgent(Agent):
@@ -50,8 +60,10 @@ class CommandAgent(Agent):
         extra_env: Mapping[str, str] | None = None,
         heartbeat: Heartbeat | None = None,
         network: bool = False,
+        model_access: ModelAccess | None = None,
     ) -> None:
         self.command = command
+        self.model_access = model_access
         self.network = network
         self.time_limit = time_limit
         self.sandbox = sandbox
@@ -64,8 +76,18 @@ class CommandAgent(Agent):
         return f"command:{Path(program).name}"
 
     async def propose(self, request: AgentRequest) -> AgentProposal:
+        if self.model_access is None:
+            return await self._propose(request, {}, {})
+        access = self.model_access
+        # The token lives exactly as long as this attempt's command.
+        async with access.proxy.attempt(access.upstream) as token:
+            return await self._propose(request, access.env(token), proxy_forwards(access))
+
+    async def _propose(
+        self, request: AgentRequest, model_env: Mapping[str, str], forwards: dict[str, Any]
+    ) -> AgentProposal:
         ws = request.workspace
-        env = {**self.extra_env, **write_inputs(request)}
+        env = {**self.extra_env, **model_env, **write_inputs(request)}
         run = await run_command(
             self.command,
             cwd=ws.repo,
@@ -78,6 +100,7 @@ class CommandAgent(Agent):
             # Its inputs and its result file live there, outside the tree.
             writable=[ws.scratch],
             network=self.network,
+            **forwards,
         )
         if run.result.timed_out:
             raise AgentFailed(
@@ -87,12 +110,12 @@ class CommandAgent(Agent):
             raise AgentFailed(
                 f"the agent exited with status {run.result.exit_code}", transcript=run.output
             )
-        report = _read_report(Path(env["REPAIRBOT_RESULT_FILE"]))
-        patch = await diff_from(ws, request.diff_base)
+        report = await _read_report(Path(env["REPAIRBOT_RESULT_FILE"]))
+        patch, changed = await proposal_diff(ws, request.diff_base, transcript=run.output)
         return AgentProposal(
             patch=patch,
             summary=str(report.get("summary") or "").strip(),
-            files_changed=await changed_paths(ws, request.diff_base),
+            files_changed=changed,
             input_tokens=_count(report.get("input_tokens")),
             output_tokens=_count(report.get("output_tokens")),
             backend=self.name,
@@ -100,24 +123,73 @@ class CommandAgent(Agent):
         )
 
 
+@dataclass(frozen=True)
+class ModelAccess:
+    """How the operator's command agent reaches its model: through the proxy.
+
+    The agent gets the proxy's address and a per-attempt token in the
+    variables its SDK reads (``OPENAI_BASE_URL``/``OPENAI_API_KEY`` or the
+    ``ANTHROPIC_`` pair, plus ``REPAIRBOT_MODEL_BASE_URL``/``_TOKEN``); the
+    real key stays in the worker (:mod:`app.agent.proxy`).
+    """
+
+    proxy: ModelProxy
+    upstream: Upstream
+    #: The proxy as the sandbox reaches it (its socket forwarded to this address).
+    address: str
+
+    def env(self, token: str) -> dict[str, str]:
+        prefix = self.upstream.provider.upper()
+        return {
+            "REPAIRBOT_MODEL_BASE_URL": self.address,
+            "REPAIRBOT_MODEL_TOKEN": token,
+            f"{prefix}_BASE_URL": self.address,
+            f"{prefix}_API_KEY": token,
+        }
+
+
+def proxy_forwards(access: ModelAccess) -> dict[str, Any]:
+    """``run_command`` arguments that make the model proxy's unix socket
+    ``access.address`` inside the sandbox: the sandbox's port forward
+    (:class:`app.sandbox.forward.PortForward`, built on branch sandbox-net).
+    Empty where this build's sandbox has no forward, and then the agent has
+    no route to its model (it holds only a token either way)."""
+    try:
+        forward = importlib.import_module("app.sandbox.forward")
+    except ImportError:
+        return {}
+    port = httpx.URL(access.address).port or 80
+    return {"forwards": [forward.PortForward(socket=access.proxy.socket_path, port=port)]}
+
+
 def write_inputs(request: AgentRequest) -> dict[str, str]:
     """Write the request into the scratch directory; return the environment naming it."""
     scratch = request.workspace.scratch
     scratch.mkdir(parents=True, exist_ok=True)
     issue = scratch / "issue.md"
-    issue.write_text(f"# {request.issue_title}\n\n{request.issue_body}\n")
+    # What readers of the issue see, framed as data: hidden parts (HTML
+    # comments...) never reach the agent (app/agent/untrusted.py).
+    issue.write_text(issue_for_model(request.issue_title, request.issue_body) + "\n")
     repro = scratch / "reproduction-output.txt"
     repro.write_text(request.reproduction_output)
     feedback = scratch / "feedback.md"
-    feedback.write_text("\n\n".join(f"## {item.kind}\n\n{item.text}" for item in request.feedback))
+    feedback.write_text(
+        "\n\n".join(f"## {item.kind}\n\n{feedback_for_model(item)}" for item in request.feedback)
+    )
     result = scratch / "result.json"
     result.unlink(missing_ok=True)
     payload = {
         "attempt": request.attempt,
         "base_sha": request.workspace.base_sha,
-        "issue": {"title": request.issue_title, "body": request.issue_body},
+        "issue": {
+            "title": strip_invisible(request.issue_title).strip(),
+            "body": visible_text(request.issue_body),
+            "notice": DATA_NOTICE,
+        },
         "reproduction": {"commands": request.reproduction, "output_file": str(repro)},
-        "feedback": [item.model_dump() for item in request.feedback],
+        "feedback": [
+            {"kind": item.kind, "text": feedback_for_model(item)} for item in request.feedback
+        ],
     }
     req = scratch / "request.json"
     req.write_text(json.dumps(payload, indent=2))
@@ -132,10 +204,12 @@ def write_inputs(request: AgentRequest) -> dict[str, str]:
     }
 
 
-def _read_report(path: Path) -> dict[str, Any]:
-    # Optional: an agent that writes nothing still proposes its diff.
+async def _read_report(path: Path) -> dict[str, Any]:
+    # Optional: an agent that writes nothing still proposes its diff. The
+    # agent chose what sits at this path (a FIFO, a link to /dev/zero, a
+    # huge file): read it like every file the sandbox touched.
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(await read_untrusted(path, limit=MAX_RESULT_BYTES))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:

@@ -16,6 +16,7 @@ that ran in the workspace may have replaced a file with a link to a key.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import stat
 from dataclasses import dataclass
@@ -71,7 +72,10 @@ async def choose_files(
     ws: Workspace, *, failure_text: str, other_text: str, budget: ContextBudget
 ) -> list[ContextFile]:
     tracked = await tracked_regular_files(ws)
-    return select(ws.repo, tracked, failure_text=failure_text, other_text=other_text, budget=budget)
+    # Reads of a checkout setup ran in: off the event loop.
+    return await asyncio.to_thread(
+        select, ws.repo, tracked, failure_text=failure_text, other_text=other_text, budget=budget
+    )
 
 
 def select(

@@ -1,10 +1,19 @@
 """Build the agent a repository asked for, within what the operator allows.
 
 The repository's config chooses the back end and model, but it is written by
-people who are not the operator. So API keys are never read from the
-environment by a name the repository chose: the operator offers keys by name
-(``AgentPolicy.api_keys``) and the base URLs they may be sent to; anything
-else is refused with a message for the maintainer.
+people who are not the operator. So:
+
+- API keys are never read from the environment by a name the repository
+  chose: the operator offers keys by name (``AgentPolicy.api_keys``), each
+  bound to the one base URL it may be sent to (``NAME=URL``, or a name
+  containing ``OPENAI``/``ANTHROPIC`` for that provider's public API);
+  anything else is refused with a message for the maintainer.
+- The operator's command agent (``REPAIRBOT_AGENT_COMMAND``) is the only
+  command that gets the operator's agent environment
+  (``REPAIRBOT_AGENT_COMMAND_ENV``) and the model proxy. A repository may
+  name a command of its own only when the operator allows it
+  (``REPAIRBOT_AGENT_REPOSITORY_COMMANDS=true``), and that command gets
+  neither: it is repository code like any other.
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ from app.agent.base import Agent
 from app.agent.budget import LoopBudget, Price, Usage, price_of
 from app.agent.builtin import BuiltinAgent
 from app.agent.chat import ChatModel
-from app.agent.command import CommandAgent
+from app.agent.command import CommandAgent, ModelAccess
 from app.agent.context import ContextBudget
 from app.agent.http import DEFAULT_BASE_URLS
 from app.agent.journal import LoopHost
+from app.agent.proxy import DEFAULT_PROXY_ADDRESS, ModelProxy, Upstream
 from app.config import ConfigError
 from app.engine.errors import PermanentError
 from app.repo_config import AgentConfig
@@ -50,11 +60,50 @@ class AgentPolicy:
     prices: Mapping[str, Price] = field(default_factory=dict)
     #: Whether the built-in agent's commands may reach the network.
     tool_network: bool = False
+    #: The one base URL each offered key may be sent to, by key name; a key
+    #: missing here is bound by its name (see :func:`key_binding`).
+    key_urls: Mapping[str, str] = field(default_factory=dict)
+    #: Whether a repository's config may name an agent command of its own
+    #: (``REPAIRBOT_AGENT_REPOSITORY_COMMANDS``); it never gets ``command_env``.
+    repository_commands: bool = False
+    #: The offered key the operator's command agent uses through the model
+    #: proxy (``REPAIRBOT_AGENT_COMMAND_MODEL_KEY``); the agent gets a
+    #: per-attempt token, never the key.
+    command_model_key: str | None = None
+    #: The proxy's address inside the sandbox (``REPAIRBOT_AGENT_PROXY_ADDRESS``).
+    proxy_address: str = DEFAULT_PROXY_ADDRESS
 
     @property
     def secrets(self) -> list[str]:
         """Values that must never appear in a transcript."""
         return [*self.api_keys.values(), *self.command_env.values()]
+
+    def command_upstream(self) -> Upstream | None:
+        """Where the operator's command agent's model calls go, with which key."""
+        name = self.command_model_key
+        if not name:
+            return None
+        key, url = self.api_keys.get(name), self.key_url(name)
+        if not key or not url:
+            raise PermanentError(
+                f"REPAIRBOT_AGENT_COMMAND_MODEL_KEY {name} is not an offered, bound API key"
+            )
+        if "anthropic" in (name + url).lower():
+            return Upstream(provider="anthropic", base_url=url, api_key=key)
+        return Upstream(provider="openai", base_url=url, api_key=key)
+
+    def model_access(self, proxy: ModelProxy | None) -> ModelAccess | None:
+        """The operator's command agent's way to its model, when one is configured."""
+        upstream = self.command_upstream()
+        if upstream is None:
+            return None
+        if proxy is None:
+            raise PermanentError("this worker runs no model proxy for the command agent")
+        return ModelAccess(proxy=proxy, upstream=upstream, address=self.proxy_address)
+
+    def key_url(self, name: str) -> str | None:
+        """The base URL the key ``name`` is bound to, or ``None`` when unbound."""
+        return self.key_urls.get(name) or key_binding(name)
 
     #: Command agents may reach the network (``REPAIRBOT_AGENT_NETWORK``): a CLI
     #: agent calling its model needs it. Off by default: the sandbox has none.
@@ -73,7 +122,19 @@ class AgentPolicy:
         ``REPAIRBOT_AGENT_PRICES`` (JSON ``{"<model>": {"input_per_mtok": ..,
         "output_per_mtok": ..}}``) and ``REPAIRBOT_AGENT_TOOL_NETWORK``
         (``true`` lets the built-in agent's commands reach the network)."""
-        names = [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
+        entries = [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
+        names = [entry.partition("=")[0].strip() for entry in entries]
+        key_urls = {
+            name.strip(): url.strip().rstrip("/")
+            for name, _, url in (entry.partition("=") for entry in entries)
+            if name.strip() and url.strip()
+        }
+        unbound = [n for n in names if n and env.get(n) and not (key_urls.get(n) or key_binding(n))]
+        if unbound:
+            raise ConfigError(
+                f"REPAIRBOT_AGENT_API_KEYS: bind {', '.join(unbound)} to the base URL it is for "
+                "(NAME=https://...): a key is only ever sent to its own provider"
+            )
         urls = [u.strip().rstrip("/") for u in env.get("REPAIRBOT_AGENT_BASE_URLS", "").split(",")]
         passed = [n.strip() for n in env.get("REPAIRBOT_AGENT_COMMAND_ENV", "").split(",")]
         try:
@@ -90,12 +151,29 @@ class AgentPolicy:
         return cls(
             default=default,
             api_keys={n: env[n] for n in names if n and env.get(n)},
-            allowed_base_urls=frozenset(DEFAULT_BASE_URLS.values()) | {u for u in urls if u},
+            key_urls=key_urls,
+            allowed_base_urls=(
+                frozenset(DEFAULT_BASE_URLS.values())
+                | {u for u in urls if u}
+                | set(key_urls.values())
+            ),
+            repository_commands=env.get("REPAIRBOT_AGENT_REPOSITORY_COMMANDS", "").lower()
+            in ("1", "true"),
+            command_model_key=env.get("REPAIRBOT_AGENT_COMMAND_MODEL_KEY") or None,
+            proxy_address=env.get("REPAIRBOT_AGENT_PROXY_ADDRESS") or DEFAULT_PROXY_ADDRESS,
             command_env={n: env[n] for n in passed if n and env.get(n)},
             tool_network=env.get("REPAIRBOT_AGENT_TOOL_NETWORK", "").lower() in ("1", "true"),
             budget=budget,
             prices=prices,
         )
+
+
+def key_binding(name: str) -> str | None:
+    """The public API a key is for by its name (``OPENAI_API_KEY``,
+    ``TEAM_ANTHROPIC_KEY``); ``None`` when the name says neither or both."""
+    upper = name.upper()
+    found = [url for provider, url in DEFAULT_BASE_URLS.items() if provider.upper() in upper]
+    return found[0] if len(found) == 1 else None
 
 
 def build_agent(
@@ -108,9 +186,11 @@ def build_agent(
     heartbeat: Heartbeat | None = None,
     host: LoopHost | None = None,
     earlier_usage: Usage | None = None,
+    model_access: ModelAccess | None = None,
 ) -> Agent:
     """The agent for ``config`` (or the operator's default). Raises
     :class:`PermanentError` when it cannot be built as configured."""
+    operators = config is None
     config = config or policy.default
     if config is None:
         raise PermanentError(
@@ -118,13 +198,26 @@ def build_agent(
         )
     if config.backend == "command":
         assert config.command is not None
+        if operators:
+            return CommandAgent(
+                config.command,
+                time_limit=time_limit,
+                sandbox=sandbox,
+                extra_env=policy.command_env,
+                heartbeat=heartbeat,
+                network=policy.command_network,
+                model_access=model_access,
+            )
+        if not policy.repository_commands:
+            raise PermanentError(
+                "agent.command: this installation runs only its own agent command; remove "
+                "`agent` from .github/repairbot.yml (or ask the operator to allow "
+                "repository-chosen agents)"
+            )
+        # The repository's own command is repository code: no operator
+        # environment, no model access, no network.
         return CommandAgent(
-            config.command,
-            time_limit=time_limit,
-            sandbox=sandbox,
-            extra_env=policy.command_env,
-            heartbeat=heartbeat,
-            network=policy.command_network,
+            config.command, time_limit=time_limit, sandbox=sandbox, heartbeat=heartbeat
         )
     assert config.provider is not None and config.model is not None
     base_url = (config.base_url or DEFAULT_BASE_URLS[config.provider]).rstrip("/")
@@ -137,6 +230,11 @@ def build_agent(
     if not api_key:
         raise PermanentError(
             f"agent.api_key_env {key_name} is not an API key this installation offers"
+        )
+    if policy.key_url(key_name) != base_url:
+        raise PermanentError(
+            f"agent.api_key_env {key_name} is only sent to {policy.key_url(key_name) or 'no URL'}, "
+            f"not to {base_url}"
         )
     if http_client is None:
         raise PermanentError("this worker has no HTTP client for agents")

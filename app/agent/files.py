@@ -6,7 +6,10 @@ The model chooses paths, and the repository is hostile: a path may try
 component at a time from a descriptor of the checkout, with ``O_NOFOLLOW``
 on each (``openat``-style, no window between check and use), refuses
 ``.git``, and checks that the resolved path stays inside the checkout.
-Symlinks are never followed, listed or searched.
+Symlinks are never followed, listed or searched. Opens are non-blocking
+and only regular files are read or written (a FIFO or device the sandbox
+planted is refused, never waited on); the tools call this off the event
+loop (:mod:`app.agent.tools`).
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ class Checkout:
             raise FileRefused("give a file path")
         try:
             with self._dir(parts[:-1]) as parent:
-                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
+                # O_NONBLOCK: opening a FIFO the sandbox planted returns at
+                # once (and is refused below) instead of waiting for a writer.
+                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
         except FileNotFoundError:
             raise FileRefused(f"{relative}: no such file") from None
         except OSError as exc:
@@ -98,7 +103,9 @@ class Checkout:
             raise FileRefused("give a file path")
         if len(data) > MAX_FILE_BYTES:
             raise FileRefused(f"{relative}: content larger than {MAX_FILE_BYTES} bytes")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        # No O_TRUNC before the type check: a FIFO must not be opened for
+        # writing (O_NONBLOCK makes that fail at once when no reader waits).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             with self._dir(parts[:-1], create=True) as parent:
                 fd = os.open(parts[-1], flags, 0o644, dir_fd=parent)
@@ -111,6 +118,7 @@ class Checkout:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise FileRefused(f"{relative}: not a regular file")
+            os.ftruncate(fd, 0)
             with os.fdopen(fd, "wb", closefd=False) as fh:
                 fh.write(data)
         finally:

@@ -17,9 +17,10 @@ crash) runs again on the rebuilt workspace, so its edit lands once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,8 +29,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from app.agent.budget import Usage
 from app.agent.steps import STEP, Step, redact
 from app.evidence import EvidenceError, EvidenceStore
-from app.github.gitcmd import git_env, run_git
-from app.workspace import Workspace, diff_from
+from app.github.gitcmd import run_git
+from app.secrets import KnownSecrets
+from app.workspace import Workspace, diff_from, refuse_nested_git, workspace_git_env
 
 log = logging.getLogger("repairbot.agent")
 
@@ -66,7 +68,7 @@ class LoopHost:
     #: A named fault point (crash tests); inert in production.
     fault: Callable[[str], None] = lambda _name: None
     #: Values never written to the journal or the transcript.
-    secrets: Sequence[str] = ()
+    secrets: KnownSecrets = field(default_factory=KnownSecrets)
 
 
 @dataclass
@@ -165,7 +167,10 @@ async def restore_workspace(ws: Workspace, baseline: str, patch: bytes | None) -
     ``read-tree -u --reset`` rewrites the work tree to the baseline (files
     staged but not in it are removed), then the recorded patch is applied.
     """
-    env = git_env()
+    # Our git directory, never the checkout's .git: setup and agents ran in
+    # the checkout and may have rewritten it (core.fsmonitor, hooks, gitfiles).
+    env = workspace_git_env(ws)
+    await asyncio.to_thread(refuse_nested_git, ws)
     steps: list[tuple[list[str], bytes | None]] = [
         (["add", "--all"], None),
         (["read-tree", "-u", "--reset", baseline], None),

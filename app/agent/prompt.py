@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from app.agent.base import AgentRequest
+from app.agent.base import AgentRequest, Feedback
 from app.agent.context import ContextFile
+from app.agent.untrusted import issue_for_model, untrusted_block, visible_text
 
 #: Only the end of a long failing output is quoted: that is where the error is.
 REPRO_OUTPUT_BYTES = 8_000
@@ -26,8 +27,16 @@ def _tail(text: str, limit: int) -> str:
     return "[... earlier output omitted ...]\n" + data[-limit:].decode(errors="replace")
 
 
+def feedback_for_model(item: Feedback) -> str:
+    """A reviewer's words are comment text like the issue's: visible parts only, as data."""
+    if item.kind != "review":
+        return item.text
+    return untrusted_block("REVIEW", visible_text(item.text))
+
+
 def user_message(request: AgentRequest, files: list[ContextFile]) -> str:
-    parts = [f"# Issue: {request.issue_title}\n\n{request.issue_body.strip()}"]
+    # Only what readers of the issue see, framed as data (app/agent/untrusted.py).
+    parts = ["# Issue: " + issue_for_model(request.issue_title, request.issue_body)[2:]]
     commands = "\n".join(request.reproduction) or "(none given)"
     output = _tail(request.reproduction_output, REPRO_OUTPUT_BYTES)
     parts.append(
@@ -36,7 +45,8 @@ def user_message(request: AgentRequest, files: list[ContextFile]) -> str:
     )
     if request.feedback:
         notes = "\n\n".join(
-            f"## {item.kind}\n\n{_tail(item.text, FEEDBACK_BYTES)}" for item in request.feedback
+            f"## {item.kind}\n\n{_tail(feedback_for_model(item), FEEDBACK_BYTES)}"
+            for item in request.feedback
         )
         parts.append(f"# Why earlier attempts were not accepted\n\n{notes}")
     shown = []

@@ -12,11 +12,12 @@ messages the crashed one would have sent.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from app.secrets import KnownSecrets
 
 #: What a tool result becomes once trimmed to fit the context window.
 TRIMMED = "[output removed to fit the context window; run the tool again if you need it]"
@@ -131,18 +132,10 @@ def next_trim(steps: Sequence[Step], keep_recent: int = 2) -> TrimStep | None:
     return TrimStep(upto=cut + 1)
 
 
-_TOKEN_PATTERNS = re.compile(
-    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
-    r"sk-(?:ant-)?[A-Za-z0-9_-]{16,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b"
-)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
+def redact(text: str, secrets: KnownSecrets | Iterable[str]) -> str:
     """``text`` without the given secrets or anything shaped like a well-known token."""
-    for secret in secrets:
-        if secret and len(secret) >= 6:
-            text = text.replace(secret, "[redacted]")
-    return _TOKEN_PATTERNS.sub("[redacted]", text)
+    known = secrets if isinstance(secrets, KnownSecrets) else KnownSecrets(secrets)
+    return known.redact(text)
 
 
 def render(steps: Sequence[Step]) -> str:

@@ -13,12 +13,13 @@ text (``ok=False``) the model can act on. Only infrastructure failures
 
 from __future__ import annotations
 
-import re
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.agent.files import Checkout, FileRefused
+from app.agent.search import SEARCH_TIME_LIMIT, search
 from app.repo_config import Command
 from app.sandbox.runner import Heartbeat, Sandbox, run_command
 from app.workspace import Workspace
@@ -26,7 +27,6 @@ from app.workspace import Workspace
 #: Most text a tool hands back to the model (the end is kept for command output).
 MAX_TOOL_OUTPUT = 12_000
 MAX_LISTED = 400
-MAX_MATCHES = 200
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,8 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
 )
 TOOL_NAMES = frozenset(t.name for t in TOOLS)
+#: Tools that only touch files (synchronous, run in a thread).
+_FILE_TOOLS = frozenset({"list_files", "read_file", "replace_in_file", "write_file"})
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ class Toolbox:
     heartbeat: Heartbeat | None = None
     #: Whether the agent's commands may reach the network (the operator's choice).
     network: bool = False
+    #: Longest a model-chosen regular expression may search (seconds).
+    search_time_limit: float = SEARCH_TIME_LIMIT
     checkout: Checkout = field(init=False)
 
     def __post_init__(self) -> None:
@@ -143,13 +147,19 @@ class Toolbox:
                 f"{name} needs {spec.parameters['required'] or 'no arguments'} with the types "
                 f"of its schema; missing {missing}, unexpected or mistyped {wrong}"
             )
+        method = getattr(self, f"_{name}")
         try:
-            outcome: ToolOutcome = await getattr(self, f"_{name}")(**args)
+            if name in _FILE_TOOLS:
+                # Disk reads and writes off the event loop: the workspace is
+                # the sandbox's, and a slow read must not stall heartbeats.
+                outcome: ToolOutcome = await asyncio.to_thread(method, **args)
+            else:
+                outcome = await method(**args)
             return outcome
         except FileRefused as exc:
             return ToolOutcome(str(exc), ok=False)
 
-    async def _list_files(self, path: str = ".") -> ToolOutcome:
+    def _list_files(self, path: str = ".") -> ToolOutcome:
         files = []
         for index, name in enumerate(self.checkout.walk(path)):
             if index == MAX_LISTED:
@@ -158,7 +168,7 @@ class Toolbox:
             files.append(name)
         return ToolOutcome("\n".join(files) or "(no files)")
 
-    async def _read_file(
+    def _read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
     ) -> ToolOutcome:
         data = self.checkout.read(path)
@@ -171,27 +181,13 @@ class Toolbox:
         return ToolOutcome(_cap("\n".join(shown) or f"{path}: (empty)", keep="head"))
 
     async def _search(self, pattern: str, path: str = ".") -> ToolOutcome:
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            return ToolOutcome(f"not a valid regular expression: {exc}", ok=False)
-        matches: list[str] = []
-        for name in self.checkout.walk(path):
-            try:
-                data = self.checkout.read(name)
-            except FileRefused:
-                continue
-            if b"\0" in data[:8000]:
-                continue
-            for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-                if regex.search(line):
-                    matches.append(f"{name}:{number}: {line.strip()[:300]}")
-                    if len(matches) >= MAX_MATCHES:
-                        matches.append(f"... (stopped at {MAX_MATCHES} matches)")
-                        return ToolOutcome("\n".join(matches))
-        return ToolOutcome("\n".join(matches) or "no matches")
+        # In a child process with a deadline: the pattern is the model's.
+        ok, text = await search(
+            self.workspace.repo, pattern, path, time_limit=self.search_time_limit
+        )
+        return ToolOutcome(text, ok=ok)
 
-    async def _replace_in_file(self, path: str, old_text: str, new_text: str) -> ToolOutcome:
+    def _replace_in_file(self, path: str, old_text: str, new_text: str) -> ToolOutcome:
         text = self.checkout.read(path).decode(errors="surrogateescape")
         count = text.count(old_text) if old_text else 0
         if count != 1:
@@ -204,7 +200,7 @@ class Toolbox:
         self.checkout.write(path, text.replace(old_text, new_text).encode(errors="surrogateescape"))
         return ToolOutcome(f"{path}: replaced 1 occurrence")
 
-    async def _write_file(self, path: str, content: str) -> ToolOutcome:
+    def _write_file(self, path: str, content: str) -> ToolOutcome:
         self.checkout.write(path, content.encode())
         return ToolOutcome(f"{path}: wrote {len(content.encode())} bytes")
 

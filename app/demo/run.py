@@ -104,7 +104,8 @@ def builtin_agent_env(openai_base_url: str, *, model: str = "scripted-demo") -> 
     }
     return {
         "REPAIRBOT_AGENT_DEFAULT": json.dumps(agent),
-        "REPAIRBOT_AGENT_API_KEYS": DEMO_MODEL_KEY,
+        # The key is bound to the one URL it may be sent to.
+        "REPAIRBOT_AGENT_API_KEYS": f"{DEMO_MODEL_KEY}={openai_base_url}",
         "REPAIRBOT_AGENT_BASE_URLS": openai_base_url,
         DEMO_MODEL_KEY: API_KEY,
     }
@@ -181,7 +182,7 @@ async def run_demo(
             people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
         )
         say(f"@{people.maintainer} labelled it `repairbot`\n")
-        workflow_id = repair_workflow_id(stack.repo, number)
+        workflow_id = repair_workflow_id(stack.gh.repo_id(stack.repo), number)
         # A random moment mid-run: a random phase, a random delay into it.
         crash_phase = rng.choice(CRASH_PHASES) if crash else None
         crash_delay = rng.uniform(0.0, 0.6)

@@ -129,6 +129,10 @@ class LocalStack:
             session_secret=secrets.token_urlsafe(32),
             reconcile_interval=0.2,
             worker_id="demo-worker",
+            # The installation is created above, before repairbot listens, and the
+            # repositories get their config from the test or demo that uses them:
+            # onboarding would only race them. tests/e2e/test_onboarding.py turns it on.
+            onboarding=False,
         )
         return self.settings
 

@@ -11,14 +11,16 @@ the reconcile step that keeps effects single.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
 import httpx
 from githubkit import GitHub
 from githubkit.cache import MemCacheStrategy
-from githubkit.config import get_config
+from githubkit.config import Config, get_config
 from githubkit.utils import UNSET
+from sqlalchemy import Engine
 
 from app.config import Settings
 from app.github.auth import (
@@ -34,7 +36,14 @@ from app.github.auth import (
     parse_expiry,
     utcnow,
 )
+from app.github.conditional import (
+    ConditionalStore,
+    ConditionalTransport,
+    DatabaseConditionalStore,
+    MemoryConditionalStore,
+)
 from app.github.errors import classified
+from app.github.rate_budget import RateBudget
 from app.github.transport import SharedTransport
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
@@ -55,6 +64,10 @@ class GitHubClientFactory:
     - ``transport``: an httpx transport to use instead of the network (tests).
     - ``user_agent``: sent with every request; GitHub asks for one naming the app.
     - ``clock``: for token expiry decisions (tests).
+    - ``conditional``: where installation clients keep answers to revalidate
+      GETs with ``If-None-Match`` (:mod:`app.github.conditional`); ``None``: off.
+    - ``budget``: the installation rate budget shared by every worker
+      (:mod:`app.github.rate_budget`); ``None``: off.
     """
 
     def __init__(
@@ -67,9 +80,13 @@ class GitHubClientFactory:
         transport: httpx.AsyncBaseTransport | None = None,
         user_agent: str = "repairbot",
         clock: Clock = utcnow,
+        conditional: ConditionalStore | None = None,
+        budget: RateBudget | None = None,
     ) -> None:
         self.base_url = base_url
         self.transport = SharedTransport(transport or httpx.AsyncHTTPTransport())
+        self.conditional = conditional
+        self.budget = budget
         self._config = get_config(
             base_url=base_url,
             timeout=timeout,
@@ -94,10 +111,22 @@ class GitHubClientFactory:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+        cls,
+        settings: Settings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        engine: Engine | None = None,
     ) -> GitHubClientFactory:
+        """``engine``: the database every worker shares; with it, GETs are
+        revalidated against stored answers and the rate budget is shared."""
         credentials = AppCredentials(settings.github_app_id, settings.github_private_key)
-        return cls(base_url=settings.github_api_url, credentials=credentials, transport=transport)
+        return cls(
+            base_url=settings.github_api_url,
+            credentials=credentials,
+            transport=transport,
+            conditional=DatabaseConditionalStore(engine) if engine is not None else None,
+            budget=RateBudget(engine) if engine is not None else None,
+        )
 
     def __repr__(self) -> str:
         return f"GitHubClientFactory(base_url={self.base_url!r})"
@@ -122,9 +151,25 @@ class GitHubClientFactory:
         client = self._installations.get(scope)
         if client is None:
             key: int | TokenScope = scope if repository else installation_id
-            client = GitHub(InstallationAuthStrategy(self.tokens, key), config=self._config)
+            client = GitHub(
+                InstallationAuthStrategy(self.tokens, key),
+                config=self._installation_config(installation_id),
+            )
             self._installations[scope] = client
         return client
+
+    def _installation_config(self, installation_id: int) -> Config:
+        """The shared config, with GETs revalidated and the rate budget kept
+        when those are on (the App's own JWT client never uses them)."""
+        if self.conditional is None and self.budget is None:
+            return self._config
+        transport = ConditionalTransport(
+            self.transport,
+            installation_id,
+            self.conditional or MemoryConditionalStore(max_entries=0),
+            self.budget,
+        )
+        return replace(self._config, async_transport=transport)
 
     async def bot_login(self) -> str:
         """``<app-slug>[bot]``, the account our comments and pull requests are written by.

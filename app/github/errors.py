@@ -66,6 +66,11 @@ def no_answer(exc: BaseException) -> bool:
     return isinstance(inner, httpx.TransportError) and not isinstance(inner, _NOT_SENT)
 
 
+#: GitHub's answer to any call with a suspended installation's credentials.
+SUSPENDED = "This installation has been suspended"
+SUSPENDED_RETRY_SECONDS = 60.0
+
+
 def github_message(exc: RequestFailed) -> str:
     """GitHub's own words: ``message`` plus any validation ``errors`` detail."""
     try:
@@ -176,6 +181,11 @@ def _classify_status(exc: RequestFailed, what: str, now: Clock) -> ActivityFailu
         return TransientError(f"GitHub answered {status} to {what}: {message}")
     if status == 401:
         return PermanentError(f"GitHub refused our credentials for {what} after a token refresh")
+    if status == 403 and message.startswith(SUSPENDED):
+        # The owner suspended the installation: every call fails until they
+        # unsuspend it, so the call waits (retried a minute apart, holding no
+        # worker) and goes through after the unsuspend.
+        return TransientError(f"{what}: {message}", next_retry_delay=SUSPENDED_RETRY_SECONDS)
     return PermanentError(f"GitHub answered {status} to {what}: {message}")
 
 

@@ -6,27 +6,39 @@ from activities import (
     agent,
     github,
     installation_caps,
+    onboarding,
     repo_commands,
     runs,
+    triage,
     trigger_config,
     workspace,
 )
 from activities import example as example_activities
 from app.engine.registry import Registry
 from app.workflows import example, repair, slash_command
+from app.workflows import onboarding as onboarding_workflow
+from app.workflows import triage as triage_workflows
 
 
 def build_registry() -> Registry:
     return Registry.of(
-        [*example.WORKFLOWS, *slash_command.WORKFLOWS, *repair.WORKFLOWS],
+        [
+            *example.WORKFLOWS,
+            *slash_command.WORKFLOWS,
+            *repair.WORKFLOWS,
+            *onboarding_workflow.WORKFLOWS,
+            *triage_workflows.WORKFLOWS,
+        ],
         [
             *example_activities.ACTIVITIES,
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
             *installation_caps.ACTIVITIES,
             *trigger_config.ACTIVITIES,
+            *triage.ACTIVITIES,
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,
+            *onboarding.ACTIVITIES,
         ],
     )

@@ -16,6 +16,7 @@ from activities.github import GitHubAccess
 from activities.workspace import InstallationGit
 from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
+from app.agent.proxy import ModelProxy
 from app.config import Settings
 from app.delivery_reconciler import DeliveryReconciler
 from app.engine.activity_context import Dependencies
@@ -31,6 +32,7 @@ from app.metrics import metered_transport
 from app.repo_config import AgentConfig, Command
 from app.sandbox import describe
 from app.sandbox.runner import Sandbox
+from app.secrets import KnownSecrets, RedactingFilter
 from app.workspace import sweep_workspaces
 
 log = logging.getLogger("repairbot.worker")
@@ -38,20 +40,30 @@ log = logging.getLogger("repairbot.worker")
 
 def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     """Clients built once per process and handed to every activity."""
+    policy = replace(
+        AgentPolicy.from_env(dict(settings.agent_env), default=_default_agent(settings)),
+        command_network=settings.agent_network,
+    )
+    # A client of its own: never one that carries GitHub credentials.
+    agent_http = AgentHttp(httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=15.0)))
+    # Every secret this worker holds, redacted from what agents produce and
+    # from the logs; installation tokens are added as they are minted.
+    known = KnownSecrets.from_env(settings.secret_env(), extra=policy.secrets)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter(known))
     deps = Dependencies(
         settings,
         open_evidence_store(settings, engine),
-        Sandbox(isolation=settings.isolation()),
-        replace(
-            AgentPolicy.from_env(dict(settings.agent_env), default=_default_agent(settings)),
-            command_network=settings.agent_network,
-        ),
-        # A client of its own: never one that carries GitHub credentials.
-        AgentHttp(httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=15.0))),
+        Sandbox(isolation=settings.isolation(), egress=settings.egress_policy()),
+        policy,
+        agent_http,
+        known,
+        # The operator's command agent reaches its model through this (app/agent/proxy.py).
+        ModelProxy(client=agent_http.client),
     )
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(
-            settings, transport=metered_transport(settings.github_api_url)
+            settings, transport=metered_transport(settings.github_api_url), engine=engine
         )
         deps.add(GitHubAccess(factory, settings.github_git_url))
 
@@ -59,6 +71,7 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
             token = await factory.installation_token(
                 installation_id, repository=repo, permissions=permissions
             )
+            known.add_short_lived(token.token)
             return token.token
 
         deps.add(InstallationGit(token_for))

@@ -3,14 +3,22 @@
 Namespaces: PID (the command's tree dies with it: bwrap's init is PID 1 and
 ``--die-with-parent`` ties it to us), mount (a new root holding only what
 :class:`~app.sandbox.policy.Isolation` lists), network (only a loopback of
-its own, unless the step may use the network), IPC and UTS. A private
+its own, always: a step that may use the network reaches only the egress
+proxy, through a socket bound in, see :mod:`app.sandbox.egress`), IPC and UTS. A private
 ``/proc`` and ``/tmp``, a minimal ``/dev``.
+
+System calls: a seccomp filter (:mod:`app.sandbox.seccomp`) denies new
+namespaces, ``bpf``, ``keyctl``, ``io_uring``, ``perf_event_open``,
+``userfaultfd``, ``ptrace``, mounting and more.
 
 User: a root worker keeps no privilege inside. bwrap runs as root to build
 the mounts, then ``setpriv`` drops to the sandbox uid/gid with no groups, no
 capabilities (bounding set included) and ``no_new_privs``, so setuid
 programs cannot climb back. An unprivileged worker uses a user namespace
-instead (it has nothing to drop).
+instead, with ``--disable-userns`` so that the command cannot create another
+one. There the sandbox user (uid 65534 inside) is the worker's user to the
+kernel outside: what keeps the worker's files from it is that they are not
+mounted (or masked), not their mode; see docs/security.md.
 """
 
 from __future__ import annotations
@@ -37,17 +45,25 @@ def bwrap_argv(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    network: bool,
     as_root: bool,
+    seccomp_fd: int,
+    sockets: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
-    """The full command line: ``bwrap <options> -- [setpriv ... --] <argv>``."""
+    """The full command line: ``bwrap <options> -- [setpriv ... --] <argv>``.
+
+    ``seccomp_fd``: a descriptor the child inherits holding the filter
+    (:func:`app.sandbox.seccomp.memfd`).
+    """
     out = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
     out += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
-    if not network:
-        out.append("--unshare-net")
+    out.append("--unshare-net")  # never the host's network (docs/security.md)
+    out += ["--seccomp", str(seccomp_fd)]
     if not as_root:
         out += ["--unshare-user", "--uid", str(isolation.uid), "--gid", str(isolation.gid)]
-    for step in plan(isolation, writable):
+        # No nested user namespace (and its fresh capability set). The root
+        # path has no user namespace to limit: its seccomp filter denies them.
+        out.append("--disable-userns")
+    for step in plan(isolation, writable, sockets):
         out += _render(step)
     out += ["--chdir", os.path.realpath(cwd)]
     if as_root:
@@ -70,6 +86,8 @@ def _render(step: Step) -> list[str]:
         return ["--perms", "0755", "--dir", path]
     if kind == "tmpfs":
         return ["--perms", step[2], "--tmpfs", path]
+    if kind == "sock":
+        return ["--bind", step[2], path]
     if kind == "null":
         return ["--ro-bind", "/dev/null", path]
     return [f"--{kind}", path]  # proc, dev

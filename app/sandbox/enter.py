@@ -5,8 +5,11 @@ in fresh mount, PID, IPC, UTS (and network) namespaces, as root of them.
 Standard library only: it runs before anything else is visible. It builds
 the same view bubblewrap would: an empty tmpfs root, read-only binds, masks,
 read-write binds, a private ``/proc``, ``/dev`` and ``/tmp``; pivots into it,
-drops to the sandbox user when it was real root, forbids new privileges and
-executes the command. Any failure exits 125 before the command runs.
+empties the capability bounding set, drops to the sandbox user (when it was
+real root; otherwise it becomes that user in a nested user namespace, so it
+is not root of the namespace that owns the mounts and cannot unmount a
+mask), forbids new privileges, loads the seccomp filter and executes the
+command. Any failure exits 125 before the command runs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+CLONE_NEWUSER = 0x10000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
 #: pivot_root(2) has no libc wrapper; its system call number per architecture.
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
@@ -88,6 +94,8 @@ def build(spec: dict) -> None:  # type: ignore[type-arg]
             mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={item[2]}")
         elif kind == "null":
             bind("/dev/null", target, read_only=True)
+        elif kind == "sock":
+            bind(item[2], target, read_only=False)
         elif kind == "proc":
             os.makedirs(target, exist_ok=True)
             mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -100,8 +108,7 @@ def build(spec: dict) -> None:  # type: ignore[type-arg]
                 os.symlink(link, f"{target}/{name}")
             os.symlink("/proc/self/fd/1", f"{target}/stdout")
             os.symlink("/proc/self/fd/2", f"{target}/stderr")
-    if spec.get("loopback"):
-        _loopback_up()
+    _loopback_up()  # a network namespace of its own: bring its lo up
     os.chdir(root)
     _check(libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
     _check(libc.umount2(b".", MNT_DETACH), "umount old root")
@@ -122,16 +129,49 @@ def _root_is_real() -> bool:
         return fh.read().split()[:3] == ["0", "0", "4294967295"]
 
 
+def _drop_bounding_set() -> None:
+    """No capability can come back, not even through an exec as root."""
+    with open("/proc/sys/kernel/cap_last_cap") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+
+
+def _leave_namespace_root(uid: int, gid: int) -> None:
+    """Root of our user namespace could unmount the masks: become ``uid`` in a
+    nested user namespace instead, where the mount namespace (owned by the
+    parent) grants nothing."""
+    _check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} 0 1"), ("gid_map", f"{gid} 0 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def _load_seccomp(program: bytes) -> None:
+    fprog = _SockFprog(len(program) // 8, program)
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     try:
         uid_map_real = _root_is_real()
         build(spec)
+        _drop_bounding_set()
         if uid_map_real:
             os.setgroups([])
             os.setresgid(spec["gid"], spec["gid"], spec["gid"])
             os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+        else:
+            _leave_namespace_root(spec["uid"], spec["gid"])
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _load_seccomp(bytes.fromhex(spec["seccomp"]))
     except OSError as exc:
         print(f"repairbot sandbox (unshare): {exc}", file=sys.stderr)
         sys.exit(125)

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from app.sandbox import seccomp
 from app.sandbox.bwrap import SETPRIV, bwrap_argv, bwrap_path
 from app.sandbox.cgroups import CommandCgroup
+from app.sandbox.forward import PortForward, wrap
 from app.sandbox.mounts import plan
 from app.sandbox.policy import Isolation, SandboxUnavailable
 
@@ -44,9 +46,14 @@ class Launch:
     preexec: Callable[[], None]
     #: An empty directory the ``unshare`` backend mounts the new root on.
     mount_point: Path | None = None
+    #: Descriptors the child inherits (bwrap's seccomp program).
+    pass_fds: tuple[int, ...] = ()
 
     def cleanup(self) -> None:
         """Kill anything left in the command's cgroup and remove it."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.mount_point is not None:
@@ -61,22 +68,24 @@ def _as_root() -> bool:
 @functools.cache
 def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
     """``None`` when bwrap builds a sandbox here; otherwise why not."""
-    probe = Path("/")
+    if as_root and not os.access(SETPRIV, os.X_OK):
+        return f"{SETPRIV} (util-linux) is missing: cannot drop privileges inside the sandbox"
+    fd = seccomp.memfd()
     argv = bwrap_argv(
         bwrap,
         Isolation(uid=uid, gid=gid),
         PROBE,
-        cwd=probe,
+        cwd=Path("/"),
         writable=[],
-        network=False,
         as_root=as_root,
+        seccomp_fd=fd,
     )
-    if as_root and not os.access(SETPRIV, os.X_OK):
-        return f"{SETPRIV} (util-linux) is missing: cannot drop privileges inside the sandbox"
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=[fd])
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be started: {exc}"
+    finally:
+        os.close(fd)
     if done.returncode != 0:
         return f"bwrap failed: {done.stderr.decode(errors='replace').strip()[:300]}"
     return None
@@ -89,6 +98,10 @@ def backend_for(isolation: Isolation) -> Backend:
     """
     if isolation.mode == "none":
         return "none"
+    try:
+        seccomp.program()
+    except seccomp.SeccompUnsupported as exc:
+        raise SandboxUnavailable(str(exc)) from None
     problems = []
     if isolation.mode in ("auto", "bwrap"):
         bwrap = bwrap_path()
@@ -128,7 +141,6 @@ def _probe_unshare(unshare: str, as_root: bool, uid: int, gid: int) -> str | Non
             PROBE,
             cwd=Path("/"),
             writable=[],
-            network=False,
             as_root=as_root,
             mount_point=mount_point,
         )
@@ -162,29 +174,38 @@ def prepare(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    network: bool,
     memory_bytes: int | None,
     max_tasks: int | None,
     apply_rlimits: Callable[[], None],
+    forwards: Sequence[PortForward] = (),
 ) -> Launch:
-    """What to execute for ``argv``; the caller must call ``cleanup`` afterwards."""
+    """What to execute for ``argv``; the caller must call ``cleanup`` afterwards.
+
+    The command never shares the host's network: ``forwards`` (see
+    :mod:`app.sandbox.forward`) are its only ways out.
+    """
     backend = backend_for(isolation)
     mount_point = None
     as_root = _as_root()
     if backend != "none" and as_root:
         for path in writable:
             _hand_over(path, isolation.uid, isolation.gid)
+    argv = wrap(argv, forwards, sandboxed=backend != "none")
+    sockets = [(f.inside(), f.socket) for f in forwards]
+    pass_fds: tuple[int, ...] = ()
     if backend == "none":
         wrapped = list(argv)
     elif backend == "bwrap":
+        pass_fds = (seccomp.memfd(),)
         wrapped = bwrap_argv(
             bwrap_path() or "bwrap",
             isolation,
             argv,
             cwd=cwd,
             writable=writable,
-            network=network,
             as_root=as_root,
+            seccomp_fd=pass_fds[0],
+            sockets=sockets,
         )
     else:
         mount_point = Path(tempfile.mkdtemp(prefix="repairbot-root-"))
@@ -194,9 +215,9 @@ def prepare(
             argv,
             cwd=cwd,
             writable=writable,
-            network=network,
             as_root=as_root,
             mount_point=mount_point,
+            sockets=sockets,
         )
     cgroup = CommandCgroup.create(memory_bytes=memory_bytes, max_tasks=max_tasks)
 
@@ -212,6 +233,7 @@ def prepare(
         cgroup=cgroup,
         preexec=preexec,
         mount_point=mount_point,
+        pass_fds=pass_fds,
     )
 
 
@@ -222,24 +244,22 @@ def unshare_argv(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    network: bool,
     as_root: bool,
     mount_point: Path,
+    sockets: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
     """``unshare <namespaces> -- python enter.py <spec>``: the fallback backend."""
-    out = [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts"]
-    if not network:
-        out.append("--net")
+    out = [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts", "--net"]
     if not as_root:
         out += ["--user", "--map-root-user"]
     spec = {
         "root": str(mount_point),
-        "mounts": plan(isolation, writable),
+        "mounts": plan(isolation, writable, sockets),
         "cwd": os.path.realpath(cwd),
         "uid": isolation.uid,
         "gid": isolation.gid,
         "argv": list(argv),
-        "loopback": not network,  # a namespace of its own: bring its lo up
+        "seccomp": seccomp.program().hex(),
     }
     return [*out, "--", sys.executable, "-I", "-S", str(ENTER), json.dumps(spec)]
 

@@ -12,6 +12,7 @@ writable paths last. Steps are tuples so they travel as JSON::
     ("tmpfs", path, mode)      an empty tmpfs
     ("null", path)             /dev/null over a hidden file
     ("proc", path), ("dev", path)
+    ("sock", path, source)     a unix socket from outside (a port forward)
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from app.sandbox.policy import SYSTEM_PATHS, Isolation
 Step = tuple[str, ...]
 
 
-def plan(isolation: Isolation, writable: Sequence[Path]) -> list[Step]:
+def plan(
+    isolation: Isolation, writable: Sequence[Path], sockets: Sequence[tuple[str, Path]] = ()
+) -> list[Step]:
+    """The mount steps; ``sockets`` are (path inside, socket outside) pairs."""
     mounts = _Mounts()
     for system in SYSTEM_PATHS:
         path = Path(system)
@@ -35,6 +39,8 @@ def plan(isolation: Isolation, writable: Sequence[Path]) -> list[Step]:
             mounts.bind("ro", path)
     mounts.add(("proc", "/proc"), Path("/proc"), tmpfs=False)
     mounts.add(("dev", "/dev"), Path("/dev"), tmpfs=False)
+    # POSIX shared memory and semaphores (multiprocessing's locks live there).
+    mounts.tmpfs(Path("/dev/shm"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
     mounts.tmpfs(Path("/tmp"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
     for path in isolation.visible_paths():  # after /tmp: one may lie under it
         mounts.bind("ro", path)
@@ -42,6 +48,8 @@ def plan(isolation: Isolation, writable: Sequence[Path]) -> list[Step]:
         mounts.mask(Path(os.path.realpath(hidden)))
     for path in writable:
         mounts.bind("rw", Path(os.path.realpath(path)))
+    for inside, outside in sockets:  # last: nothing may cover them
+        mounts.add(("sock", inside, str(outside)), Path(inside), tmpfs=False)
     return mounts.steps
 
 

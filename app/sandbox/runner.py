@@ -13,8 +13,11 @@ What the sandbox promises (the isolation itself is the rest of :mod:`app.sandbox
   explicitly. The app's secrets (tokens, keys, database URLs) are therefore
   absent, and the few names that must never reach a command are refused
   even as explicit extras.
-- Network: none (a loopback of its own) unless the caller allows it for
-  this command; the result records which.
+- Network: a namespace of its own, always (a loopback and nothing else).
+  A command the caller lets use the network (``network=True``) reaches the
+  operator's allow-listed hosts through the egress proxy outside the
+  sandbox (:mod:`app.sandbox.egress`) and nothing else; the result records
+  which.
 - Time: a wall-clock limit. On timeout or cancellation the sandbox's PID
   namespace is torn down, so every process the command started dies with
   it (a ``setsid`` daemon included), not only the process group.
@@ -49,6 +52,8 @@ from pydantic import BaseModel, ConfigDict
 from app.engine.errors import ActivityCancelled
 from app.repo_config import Command
 from app.sandbox import Isolation, Launch, prepare
+from app.sandbox.egress import EgressPolicy, egress, proxy_env
+from app.sandbox.forward import PortForward
 
 Heartbeat = Callable[[dict[str, Any]], Awaitable[bool]]
 
@@ -135,6 +140,9 @@ class Sandbox:
     isolation: Isolation = field(default_factory=Isolation)
     #: Seconds between heartbeats while a command runs.
     heartbeat_interval: float = 10.0
+    #: Where a networked command may connect, through the egress proxy
+    #: (``REPAIRBOT_EGRESS_ALLOW``; :mod:`app.sandbox.egress`).
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
 
 
 class CommandResult(BaseModel):
@@ -153,7 +161,8 @@ class CommandResult(BaseModel):
     output_tail: str
     #: The sandbox it ran in: ``bwrap`` or ``none`` (the operator disabled it).
     sandbox: str = "none"
-    #: Whether it could reach the network (setup commands, when the config allows).
+    #: Whether it could reach the allow-listed hosts through the egress proxy
+    #: (base setup commands, when the config allows).
     network: bool = False
 
     @property
@@ -285,15 +294,19 @@ async def run_command(
     heartbeat: Heartbeat | None = None,
     writable: Sequence[Path] = (),
     network: bool = False,
+    forwards: Sequence[PortForward] = (),
 ) -> CommandRun:
     """Run ``command`` in ``cwd`` and return what happened.
 
     ``cwd``, ``home``, ``tmpdir`` and ``writable`` are the only paths the
     command may write (they must lie in the workspace); ``network`` lets it
-    reach the network. A non-zero exit or a timeout is a result, not an
-    exception. Raises :class:`~app.sandbox.SandboxUnavailable` (nothing ran)
-    when no sandbox can be built, :class:`ActivityCancelled` if ``heartbeat``
-    reports cancellation, and re-raises whatever ``heartbeat`` raises (a lost
+    reach ``sandbox.egress``'s allow-list through the egress proxy (never the
+    host's network). ``forwards`` make servers outside reachable inside as
+    ``127.0.0.1:PORT`` (:mod:`app.sandbox.forward`). A non-zero exit or a
+    timeout is a result, not an exception. Raises
+    :class:`~app.sandbox.SandboxUnavailable` (nothing ran) when no sandbox
+    can be built, :class:`ActivityCancelled` if ``heartbeat`` reports
+    cancellation, and re-raises whatever ``heartbeat`` raises (a lost
     lease); in every case everything the command started is dead before this
     returns or raises.
     """
@@ -304,13 +317,66 @@ async def run_command(
     missing = _missing_program(argv[0], cwd=cwd, path=env["PATH"])
     if missing is not None:
         return _not_started(command, missing, 127)
+    writable = _unique([cwd, home, tmpdir, *writable])
+    if not network or sandbox.isolation.mode == "none":
+        # Unsandboxed (the operator's choice) means the host's network anyway.
+        return await _launch(
+            command, argv, cwd, env, writable, forwards, sandbox, time_limit, network, heartbeat
+        )
+    async with egress(sandbox.egress) as (proxy, forward):
+        env |= proxy_env(forward.port)
+        run = await _launch(
+            command,
+            argv,
+            cwd,
+            env,
+            writable,
+            [*forwards, forward],
+            sandbox,
+            time_limit,
+            network,
+            heartbeat,
+        )
+    return _with_refusals(run, proxy.refused)
+
+
+#: Refusals listed under a command's output, at most (a loop could make thousands).
+_REFUSALS_SHOWN = 20
+
+
+def _with_refusals(run: CommandRun, refused: Sequence[str]) -> CommandRun:
+    """The egress proxy's refusals appended to the output: a package manager
+    seldom prints the 403's body, and the maintainer must learn which host to
+    ask the operator for."""
+    if not refused:
+        return run
+    lines = [f"[repairbot egress refused: {reason}]" for reason in refused[:_REFUSALS_SHOWN]]
+    if len(refused) > _REFUSALS_SHOWN:
+        lines.append(f"[... and {len(refused) - _REFUSALS_SHOWN} more refusals]")
+    note = "\n" + "\n".join(lines) + "\n"
+    result = run.result.model_copy(update={"output_tail": run.result.output_tail + note})
+    return CommandRun(result=result, output=run.output + note.encode())
+
+
+async def _launch(
+    command: Command,
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    writable: list[Path],
+    forwards: Sequence[PortForward],
+    sandbox: Sandbox,
+    time_limit: float,
+    network: bool,
+    heartbeat: Heartbeat | None,
+) -> CommandRun:
     launch = await asyncio.to_thread(
         prepare,
         sandbox.isolation,
         argv,
         cwd=cwd,
-        writable=_unique([cwd, home, tmpdir, *writable]),
-        network=network,
+        writable=writable,
+        forwards=forwards,
         memory_bytes=sandbox.limits.memory_bytes,
         max_tasks=sandbox.limits.tasks,
         apply_rlimits=sandbox.limits.apply,
@@ -345,6 +411,7 @@ async def _run(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=launch.preexec,
+            pass_fds=launch.pass_fds,
         )
     except (FileNotFoundError, PermissionError) as exc:
         # What a shell would report (127 / 126): the repository's command is

@@ -4,7 +4,7 @@ Each delivery recorded alone pays a transaction of its own (BEGIN, COMMIT:
 on PostgreSQL a WAL flush, on SQLite the write lock that concurrent writers
 queue for, sleeping between tries) and a hop to a thread of its own, and
 threads that take turns at the GIL and the write lock were most of the
-intake's time under load (docs/benchmarks.md, "Intake"). Here one writer
+intake's time under load (docs/history/benchmarks-2026-11.md, "Intake"). Here one writer
 drains a queue on the store's threads: a delivery that finds it idle is
 recorded at once, alone (no added latency); deliveries that arrive while a
 transaction runs wait for it and then go together, at most ``max_batch`` per

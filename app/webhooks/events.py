@@ -72,11 +72,24 @@ class _RepositoryEvent(_ActionEvent):
     repository: Repository
 
 
+class IssueTransfer(Model):
+    """``changes`` of ``issues.transferred``: where the issue lives now."""
+
+    new_issue: Issue
+    new_repository: Repository
+
+
 class IssuesEvent(_RepositoryEvent):
     name = "issues"
     issue: Issue
     #: The label added or removed (``labeled`` / ``unlabeled`` only).
     label: Label | None = None
+    #: For ``transferred``: the new issue and repository.
+    changes: IssueTransfer | None = None
+
+    @property
+    def changes_new_issue(self) -> IssueTransfer | None:
+        return self.changes if self.action == "transferred" else None
 
     @model_validator(mode="after")
     def _label_for_label_actions(self) -> IssuesEvent:
@@ -124,6 +137,14 @@ class InstallationRepositoriesEvent(_ActionEvent):
     repositories_removed: tuple[RepositoryRef, ...] = ()
 
 
+class RepositoryEvent(_RepositoryEvent):
+    """``repository``: renamed, transferred, deleted, ... The payload's
+    ``repository`` is the repository as it is now (new name, new owner);
+    its ``id`` never changes."""
+
+    name = "repository"
+
+
 class PushEvent(WebhookEvent):
     name = "push"
     repository: Repository
@@ -160,6 +181,7 @@ ParsedEvent = (
     | CheckRunEvent
     | InstallationEvent
     | InstallationRepositoriesEvent
+    | RepositoryEvent
     | PushEvent
     | PingEvent
 )
@@ -174,6 +196,7 @@ EVENT_TYPES: Mapping[str, type[ParsedEvent]] = {
         CheckRunEvent,
         InstallationEvent,
         InstallationRepositoriesEvent,
+        RepositoryEvent,
         PushEvent,
         PingEvent,
     )
@@ -234,6 +257,7 @@ __all__ = [
     "PullRequestEvent",
     "PullRequestReviewEvent",
     "PushEvent",
+    "RepositoryEvent",
     "RoutingKey",
     "UnknownEvent",
     "WebhookEvent",

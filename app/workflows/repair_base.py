@@ -24,6 +24,7 @@ from app.workflows.calls import call, first, schedule
 from app.workflows.contracts import RunRequest
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
 from app.workflows.state import Outcome, Phase, RunState
+from app.workflows.triage_contracts import REPOSITORY_MOVED, RepositoryMovedSignal
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -74,6 +75,8 @@ class RunBase:
             base_branch=request.default_branch,
         )
         self.config = RepoConfig()
+        #: Where the repository is now, after a rename or transfer (None: unmoved).
+        self.moved: RepositoryMovedSignal | None = None
         #: Where an operator's resume continues a run parked as needs-human.
         self.resume_at: Next | None = None
         self.reproduction: list[Command] = []
@@ -97,13 +100,28 @@ class RunBase:
 
     # -- inputs of activities ---------------------------------------------------
 
+    def follow_moves(self) -> None:
+        """Take in the renames and transfers of the repository that arrived
+        (``repository_moved`` signals, buffered: no await, so every phase sees
+        them before its next GitHub call). The run is keyed by repository id;
+        its calls and clones use the name GitHub gives the repository now."""
+        while self.ctx.pending_signals(REPOSITORY_MOVED) and self.ctx.patched(
+            "events-repository-moved"
+        ):
+            signal = self.ctx.wait_signal(REPOSITORY_MOVED).result  # buffered: resolved
+            self.moved = RepositoryMovedSignal.model_validate(signal.payload)
+            self.state.repo = self.moved.full_name
+
     def repo_fields(self) -> dict[str, Any]:
-        return {"repo": self.request.repo, "installation_id": self.request.installation_id}
+        self.follow_moves()
+        repo = self.moved.full_name if self.moved else self.request.repo
+        return {"repo": repo, "installation_id": self.request.installation_id}
 
     def spec(self, base_sha: str, patch: EvidenceRef | None = None) -> WorkspaceSpec:
+        self.follow_moves()
         return WorkspaceSpec(
-            repo=self.request.repo,
-            clone_url=self.request.clone_url,
+            repo=self.moved.full_name if self.moved else self.request.repo,
+            clone_url=self.moved.clone_url if self.moved else self.request.clone_url,
             base_sha=base_sha,
             installation_id=self.request.installation_id,
             patch=patch,

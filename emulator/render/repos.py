@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -10,7 +9,7 @@ from emulator.render.base import Json, Urls, node_id, ts, user
 from emulator.state import Repo
 
 if TYPE_CHECKING:
-    from emulator.git import CommitInfo, TreeEntry
+    from emulator.git import CommitInfo
 
 
 def repository(urls: Urls, repo: Repo, *, open_issues: int = 0, push_event: bool = False) -> Json:
@@ -217,40 +216,4 @@ def branch(urls: Urls, repo: Repo, name: str, info: CommitInfo) -> Json:
         "protected": False,
         "protection": {"enabled": False, "required_status_checks": None},
         "protection_url": f"{api}/branches/{name}/protection",
-    }
-
-
-def content_entry(urls: Urls, repo: Repo, entry: TreeEntry, ref: str) -> Json:
-    """One entry of ``GET /contents/{path}`` (a file's, without its content)."""
-    api = urls.repo_api(repo)
-    kind = {"blob": "file", "tree": "dir", "commit": "submodule"}[entry.type]
-    self_url = f"{api}/contents/{entry.path}?ref={ref}"
-    git_url = f"{api}/git/{'trees' if entry.type == 'tree' else 'blobs'}/{entry.sha}"
-    html_url = (
-        f"{urls.repo_web(repo)}/{'tree' if entry.type == 'tree' else 'blob'}/{ref}/{entry.path}"
-    )
-    return {
-        "type": kind,
-        "size": entry.size or 0,
-        "name": entry.path.rpartition("/")[2],
-        "path": entry.path,
-        "sha": entry.sha,
-        "url": self_url,
-        "git_url": git_url,
-        "html_url": html_url,
-        "download_url": f"{urls.web}/{repo.full_name}/raw/{ref}/{entry.path}"
-        if kind == "file"
-        else None,
-        "_links": {"self": self_url, "git": git_url, "html": html_url},
-    }
-
-
-def content_file(urls: Urls, repo: Repo, entry: TreeEntry, ref: str, data: bytes) -> Json:
-    """``GET /contents/{path}`` of a file: its entry plus base64 content."""
-    encoded = base64.b64encode(data).decode()
-    wrapped = "".join(encoded[i : i + 60] + "\n" for i in range(0, len(encoded), 60))
-    return content_entry(urls, repo, entry, ref) | {
-        "encoding": "base64",
-        "content": wrapped,
-        "size": len(data),
     }

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from emulator.rest import apps, checks, comments, issues, merge, pulls, refs, repos, reviews
+from emulator.rest import (
+    apps,
+    checks,
+    comments,
+    contents,
+    issues,
+    merge,
+    pulls,
+    refs,
+    repos,
+    reviews,
+)
 from emulator.rest.http import Spec
 
-#: Path parameters that may contain slashes (branch names, ``heads/feature/x``,
-#: file paths).
+#: Path parameters that may contain slashes (branch names, ``heads/feature/x``).
 PATH_PARAMS = ("ref", "branch", "path")
 
 
@@ -20,6 +30,7 @@ def all_specs() -> list[Spec]:
         *reviews.ROUTES,
         *pulls.ROUTES,
         *comments.ROUTES,
+        *contents.ROUTES,
         *issues.ROUTES,
         *refs.ROUTES,
         *repos.ROUTES,

@@ -8,6 +8,7 @@ the store lock (git calls block; the lock makes each request atomic). The
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Callable
@@ -101,9 +102,13 @@ class Ctx:
         Invisible repositories are 404 (GitHub does not confirm they exist);
         visible but not writable ones are 403.
         """
-        repo = self.emu.store.repo(self.params["owner"], self.params["repo"])
+        owner, name = self.params["owner"], self.params["repo"]
+        repo = self.emu.store.repo(owner, name)
+        if repo is None:
+            self._redirect_if_moved(owner, name)
         if repo is None or not can_see(self.emu.store, self.principal, repo):
             raise not_found()
+        self._redirect_if_transferred(repo)
         if self.principal.kind == "anonymous" and level != "read":
             raise ApiError(401, "Requires authentication")
         if not may(self.principal, repo, permission=permission, level=level, role=role):
@@ -113,6 +118,44 @@ class Ctx:
                 raise ApiError(403, f"Must have {role} access to repository")
             raise not_found()
         return repo
+
+    def _redirect_if_transferred(self, repo: Repo) -> None:
+        """An issue transferred away answers with a redirect to its new place."""
+        raw = self.params.get("issue_number")
+        moved = repo.transferred_issues.get(int(raw)) if raw and raw.isdigit() else None
+        if moved is None:
+            return
+        target_id, number = moved
+        target = next((r for r in self.emu.store.repos.values() if r.id == target_id), None)
+        if target is None or not can_see(self.emu.store, self.principal, target):
+            return
+        path = self.params.get("__path__", "")
+        old = f"/repos/{self.params['owner']}/{self.params['repo']}/issues/{raw}"
+        if path.lower().startswith(old.lower()):
+            path = f"/repos/{target.full_name}/issues/{number}" + path[len(old) :]
+        self._redirect(path)
+
+    def _redirect(self, path: str) -> None:
+        query = f"?{self.query}" if str(self.query) else ""
+        location = f"{self.urls.api}{path}{query}"
+        status = 301 if self.params.get("__method__", "GET") in ("GET", "HEAD") else 307
+        raise ApiError(status, "Moved Permanently", headers={"Location": location})
+
+    def _redirect_if_moved(self, owner: str, name: str) -> None:
+        """A renamed or transferred repository's old name answers as GitHub's
+        does: 301 for reads, 307 (keep the method and body) for the rest,
+        with the new location (GitHub's points at ``/repositories/{id}``;
+        here at the new name, which serves the same resource)."""
+        from emulator.moves import moved_repo
+
+        repo = moved_repo(self.emu, owner, name)
+        if repo is None or not can_see(self.emu.store, self.principal, repo):
+            return
+        path = self.params.get("__path__", "")
+        old = f"/repos/{owner}/{name}"
+        if path.lower().startswith(old.lower()):
+            path = f"/repos/{repo.full_name}" + path[len(old) :]
+        self._redirect(path)
 
     def actor(self) -> User:
         """The user an action is attributed to: the human, or the app's bot account."""
@@ -206,9 +249,10 @@ class Endpoint:
             return
         params = {k: str(v) for k, v in request.path_params.items()}
         params["__path__"] = request.url.path[len(self.emu.base_path) :]
+        params["__method__"] = request.method
         urls = self.emu.urls_for(request)
         auth_header = request.headers.get("authorization")
-        status, body, headers = await anyio.to_thread.run_sync(
+        status, body, headers, principal = await anyio.to_thread.run_sync(
             self._run, auth_header, params, request.query_params, raw, urls
         )
         if fault is not None and fault.kind == "drop":
@@ -218,6 +262,16 @@ class Endpoint:
             raise DroppedResponse("emulator dropped the connection after applying the request")
         if status < 300:
             body = adapt(body, version, self.spec.key)
+        if self.spec.method == "GET" and status == 200 and principal is not None:
+            tag = etag(body, principal.label, version)
+            headers = {**headers, "etag": tag}
+            if tag in if_none_match(request.headers.get("if-none-match")):
+                # Not Modified: no body, and (as on GitHub, for an authorized
+                # request) not counted against the primary rate limit.
+                with self.emu.store.lock:
+                    headers.update(self.emu.rate.refund(principal))
+                await _send_not_modified(send, headers, version=version)
+                return
         await _send_json(send, status, body, headers, version=version)
 
     def _run(
@@ -227,8 +281,10 @@ class Endpoint:
         query: QueryParams,
         raw: bytes,
         urls: Urls,
-    ) -> tuple[int, Any, dict[str, str]]:
+    ) -> tuple[int, Any, dict[str, str], Principal | None]:
+        """The answer, and who asked (``None`` when authentication failed)."""
         store = self.emu.store
+        principal: Principal | None = None
         with store.lock:
             try:
                 principal = authenticate(store, auth_header)
@@ -236,11 +292,11 @@ class Endpoint:
                 headers = self.emu.rate.count(principal)
                 ctx = Ctx(self.emu, principal, params, query, raw, urls)
                 reply = self.spec.handler(ctx)
-                return reply.status, reply.body, {**headers, **reply.headers}
+                return reply.status, reply.body, {**headers, **reply.headers}, principal
             except AuthError as exc:
-                return exc.status, ApiError(exc.status, exc.message).body(), {}
+                return exc.status, ApiError(exc.status, exc.message).body(), {}, None
             except ApiError as exc:
-                return exc.status, exc.body(), exc.headers
+                return exc.status, exc.body(), exc.headers, principal
 
     def _check_auth_mode(self, principal: Principal) -> None:
         mode = self.spec.auth
@@ -279,6 +335,35 @@ def fault_answer(fault: Fault, now: float) -> tuple[int, dict[str, Any], dict[st
         "x-ratelimit-resource": "core",
     }
     return status, ApiError(status, "API rate limit exceeded for installation.").body(), headers
+
+
+def etag(body: Any, principal: str, version: str | None) -> str:
+    """A weak validator of the answer, as GitHub's: it depends on the body and
+    on who asks (``Vary: Authorization``: one installation's or user's tag never
+    validates another's copy), not on which of their tokens asked, so a copy
+    stays valid across installation-token renewals."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(body, sort_keys=True).encode())
+    digest.update(b"\0" + principal.encode() + b"\0" + (version or "").encode())
+    return f'W/"{digest.hexdigest()[:40]}"'
+
+
+def if_none_match(header: str | None) -> set[str]:
+    """The entity tags of an ``If-None-Match`` header (weak comparison: ``W/``
+    is ignored on both sides, as RFC 9110 asks for GET)."""
+    if not header:
+        return set()
+    tags = {tag.strip() for tag in header.split(",") if tag.strip()}
+    return {tag if tag.startswith("W/") else f"W/{tag}" for tag in tags}
+
+
+async def _send_not_modified(send: Send, headers: dict[str, str], *, version: str | None) -> None:
+    head = [(b"x-github-request-id", uuid.uuid4().hex[:16].upper().encode())]
+    if version is not None:
+        head.append((b"x-github-api-version-selected", version.encode()))
+    head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": 304, "headers": head})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _send_json(

@@ -86,9 +86,14 @@ def get_issue(ctx: Ctx) -> Reply:
 
 
 def update_issue(ctx: Ctx) -> Reply:
-    repo = ctx.repo(permission="issues", level="write", role="triage")
+    # As on GitHub, an issue's author may edit and close or reopen it with
+    # read access only; labels and anyone else's issue need triage.
+    repo = ctx.repo(permission="issues", level="write", role="read")
     issue = find_issue(repo, ctx.int_param("issue_number"))
     body, store, actor = ctx.json(), ctx.emu.store, ctx.actor()
+    own = ctx.principal.user is not None and issue.user.id == ctx.principal.user.id
+    if not (own and "labels" not in body):
+        ctx.repo(permission="issues", level="write", role="triage")
     changes: dict[str, Any] = {}
     for field in ("title", "body"):
         if field in body and body[field] != getattr(issue, field):

@@ -10,6 +10,7 @@ overwritten. A ``fail`` fault with that status and message scripts the race.
 
 from __future__ import annotations
 
+from emulator.closing import close_referenced_issues
 from emulator.git import Identity, MergeConflict, RefConflict
 from emulator.gitview import RefChange, open_git, pull_git, refs_updated
 from emulator.render.base import noreply_email
@@ -80,6 +81,7 @@ def merge_pull(ctx: Ctx) -> Reply:
         ctx.emu, repo, actor, [RefChange(f"refs/heads/{pr.base_ref}", view.base_sha, new_sha)]
     )
     announce_pull(ctx.emu, repo, pr, "closed", actor)
+    close_referenced_issues(ctx, repo, pr, actor, base_sha=view.base_sha, head_sha=view.head_sha)
     return Reply(
         200, {"sha": new_sha, "merged": True, "message": "Pull Request successfully merged"}
     )

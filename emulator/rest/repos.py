@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from emulator.gitview import open_git
+from emulator.moves import rename_repo, transfer_repo
 from emulator.render import base
 from emulator.render import repos as render
-from emulator.rest.http import ApiError, Ctx, Reply, Spec, not_found, paginate
+from emulator.rest.http import ApiError, Ctx, Reply, Spec, not_found, paginate, validation
 from emulator.state import ROLE_RANK, User
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 #: GitHub's legacy ``permission`` for each role (maintain -> write, triage -> read).
 LEGACY = {
@@ -32,6 +37,29 @@ def get_repo(ctx: Ctx) -> Reply:
             "pull": rank >= 1,
         }
     return Reply(200, out)
+
+
+def update_repo(ctx: Ctx) -> Reply:
+    """``PATCH /repos/{owner}/{repo}``: only ``name`` (a rename) is modelled."""
+    repo = ctx.repo(permission="administration", level="write", role="admin")
+    name = ctx.json().get("name")
+    if name is not None:
+        if not isinstance(name, str) or not _NAME.match(name) or name.endswith(".git"):
+            raise validation(resource="Repository", code="invalid", field="name")
+        rename_repo(ctx.emu, repo, name, ctx.actor())
+    return Reply(
+        200, render.repository(ctx.urls, repo, open_issues=ctx.emu.events.open_issues(repo))
+    )
+
+
+def transfer(ctx: Ctx) -> Reply:
+    """``POST /repos/{owner}/{repo}/transfer`` ``{new_owner}``: 202, like GitHub."""
+    repo = ctx.repo(permission="administration", level="write", role="admin")
+    new_owner = ctx.emu.store.user(str(ctx.json().get("new_owner", "")))
+    if new_owner is None:
+        raise validation(resource="Repository", code="invalid", field="new_owner")
+    transfer_repo(ctx.emu, repo, new_owner, ctx.actor())
+    return Reply(202, render.repository(ctx.urls, repo))
 
 
 def list_branches(ctx: Ctx) -> Reply:
@@ -64,31 +92,6 @@ def get_commit(ctx: Ctx) -> Reply:
     if sha is None:
         raise ApiError(422, f"No commit found for SHA: {ref}")
     return Reply(200, render.commit(ctx.urls, repo, git.commit_info(sha)))
-
-
-def get_content(ctx: Ctx) -> Reply:
-    """``GET /repos/{owner}/{repo}/contents/{path}?ref=``: a file, base64 in
-    ``content`` (wrapped every 60 characters, as GitHub does); a directory is
-    its entries. 404 when the path (or ref) does not exist."""
-    repo = ctx.repo(permission="contents")
-    git = open_git(repo)
-    ref = ctx.query.get("ref") or git.default_branch() or ""
-    sha = git.resolve(ref)
-    path = ctx.params["path"].strip("/")
-    if sha is None:
-        raise ApiError(404, f"No commit found for the ref {ref}")
-    parent, _, name = path.rpartition("/")
-    entries = git.list_tree(sha, parent) or []
-    entry = next((e for e in entries if e.path.rpartition("/")[2] == name), None)
-    if entry is None:
-        raise not_found()
-    if entry.type == "tree":
-        listed = git.list_tree(sha, path) or []
-        return Reply(200, [render.content_entry(ctx.urls, repo, e, ref) for e in listed])
-    data = git.read_file(sha, path) if entry.type == "blob" else None
-    if data is None:
-        raise not_found()
-    return Reply(200, render.content_file(ctx.urls, repo, entry, ref, data))
 
 
 def get_git_commit(ctx: Ctx) -> Reply:
@@ -159,11 +162,12 @@ def rate_limit(ctx: Ctx) -> Reply:
 
 ROUTES = [
     Spec("GET", "/repos/{owner}/{repo}", get_repo),
+    Spec("PATCH", "/repos/{owner}/{repo}", update_repo),
+    Spec("POST", "/repos/{owner}/{repo}/transfer", transfer),
     Spec("GET", "/repos/{owner}/{repo}/branches", list_branches),
     Spec("GET", "/repos/{owner}/{repo}/branches/{branch}", get_branch),
     Spec("GET", "/repos/{owner}/{repo}/commits/{ref}", get_commit),
     Spec("GET", "/repos/{owner}/{repo}/git/commits/{commit_sha}", get_git_commit),
-    Spec("GET", "/repos/{owner}/{repo}/contents/{path}", get_content),
     Spec(
         "GET", "/repos/{owner}/{repo}/collaborators/{username}/permission", collaborator_permission
     ),

@@ -8,7 +8,7 @@ Run slots cap the repair runs of one installation that do costly work at once
 last slot race-free across workers.
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0014
 Create Date: 2026-12-02 01:10:00
 """
 
@@ -19,7 +19,7 @@ import sqlmodel
 from alembic import op
 
 revision = "0011"
-down_revision = "0008"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

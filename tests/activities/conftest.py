@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from activities.workspace import WorkspaceSpec
+from app.agent import AgentPolicy
 from app.config import Settings
 from app.engine.activity_context import Dependencies
 from app.engine.db import make_engine
@@ -39,7 +40,10 @@ def evidence(tmp_path: Path, sqlite_template: Path) -> Iterator[EvidenceStore]:
 
 @pytest.fixture
 def deps(settings: Settings, evidence: EvidenceStore) -> Dependencies:
-    return Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.05))
+    # These tests name their agent in the repository's config: allowed here
+    # (production allows it only by REPAIRBOT_AGENT_REPOSITORY_COMMANDS).
+    policy = AgentPolicy(repository_commands=True)
+    return Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.05), policy)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -10,10 +11,12 @@ import pytest
 from activities.agent import propose_fix
 from activities.repo_commands import verify_candidate
 from activities.workspace import WorkspaceSpec
-from app.agent import AgentHttp
+from app.agent import AgentHttp, AgentPolicy
 from app.engine.activity_context import Dependencies
-from app.engine.errors import TransientError
+from app.engine.errors import PermanentError, TransientError
 from app.evidence import EvidenceRef, EvidenceStore
+from app.repo_config import AgentConfig, Command
+from app.secrets import KnownSecrets
 from tests.activities.support import FIX_AGENT, REPRO, TESTS, RecordingContext, call, with_patch
 from tests.agent.sample_repo import FIX_ARGV, FIX_DIFF
 
@@ -129,3 +132,86 @@ async def test_agent_http_is_its_own_dependency() -> None:
     async with httpx.AsyncClient(auth=("x-access-token", "ghs_secret")) as github:
         with pytest.raises(LookupError):
             Dependencies(github).get(AgentHttp)
+
+
+# -- no secret leaves through what the agent produced (issue 19, item 2) -------------
+
+OPERATOR_KEY = "sk-operator-cli-key-0123456789abcdef"
+
+
+def operator_policy(**kwargs: Any) -> AgentPolicy:
+    return AgentPolicy(command_env={"CLI_AGENT_API_KEY": OPERATOR_KEY}, **kwargs)
+
+
+async def test_a_repository_command_is_refused_unless_the_operator_allows_it(
+    deps: Dependencies, spec: WorkspaceSpec
+) -> None:
+    deps.add(operator_policy())
+    leaker = {"backend": "command", "command": {"shell": "env > leaked-env.txt"}}
+    with pytest.raises(PermanentError, match="runs only its own agent command"):
+        await call(propose_fix, RecordingContext(deps), propose_input(spec, agent=leaker))
+
+
+async def test_an_allowed_repository_command_never_sees_the_operators_env(
+    deps: Dependencies, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    deps.add(operator_policy(repository_commands=True))
+    leaker = {"backend": "command", "command": {"shell": "env > leaked-env.txt; env"}}
+    result = await call(propose_fix, RecordingContext(deps), propose_input(spec, agent=leaker))
+    assert result["outcome"] == "proposed"
+    patch = evidence.get(result["patch"]["sha256"])
+    assert b"leaked-env.txt" in patch and b"CLI_AGENT_API_KEY" not in patch
+
+
+async def test_a_proposal_holding_a_secret_is_refused_and_nothing_is_stored(
+    deps: Dependencies,
+    spec: WorkspaceSpec,
+    evidence: EvidenceStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stored: list[bytes] = []
+    put = evidence.put
+
+    def recording_put(data: bytes, *, kind: str, name: str) -> EvidenceRef:
+        stored.append(data)
+        return put(data, kind=kind, name=name)
+
+    monkeypatch.setattr(evidence, "put", recording_put)
+    # However the agent came by it (here: the operator's agent, which holds it).
+    deps.add(operator_policy(default=_command('echo "$CLI_AGENT_API_KEY" > key.txt')))
+    with pytest.raises(PermanentError, match="contains a secret") as caught:
+        await call(propose_fix, RecordingContext(deps), propose_input(spec, agent=None))
+    assert OPERATOR_KEY not in str(caught.value)
+    assert stored and not [data for data in stored if OPERATOR_KEY.encode() in data]
+
+
+async def test_summaries_and_transcripts_are_redacted(
+    deps: Dependencies, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    webhook_secret = "whsec-0123456789-webhook"
+    deps.add(KnownSecrets([webhook_secret]))
+    agent = (
+        "echo '# fixed' >> calc.py; "
+        'echo "my key is $CLI_AGENT_API_KEY and ' + webhook_secret + '"; '
+        'printf \'{"summary": "used %s and ' + webhook_secret + '"}\' "$CLI_AGENT_API_KEY" '
+        '> "$REPAIRBOT_RESULT_FILE"'
+    )
+    deps.add(operator_policy(default=_command(agent)))
+    result = await call(propose_fix, RecordingContext(deps), propose_input(spec, agent=None))
+    assert result["outcome"] == "proposed"
+    transcript = evidence.get(result["transcript"]["sha256"])
+    assert b"my key is [redacted] and [redacted]" in transcript
+    assert result["summary"] == "used [redacted] and [redacted]"
+
+
+def _command(shell: str) -> AgentConfig:
+    return AgentConfig(backend="command", command=Command(shell=shell))
+
+
+async def test_setup_that_plants_a_gitfile_ends_the_run_with_a_reason(
+    actx: RecordingContext, spec: WorkspaceSpec, tmp_path: Path
+) -> None:
+    other = tmp_path / "someone-elses-repo"
+    setup = [{"shell": f"mkdir -p vendor && echo 'gitdir: {other}/.git' > vendor/.git"}]
+    with pytest.raises(PermanentError, match=r"setup left the work tree unusable: vendor/\.git"):
+        await call(propose_fix, actx, propose_input(spec, setup=setup))

@@ -155,14 +155,30 @@ async def test_a_command_timeout_is_a_failed_step(
 async def test_only_setup_gets_the_network_and_only_when_asked(
     actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
 ) -> None:
-    interfaces = Command(shell="tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+    # The network is the egress proxy (app/sandbox/egress.py), never the host's interfaces.
+    interfaces = Command(shell="tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; env")
     setup = [interfaces.model_dump(mode="json")]
     asked = await call(run_reproduction, actx, step(spec, REPRO, setup=setup, setup_network=True))
     first, second = asked["results"]
-    assert first["network"] is True and first["output_tail"].split() != ["lo"]
+    assert first["network"] is True and first["output_tail"].split()[0] == "lo"
+    assert "HTTPS_PROXY=http://127.0.0.1:3128" in first["output_tail"]
     assert second["network"] is False  # the reproduction never has it
     log = evidence.get(asked["log"]["sha256"])
     assert b"# setup; sandbox: network\n" in log and b"# reproduce; sandbox: no network" in log
     default = await call(run_reproduction, actx, step(spec, REPRO, setup=setup))
     assert default["results"][0]["network"] is False
-    assert default["results"][0]["output_tail"].split() == ["lo"]
+    assert "HTTPS_PROXY" not in default["results"][0]["output_tail"]
+
+
+async def test_the_candidates_setup_never_gets_the_network(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """Model-written code runs without network even when the repository asks for it."""
+    payload = verify_input(spec, evidence, FIX_DIFF) | {
+        "setup": [{"shell": "env | grep -c PROXY || true"}],
+        "setup_network": True,
+    }
+    result = await call(verify_candidate, actx, payload)
+    setup = result["reproduction"]["results"][0]
+    assert setup["network"] is False and setup["output_tail"].split() == ["0"]
+    assert result["verdict"] == "verified"

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sqlalchemy import update
 
 from activities.workspace import GitCredentials, InstallationGit, WorkspaceSpec, prepare_workspace
+from app.config import Settings
+from app.engine.activity_context import Dependencies
 from app.engine.errors import PermanentError, TransientError
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.evidence.database import blobs
+from app.sandbox.runner import Sandbox
 from tests.activities.support import RecordingContext, call
 from tests.agent.sample_repo import SampleRepo
 
@@ -115,7 +119,23 @@ async def test_a_symlinked_github_directory_is_refused(
     assert result["config"] is None and "no symlinks on its path" in result["config_error"]
 
 
-async def test_no_config_means_defaults(actx: RecordingContext, spec: WorkspaceSpec) -> None:
+async def test_no_config_means_no_run(actx: RecordingContext, spec: WorkspaceSpec) -> None:
+    """REPAIRBOT_REQUIRE_CONFIG (the default): a repository that never chose its
+    commands is not repaired with guessed ones; the issue is told what to add."""
+    body = "```repro\nmake bug\n```"
+    result = await call(
+        prepare_workspace, actx, {"workspace": spec.model_dump(mode="json"), "issue_body": body}
+    )
+    assert result["config"] is None
+    assert "has no `.github/repairbot.yml` yet" in result["config_error"]
+    assert "onboarding pull request" in result["config_error"]
+
+
+async def test_no_config_means_defaults_when_the_operator_allows_it(
+    settings: Settings, evidence: EvidenceStore, spec: WorkspaceSpec
+) -> None:
+    allowed = replace(settings, require_config=False)
+    actx = RecordingContext(Dependencies(allowed, evidence, Sandbox(heartbeat_interval=0.05)))
     body = "```repro\nmake bug\n```"
     result = await call(
         prepare_workspace, actx, {"workspace": spec.model_dump(mode="json"), "issue_body": body}

@@ -21,6 +21,7 @@ from activities.repo_commands import ACTIVITIES as COMMAND_ACTIVITIES
 from activities.repo_commands import run_reproduction, verify_candidate
 from activities.workspace import ACTIVITIES as WORKSPACE_ACTIVITIES
 from activities.workspace import WorkspaceSpec, prepare_workspace
+from app.agent import AgentPolicy
 from app.config import Settings
 from app.engine.activity_context import Dependencies
 from app.engine.context import WorkflowContext
@@ -132,7 +133,9 @@ async def test_reproduce_propose_verify_under_the_runtime(
         [repair_flow, bad_input],
         [*WORKSPACE_ACTIVITIES, *COMMAND_ACTIVITIES, *AGENT_ACTIVITIES],
     )
-    deps = Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.2))
+    # The repository's config names the agent: allowed here, as the operator may.
+    policy = AgentPolicy(repository_commands=True)
+    deps = Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.2), policy)
     runtime = await runtime_for(registry, deps)
     spec = WorkspaceSpec(repo="octo/calc", clone_url=sample_repo.url, base_sha=sha)
     job = {

@@ -33,6 +33,8 @@ class FakeLLM(ScriptedModel):
         self._holds: dict[int, threading.Event] = {}
         #: Turns whose (first) request arrived and is being held unanswered.
         self.holding: list[int] = []
+        #: The headers of every OpenAI-style request, in arrival order.
+        self.headers_seen: list[dict[str, str]] = []
 
     def __enter__(self) -> FakeLLM:
         self._server = ServerThread(self.app, bind(), name="fake-llm").start()
@@ -69,6 +71,7 @@ class FakeLLM(ScriptedModel):
         return release
 
     async def _openai(self, request: Request) -> JSONResponse:
+        self.headers_seen.append({k.lower(): v for k, v in request.headers.items()})
         body = json.loads(await request.body())  # Starlette keeps it for the answer
         turn = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
         release = self._holds.pop(turn, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -9,6 +10,7 @@ import pytest
 
 from app.agent import AgentPolicy, BuiltinAgent, CommandAgent, LoopHost, build_agent
 from app.agent.budget import price_of
+from app.agent.proxy import ModelProxy
 from app.config import ConfigError
 from app.engine.errors import PermanentError
 from app.evidence import FolderEvidenceStore
@@ -29,7 +31,7 @@ async def _never_cancelled(_: object) -> bool:
 
 
 async def test_command_and_builtin_agents_are_built(tmp_path: Path) -> None:
-    policy = AgentPolicy(api_keys={"TEAM_OPENAI_KEY": "sk-1"})
+    policy = AgentPolicy(api_keys={"TEAM_OPENAI_KEY": "sk-1"}, repository_commands=True)
     built = build_agent(
         config("agent: {backend: command, command: ./fix}"),
         policy=policy,
@@ -83,7 +85,7 @@ def test_policy_from_the_worker_environment() -> None:
 
 def test_the_operator_policy_from_the_environment() -> None:
     env = {
-        "REPAIRBOT_AGENT_API_KEYS": "TEAM_KEY",
+        "REPAIRBOT_AGENT_API_KEYS": "TEAM_KEY=https://api.openai.com/v1",
         "TEAM_KEY": "sk-team-0123456789",
         "REPAIRBOT_AGENT_COMMAND_ENV": "ANTHROPIC_API_KEY",
         "ANTHROPIC_API_KEY": "sk-ant-cli-0123456789",
@@ -99,3 +101,112 @@ def test_the_operator_policy_from_the_environment() -> None:
     assert set(policy.secrets) == {"sk-team-0123456789", "sk-ant-cli-0123456789"}
     with pytest.raises(ConfigError, match="REPAIRBOT_AGENT_"):
         AgentPolicy.from_env({"REPAIRBOT_AGENT_BUDGET": '{"attempt": {"turns": 0}}'})
+
+
+OPERATOR_ENV = {"CLI_AGENT_API_KEY": "sk-operator-cli-key-0123456789"}
+
+
+def test_a_repository_may_not_choose_the_agent_command_by_default() -> None:
+    # The attack of issue 19: a repository's `command: env > leaked-env.txt`.
+    policy = AgentPolicy(command_env=OPERATOR_ENV)
+    with pytest.raises(PermanentError, match="runs only its own agent command"):
+        build_agent(
+            config("agent: {backend: command, command: 'env > leaked-env.txt'}"),
+            policy=policy,
+            http_client=None,
+            time_limit=5,
+        )
+
+
+def test_a_repository_command_never_gets_the_operators_environment() -> None:
+    policy = AgentPolicy(command_env=OPERATOR_ENV, repository_commands=True, command_network=True)
+    theirs = build_agent(
+        config("agent: {backend: command, command: 'env > leaked-env.txt'}"),
+        policy=policy,
+        http_client=None,
+        time_limit=5,
+    )
+    assert isinstance(theirs, CommandAgent)
+    assert theirs.extra_env == {} and theirs.network is False and theirs.model_access is None
+    # The operator's own agent (no `agent` section) gets what the operator gave it.
+    default = config("agent: {backend: command, command: [operator-agent]}")
+    ours = build_agent(
+        None,
+        policy=AgentPolicy(default=default, command_env=OPERATOR_ENV),
+        http_client=None,
+        time_limit=5,
+    )
+    assert isinstance(ours, CommandAgent) and ours.extra_env == OPERATOR_ENV
+
+
+def test_repository_commands_are_allowed_only_by_the_operator() -> None:
+    assert AgentPolicy.from_env({}).repository_commands is False
+    allowed = AgentPolicy.from_env({"REPAIRBOT_AGENT_REPOSITORY_COMMANDS": "true"})
+    assert allowed.repository_commands is True
+
+
+async def test_a_key_is_only_sent_to_the_url_it_is_bound_to() -> None:
+    # Both URLs are allowed, but the key is bound to the first only.
+    policy = AgentPolicy.from_env(
+        {
+            "REPAIRBOT_AGENT_API_KEYS": "TEAM_KEY=http://llm.internal:8000/v1",
+            "TEAM_KEY": "sk-team-0123456789",
+            "REPAIRBOT_AGENT_BASE_URLS": "http://other.internal/v1",
+        }
+    )
+    assert policy.key_url("TEAM_KEY") == "http://llm.internal:8000/v1"
+    base = "agent: {backend: http, provider: openai, model: m, api_key_env: TEAM_KEY"
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(
+            PermanentError, match=re.escape("only sent to http://llm.internal:8000/v1")
+        ):
+            build_agent(
+                config(base + ", base_url: 'http://other.internal/v1'}"),
+                policy=policy,
+                http_client=client,
+                time_limit=5,
+            )
+        # An OpenAI key is not sent to Anthropic's API either.
+        openai_key = AgentPolicy(api_keys={"TEAM_OPENAI_KEY": "sk-1"})
+        with pytest.raises(
+            PermanentError, match=re.escape("only sent to https://api.openai.com/v1")
+        ):
+            build_agent(
+                config(
+                    "agent: {backend: http, provider: anthropic, model: m, "
+                    "api_key_env: TEAM_OPENAI_KEY}"
+                ),
+                policy=openai_key,
+                http_client=client,
+                time_limit=5,
+            )
+
+
+def test_an_unbound_key_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError, match="bind TEAM_KEY to the base URL"):
+        AgentPolicy.from_env({"REPAIRBOT_AGENT_API_KEYS": "TEAM_KEY", "TEAM_KEY": "sk-x-12345678"})
+
+
+async def test_the_operators_command_agent_gets_model_access_through_the_proxy() -> None:
+    policy = AgentPolicy.from_env(
+        {
+            "REPAIRBOT_AGENT_API_KEYS": "TEAM_ANTHROPIC_KEY",
+            "TEAM_ANTHROPIC_KEY": "sk-ant-team-0123456789",
+            "REPAIRBOT_AGENT_COMMAND_MODEL_KEY": "TEAM_ANTHROPIC_KEY",
+            "REPAIRBOT_AGENT_PROXY_ADDRESS": "http://127.0.0.1:8700",
+        }
+    )
+    async with httpx.AsyncClient() as client:
+        access = policy.model_access(ModelProxy(client=client))
+    assert access is not None and access.address == "http://127.0.0.1:8700"
+    assert access.upstream.provider == "anthropic"
+    assert access.upstream.base_url == "https://api.anthropic.com"
+    assert "sk-ant-team" not in repr(access.upstream)
+    env = access.env("rbp-token")
+    assert env["ANTHROPIC_API_KEY"] == "rbp-token" and "sk-ant-team-0123456789" not in env.values()
+    with pytest.raises(PermanentError, match="runs no model proxy"):
+        policy.model_access(None)
+    unoffered = AgentPolicy(command_model_key="NOT_OFFERED")
+    with pytest.raises(PermanentError, match="not an offered, bound API key"):
+        unoffered.model_access(None)
+    assert AgentPolicy().model_access(None) is None

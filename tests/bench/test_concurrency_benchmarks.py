@@ -81,3 +81,28 @@ def test_intake_records_every_acknowledged_delivery(capsys: pytest.CaptureFixtur
     # against the 2xx answers inside the benchmark, which raises otherwise).
     answers = row.split("|")[-2].strip()  # the last column
     assert answers.endswith("x202") and "," not in answers
+    # The durable floor was measured beside it (its own recorded-count check
+    # also runs inside the benchmark) and its ratio is in the row.
+    cells = [cell.strip() for cell in row.split("|")]
+    assert float(cells[3]) > 0 and cells[4].endswith("x")
+
+
+@pytest.mark.timeout(300)
+def test_drift_budget_counts_what_github_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import drift_budget
+
+    assert drift_budget.main(["--runs", "4", "--hours", "3", "--changes", "0.5"]) == 0
+    rows = {
+        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("| plain", "| conditional"))
+    }
+    plain, conditional = rows["plain"], rows["conditional"]
+    # The same checks in both modes; every plain read is counted, the
+    # conditional ones only when GitHub had something new to say.
+    assert plain[1] == conditional[1] and int(plain[2]) == int(plain[3]) > 0
+    assert int(conditional[3]) < int(plain[3])
+    # Every change was seen by the next check, in both modes.
+    for row in (plain, conditional):
+        seen, made = row[-1].split(" / ")
+        assert seen == made and int(made) > 0

@@ -40,6 +40,7 @@ def test_the_manifest_asks_only_for_what_the_app_uses() -> None:
         "issues",
         "pull_request",
         "pull_request_review",
+        "repository",
     ]
     assert "workflows" not in plain["default_permissions"]
     assert plain["hook_attributes"]["url"] == "https://rb.example/webhooks/github"

@@ -28,7 +28,7 @@ from emulator.app import Emulator
 from emulator.client import EmulatorClient
 from emulator.faults import Fault
 from handlers import build_router
-from tests.web.support import parked_command, parked_repair
+from tests.web.support import STAND_INS
 
 SECRET = "reconciler-secret"
 BASE_PATH = "/api/v3"
@@ -93,9 +93,7 @@ class Scene:
 @pytest.fixture
 async def scene(tmp_path: Path, db_engine: Engine) -> AsyncIterator[Scene]:
     settings = Settings(github_webhook_secret=SECRET)
-    intake = Intake(
-        Store(db_engine), Registry.of([parked_repair, parked_command]), build_router(), settings
-    )
+    intake = Intake(Store(db_engine), Registry.of(STAND_INS), build_router(), settings)
     receiver = Receiver(intake)
     emulator = Emulator(root=tmp_path / "emu", base_path=BASE_PATH, sender=receiver)
     transport = httpx.ASGITransport(app=emulator.asgi())

@@ -34,7 +34,7 @@ async def open_labelled_issue(
 
 
 def workflow_id(stack: LocalStack, number: int) -> str:
-    return repair_workflow_id(stack.repo, number)
+    return repair_workflow_id(stack.gh.repo_id(stack.repo), number)
 
 
 async def wait_phase(stack: LocalStack, number: int, phase: str, timeout: float = 60) -> Any:

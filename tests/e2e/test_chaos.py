@@ -252,7 +252,7 @@ async def test_repairs_survive_chaos(
                 "main_fixed": True,
             }, (issue, counts)
             run = reader.store.find_run(
-                repair_workflow_id(f"{people.owner}/{issue.repo}", issue.number)
+                repair_workflow_id(stack.gh.repo_id(f"{people.owner}/{issue.repo}"), issue.number)
             )
             assert run is not None and run.status == "completed", run
             assert run.result["outcome"] == "merged"
@@ -305,7 +305,9 @@ async def _eventually(check: Any, what: str, timeout: float) -> None:
 def _report(issues: list[Issue], reader: Runtime, stack: LocalStack, tmp_path: Path) -> str:
     lines = ["repairs did not all merge in time:"]
     for issue in issues:
-        wid = repair_workflow_id(f"{stack.people.owner}/{issue.repo}", issue.number)
+        wid = repair_workflow_id(
+            stack.gh.repo_id(f"{stack.people.owner}/{issue.repo}"), issue.number
+        )
         try:
             run = reader.store.find_run(wid)
             status = reader.query(run.run_id, "status") if run else None
@@ -396,7 +398,8 @@ class _Plan:
         out: list[tuple[str, str | None, int | None] | None] = []
         try:
             for issue in issues:
-                wid = repair_workflow_id(f"{self.stack.people.owner}/{issue.repo}", issue.number)
+                full_name = f"{self.stack.people.owner}/{issue.repo}"
+                wid = repair_workflow_id(self.stack.gh.repo_id(full_name), issue.number)
                 run = self.reader.store.find_run(wid)
                 if run is None:
                     out.append(None)

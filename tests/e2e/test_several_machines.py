@@ -99,7 +99,10 @@ async def test_runs_move_between_machines_and_survive_one_killed(
             await stack.gh.add_label(
                 people.owner, name, numbers[name], "repairbot", as_user=people.maintainer
             )
-        ids = {name: repair_workflow_id(f"{people.owner}/{name}", n) for name, n in numbers.items()}
+        ids = {
+            name: repair_workflow_id(stack.gh.repo_id(f"{people.owner}/{name}"), n)
+            for name, n in numbers.items()
+        }
         await wait_until("machine A was killed", lambda: not machine_a.alive(), fleet)
         runs_at_kill = [reader.store.find_run(wid) for wid in ids.values()]
         assert all(run is not None and run.status not in SETTLED for run in runs_at_kill)

@@ -3,9 +3,21 @@ refused once, politely, for everyone else. State is read from the emulator."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
+from app.workflows.ids import command_workflow_id
+from tests.e2e.scenario import wait_end, wait_phase, workflow_id
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    """The demo repository (its reproduction and the fix agent's fix)."""
+    return write_project(tmp_path / "project")
 
 
 async def _issue_comments(stack: LocalStack, number: int) -> list[dict[str, Any]]:
@@ -68,3 +80,46 @@ async def test_commands_from_readers_get_one_polite_refusal(stack: LocalStack) -
         c for c in await _issue_comments(stack, number) if c["body"].startswith("Sorry @rick")
     ]
     assert len(refusals) == 1
+
+
+async def test_repair_status_cancel_and_retry_from_a_maintainer(stack: LocalStack) -> None:
+    """``/repair`` starts the issue's run, ``/repair status`` describes it,
+    ``/repair retry`` starts a fresh run once it ended; each is answered once."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    people = stack.people
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.owner, title=ISSUE_TITLE, body=ISSUE_BODY
+    )
+    number = issue["number"]
+
+    async def command(text: str) -> str:
+        made = await stack.gh.comment(
+            people.owner, stack.repo_name, number, text, as_user=people.maintainer
+        )
+        run = await _settle(stack, command_workflow_id(made["id"]))
+        assert run.status == "completed" and run.result["obeyed"] is True, run.result
+        replies = [
+            c["body"]
+            for c in await _issue_comments(stack, number)
+            if c["body"].startswith(f"@{people.maintainer}")
+        ]
+        return replies[-1]
+
+    started = await command("/repair")
+    first = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert first is not None and first.input["trigger"] == "comment"
+    assert f"Started repair run `{first.run_id}`" in started
+    await wait_phase(stack, number, "awaiting-review")
+    status = await command("/repair status")
+    assert f"Repair run `{first.run_id}` is **running**" in status
+    assert "awaiting-review" in status
+    assert "nothing to retry" in await command("/repair retry")
+    await command("/repair cancel")
+    ended = await wait_end(stack, number)
+    assert ended.run_id == first.run_id and ended.result["outcome"] == "cancelled"
+    retried = await command("/repair retry")
+    second = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert second is not None and second.run_id != first.run_id
+    assert f"Started a new repair run `{second.run_id}`" in retried
+    await wait_phase(stack, number, "awaiting-review")

@@ -15,17 +15,24 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from app.app_tables import Installation
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import WEBHOOK_SECRET, LocalStack
+from app.engine.store.schema import tasks
+from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import (
     github_state,
     open_labelled_issue,
+    record_history,
     review,
     status_comment,
     wait_end,
+    wait_for,
     wait_phase,
     wait_status_comment,
+    workflow_id,
 )
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -66,14 +73,35 @@ async def _quiet_end(stack: LocalStack, number: int) -> None:
     try:
         run = await wait_end(stack, number, timeout=90)
     except TimeoutError:
-        found = stack.runtime.store.find_run(f"repair:{stack.repo}#{number}")
+        found = stack.runtime.store.find_run(workflow_id(stack, number))
         assert found is not None
         raise AssertionError(stack.runtime.query(found.run_id, "status")) from None
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "not-triggered", run.result
+    await _nothing_on_github(stack, number)
+
+
+async def _nothing_on_github(stack: LocalStack, number: int) -> None:
     state = await github_state(stack, number)
     assert state["status_comments"] == [] and state["branches"] == ["main"]
     assert state["pulls"] == []
+
+
+def _triages(stack: LocalStack, name: str) -> list[Any]:
+    assert stack.runtime is not None
+    return [run for run in stack.runtime.store.list_runs() if run.workflow_name == name]
+
+
+async def _triages_done(stack: LocalStack, name: str, count: int, timeout: float = 60) -> list[Any]:
+    """The ``count`` triage runs named ``name``, once every one has ended."""
+    await stack.gh.deliveries.wait()
+
+    def done() -> bool:
+        runs = _triages(stack, name)
+        return len(runs) == count and all(run.status == "completed" for run in runs)
+
+    await wait_for(f"{count} {name} runs completed", done, timeout=timeout)
+    return _triages(stack, name)
 
 
 @SQLITE_ONLY
@@ -119,15 +147,57 @@ async def test_label_from_a_bot_is_ignored_unless_allow_listed(stack: LocalStack
 @SQLITE_ONLY
 @pytest.mark.parametrize("seed", ["trigger_label: fixme\n"], indirect=True)
 async def test_the_repository_trigger_label_is_the_one_that_counts(stack: LocalStack) -> None:
+    """Another label starts no run at all: the triage reads the config first."""
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
     number = await open_labelled_issue(stack)  # "repairbot": not this repository's trigger
-    await _quiet_end(stack, number)
+    [triage] = await _triages_done(stack, "label-triage", 1)
+    assert triage.result["started"] is False, triage.result
+    assert stack.runtime.store.find_run(workflow_id(stack, number)) is None
+    await _nothing_on_github(stack, number)
     people = stack.people
     await stack.gh.add_label(
         people.owner, stack.repo_name, number, "fixme", as_user=people.maintainer
     )
     status = await wait_phase(stack, number, "awaiting-review")
     assert status["pull_number"]
+
+
+@SQLITE_ONLY
+async def test_the_trigger_added_together_with_another_label_starts_its_run(
+    stack: LocalStack,
+) -> None:
+    """Bug 3: the label picker adds ``bug`` and ``repairbot`` in one edit (two
+    deliveries, ``bug`` first). ``bug`` must not start a run that holds the
+    issue while the ``repairbot`` delivery is dropped as "already running"."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.owner, title="Slugs", body="Broken."
+    )
+    number = int(issue["number"])
+    await stack.gh.rest(
+        "POST",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}/labels",
+        as_user=people.maintainer,
+        body={"labels": ["bug", "repairbot"]},
+    )
+    triages = await _triages_done(stack, "label-triage", 2)
+    by_label = {run.input["request"]["label"]: run.result for run in triages}
+    assert by_label["bug"]["started"] is False
+    # ``bug`` never asked for a run, whichever delivery was handled first.
+    [bug] = [run for run in triages if run.input["request"]["label"] == "bug"]
+    asked = [
+        event.data.get("activity")
+        for event in stack.runtime.store.load_events(bug.run_id)
+        if event.type == "activity_scheduled"
+    ]
+    assert asked == ["triage.trigger_config"], asked
+    assert by_label["repairbot"]["started"] is True, by_label
+    run = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert run is not None and run.input["label"] == "repairbot"
+    await wait_phase(stack, number, "awaiting-review")
 
 
 HOSTILE_REPRO = "```repro\nsh -c 'echo pwned > /tmp/repairbot-pwned; exit 1'\n```\n"
@@ -261,3 +331,259 @@ async def test_an_expired_approval_does_not_merge(stack: LocalStack) -> None:
     await review(stack, status["pull_number"], "APPROVE", body="Fresh approval.")
     run = await wait_end(stack, number)
     assert run.result["outcome"] == "merged", run.result
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_relabel_while_the_cancel_cleans_up_starts_the_next_run(
+    stack: LocalStack,
+) -> None:
+    """Bug 4: the label is removed (the run cancels) and added back while the
+    cancel is still closing the pull request; the relabel waits for that run
+    to end and then starts the next one instead of being swallowed."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    first = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert first is not None
+    # Closing the pull request (the cancel's cleanup) hangs for a while.
+    await stack.gh.faults.add("PATCH /repos/{owner}/{repo}/pulls/{pull_number}", "delay", delay=4.0)
+    await stack.gh.remove_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+
+    def cancelling() -> bool:
+        assert stack.runtime is not None
+        run = stack.runtime.store.load_run(first.run_id)
+        return run is not None and run.status == "cancelling"
+
+    await wait_for("the first run is cancelling", cancelling)
+    await stack.gh.add_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+    triages = await _triages_done(stack, "label-triage", 2, timeout=90)
+    [relabel] = [run for run in triages if run.result.get("run_id") != first.run_id]
+    assert relabel.result["started"] is True, relabel.result
+    ended = stack.runtime.store.load_run(first.run_id)
+    assert ended is not None and ended.status in ("cancelled", "completed"), ended
+    second = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert second is not None and second.run_id == relabel.result["run_id"] != first.run_id
+    await wait_phase(stack, number, "awaiting-review")
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_the_merge_closing_the_issue_is_not_a_cancel(stack: LocalStack) -> None:
+    """Bug 5: the pull request says ``Fixes #N``, so GitHub closes the issue
+    when repairbot merges it; that close is the run's own effect."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.status == "completed" and run.result["outcome"] == "merged", run.result
+    issue = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}/issues/{number}", as_user=people.owner
+    )
+    assert issue["state"] == "closed" and issue["state_reason"] == "completed"
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_closing_by_someone_without_write_access_does_not_cancel(
+    stack: LocalStack,
+) -> None:
+    """Issue 19 item 7: the issue's author (read access) closes their own
+    issue; the maintainer's run goes on and the issue says why."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.reader, title="Slugs", body="Broken."
+    )
+    number = int(issue["number"])
+    await stack.gh.add_label(
+        people.owner, stack.repo_name, number, "repairbot", as_user=people.maintainer
+    )
+    await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=people.reader,
+        body={"state": "closed"},
+    )
+    [triage] = await _triages_done(stack, "close-triage", 1)
+    assert triage.result["cancelled"] is False, triage.result
+    # Closing again (an author may reopen their issue) is one more triage but
+    # no second comment.
+    for state in ("open", "closed"):
+        await stack.gh.rest(
+            "PATCH",
+            f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+            as_user=people.reader,
+            body={"state": state},
+        )
+    triages = await _triages_done(stack, "close-triage", 2)
+    assert all(t.result["cancelled"] is False for t in triages)
+    comments = (await github_state(stack, number))["comments"]
+    said = [c for c in comments if "only people with write access" in c["body"]]
+    assert len(said) == 1, said
+    again = await wait_phase(stack, number, "awaiting-review", timeout=10)
+    assert again["pull"]["state"] == "open"
+    # A maintainer's close does cancel it.
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=people.maintainer,
+        body={"state": "open"},
+    )
+    await stack.gh.rest(
+        "PATCH",
+        f"/repos/{people.owner}/{stack.repo_name}/issues/{number}",
+        as_user=people.maintainer,
+        body={"state": "closed"},
+    )
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "cancelled", run.result
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_a_renamed_repository_keeps_its_run(stack: LocalStack) -> None:
+    """Bug 6: after a rename GitHub sends the new ``full_name`` with the same
+    repository id. The label sent again starts no second run, the review of
+    the run's pull request reaches it, and its later GitHub calls use the new
+    name (told by the ``repository.renamed`` delivery)."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    first = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert first is not None
+    await stack.gh.rename_repo(people.owner, stack.repo_name, "slugify-ng", as_user=people.owner)
+    stack.repo_name = "slugify-ng"
+    await stack.gh.comment(
+        people.owner, stack.repo_name, number, "/repair", as_user=people.maintainer
+    )
+    [command] = await _triages_done(stack, "slash-command", 1)
+    assert command.result["obeyed"] is True
+    replies = [c["body"] for c in (await github_state(stack, number))["comments"]]
+    assert any(f"already active for this issue: `{first.run_id}`" in r for r in replies), replies
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.run_id == first.run_id
+    assert run.result["outcome"] == "merged", run.result
+    assert len([r for r in stack.runtime.store.list_runs() if r.workflow_name == "repair"]) == 1
+    with stack.runtime.store.engine.connect() as conn:
+        merges = conn.execute(
+            select(tasks.c.input).where(
+                tasks.c.run_id == run.run_id, tasks.c.activity == "github.merge"
+            )
+        ).scalars()
+        assert [m["repo"] for m in merges] == [f"{people.owner}/slugify-ng"]
+    record_history(stack, number, "repair_v2_repository_renamed")
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_a_transferred_issue_keeps_its_run_and_a_deleted_one_ends_it(
+    stack: LocalStack,
+) -> None:
+    """``issues.transferred``: the run is re-keyed to the issue's new place,
+    so events about the new issue reach it; ``issues.deleted`` there cancels
+    it, and it closes its pull request and deletes its branch."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    first = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert first is not None
+    await stack.gh.create_repo_from_folder(people.owner, "elsewhere", None)
+    await stack.gh.set_permission(people.owner, "elsewhere", people.maintainer, "write")
+    moved = await stack.gh.transfer_issue(
+        people.owner, stack.repo_name, number, f"{people.owner}/elsewhere", as_user=people.owner
+    )
+    await stack.gh.deliveries.wait()
+    new_key = repair_workflow_id(stack.gh.repo_id(f"{people.owner}/elsewhere"), moved["number"])
+    found = stack.runtime.store.find_run(new_key)
+    assert found is not None and found.run_id == first.run_id
+
+    await stack.gh.delete_issue(people.owner, "elsewhere", moved["number"], as_user=people.owner)
+    ended = await stack.runtime.wait_for(first.run_id, timeout=60)
+    # The pull request and branch are cleaned; the final status comment has
+    # no issue left to go to, which the run records as its one leftover.
+    assert ended.status == "cleanup-incomplete", ended
+    assert [left.split(":")[0] for left in ended.error["leftovers"]] == ["the final status comment"]
+    pulls = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}/pulls?state=all", as_user=people.owner
+    )
+    branches = await stack.gh.rest(
+        "GET", f"/repos/{people.owner}/{stack.repo_name}/branches", as_user=people.owner
+    )
+    assert [p["state"] for p in pulls] == ["closed"]
+    assert [b["name"] for b in branches] == ["main"]
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_uninstalling_the_app_ends_its_runs_at_once(stack: LocalStack) -> None:
+    """``installation.deleted``: the app lost access, so nothing on GitHub can
+    be cleaned; the run ends now and its record says so."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    await wait_phase(stack, number, "awaiting-review")
+    await stack.gh.delete_installation(stack.installation_id)
+    run = await wait_end(stack, number)
+    assert run.status == "terminated", run
+    assert "uninstalled" in run.error["reason"]
+    assert "nothing is left on GitHub to clean up" in run.error["reason"]
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_a_suspended_installation_pauses_and_unsuspend_goes_on(stack: LocalStack) -> None:
+    """While suspended, GitHub refuses the app's calls (403) and sends it no
+    events; after ``unsuspend`` the waiting run takes its approval and merges."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    waiting = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert waiting is not None
+    # Suspended while the run waits (its status comment and check written).
+    await wait_for("the waiting run calls nothing", lambda: _idle(stack, waiting.run_id))
+    await stack.gh.suspend_installation(stack.installation_id)
+    await stack.gh.deliveries.wait()
+    assert _installation_status(stack) == "suspended"
+    await stack.gh.suspend_installation(stack.installation_id, suspended=False)
+    await stack.gh.deliveries.wait()
+    assert _installation_status(stack) == "active"
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number)
+    assert run.result["outcome"] == "merged", run.result
+
+
+def _idle(stack: LocalStack, run_id: str) -> bool:
+    """No activity of the run is scheduled or running (recorded state)."""
+    assert stack.runtime is not None
+    with stack.runtime.store.engine.connect() as conn:
+        busy = conn.execute(
+            select(tasks.c.id).where(
+                tasks.c.run_id == run_id, tasks.c.status.in_(("scheduled", "running"))
+            )
+        ).first()
+    return busy is None
+
+
+def _installation_status(stack: LocalStack) -> str:
+    assert stack.runtime is not None
+    table = Installation.__table__  # type: ignore[attr-defined]
+    with stack.runtime.store.engine.connect() as conn:
+        [status] = conn.execute(select(table.c.status)).scalars().all()
+    return str(status)

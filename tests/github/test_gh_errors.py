@@ -179,3 +179,12 @@ def test_rate_limit_delay_is_none_for_ordinary_answers() -> None:
 def test_an_already_classified_failure_from_the_auth_flow_is_kept() -> None:
     inner = PermanentError("GitHub answered 404 to POST /app/installations/1/access_tokens")
     assert classify(RequestError(inner)) is inner
+
+
+def test_a_suspended_installation_waits_instead_of_failing() -> None:
+    """Calls of a suspended installation answer 403 until the owner
+    unsuspends it: the run waits for that (retries far apart), it does not end."""
+    result = classify(failed(403, body={"message": "This installation has been suspended"}))
+    assert isinstance(result, TransientError)
+    assert result.next_retry_delay == 60.0
+    assert isinstance(classify(failed(403, body={"message": "Forbidden"})), PermanentError)

@@ -129,12 +129,16 @@ async def test_no_network_not_even_the_workers_loopback(
     assert got == [] and out.result.network is False
 
 
-async def test_setup_may_get_the_network_when_asked(worker: Worker, workspace: Workspace) -> None:
-    interfaces = "cat /proc/net/dev | tail -n +3 | cut -d: -f1"
+async def test_setup_asking_for_the_network_gets_the_proxy_not_the_hosts_interfaces(
+    worker: Worker, workspace: Workspace
+) -> None:
+    """The host's network namespace is never shared (tests/sandbox/test_egress.py)."""
+    interfaces = "cat /proc/net/dev | tail -n +3 | cut -d: -f1; echo proxy=$HTTPS_PROXY"
     closed = await run(worker, workspace, interfaces)
     opened = await run(worker, workspace, interfaces, network=True)
-    assert closed.output.split() == [b"lo"] and not closed.result.network
-    assert len(opened.output.split()) > 1 and opened.result.network
+    assert closed.output.split() == [b"lo", b"proxy="] and not closed.result.network
+    assert opened.output.split() == [b"lo", b"proxy=http://127.0.0.1:3128"]
+    assert opened.result.network
 
 
 async def test_a_daemon_does_not_outlive_its_command(worker: Worker, workspace: Workspace) -> None:

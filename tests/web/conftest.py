@@ -13,13 +13,13 @@ from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.web import create_app
 from handlers import build_router
-from tests.web.support import SECRET, Poster, parked_command, parked_repair
+from tests.web.support import SECRET, STAND_INS, Poster
 
 
 @pytest.fixture
 async def web(db_engine: Engine) -> AsyncIterator[tuple[Poster, Runtime]]:
     settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
-    registry = Registry.of([parked_repair, parked_command])
+    registry = Registry.of(STAND_INS)
     runtime = Runtime(db_engine, registry)  # no dispatcher: the tests look at the records
     app = create_app(settings, runtime, router=build_router())
     transport = httpx.ASGITransport(app=app)

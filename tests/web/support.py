@@ -29,6 +29,21 @@ async def parked_command(ctx: WorkflowContext, request: Any) -> Any:
     return request["command"]
 
 
+@workflow("label-triage")
+async def parked_label_triage(ctx: WorkflowContext, request: Any) -> Any:
+    """Stands in for the label triage (which reads GitHub): keeps its input."""
+    return request
+
+
+@workflow("close-triage")
+async def parked_close_triage(ctx: WorkflowContext, request: Any) -> Any:
+    return request
+
+
+#: The stand-ins for every workflow a handler starts.
+STAND_INS = [parked_repair, parked_command, parked_label_triage, parked_close_triage]
+
+
 def example(event: str, action: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((EXAMPLES / event / f"{action}.json").read_text())
     return data

@@ -23,7 +23,7 @@ from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.web import create_app
 from handlers import build_router
-from tests.web.support import SECRET, Poster, example, parked_command, parked_repair
+from tests.web.support import SECRET, STAND_INS, Poster, example
 
 
 class TcpProxy:
@@ -97,7 +97,7 @@ def proxy(postgres_url: str) -> Iterator[TcpProxy]:
 async def web(postgres_url: str, proxy: TcpProxy) -> AsyncIterator[Poster]:
     proxied = make_url(postgres_url).set(port=proxy.port).render_as_string(hide_password=False)
     engine = make_engine(proxied)
-    runtime = Runtime(engine, Registry.of([parked_repair, parked_command]))
+    runtime = Runtime(engine, Registry.of(STAND_INS))
     app = create_app(Settings(github_webhook_secret=SECRET), runtime, router=build_router())
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:

@@ -29,7 +29,7 @@ from app.web import create_app
 from app.web.group_commit import GroupCommit
 from app.webhooks.routing import HandlerContext, Router
 from handlers import build_router
-from tests.web.support import SECRET, Poster, example, parked_command, parked_repair
+from tests.web.support import SECRET, STAND_INS, Poster, example
 
 table = WebhookDelivery.__table__  # type: ignore[attr-defined]
 
@@ -49,7 +49,7 @@ def start_then_fail(event: Any, ctx: HandlerContext) -> None:
 @pytest.fixture
 async def app(db_engine: Engine) -> AsyncIterator[tuple[Poster, GroupCommit]]:
     settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
-    runtime = Runtime(db_engine, Registry.of([parked_repair, parked_command]))
+    runtime = Runtime(db_engine, Registry.of(STAND_INS))
     web = create_app(settings, runtime, router=Router(build_router(), failing))
     transport = httpx.ASGITransport(app=web)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:

@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.app_tables import Installation
 from app.engine.store.schema import runs, signals
+from app.workflows.ids import repair_workflow_id
 from tests.web.support import EXAMPLES, example
 
 ALL_EXAMPLES = sorted(p for p in EXAMPLES.glob("*/*.json"))
@@ -61,7 +62,30 @@ def _labeled(label: str = "repairbot") -> dict[str, Any]:
     return payload
 
 
-async def test_trigger_label_starts_one_run_per_issue(web: Any, db_engine: Any) -> None:
+def _issue_run(payload: dict[str, Any]) -> str:
+    return repair_workflow_id(payload["repository"]["id"], payload["issue"]["number"])
+
+
+async def _start_repair(runtime: Any, payload: dict[str, Any], label: str = "repairbot") -> Any:
+    """The run a label triage would start (the stand-in triage starts none)."""
+    request = {
+        "repo": payload["repository"]["full_name"],
+        "repo_id": payload["repository"]["id"],
+        "default_branch": "main",
+        "clone_url": "http://git/x.git",
+        "installation_id": 4242,
+        "issue_number": payload["issue"]["number"],
+        "issue_title": "t",
+        "requested_by": "maya",
+        "label": label,
+    }
+    return await runtime.start_workflow("repair", _issue_run(payload), request)
+
+
+async def test_a_label_starts_one_triage_per_delivery(web: Any, db_engine: Any) -> None:
+    """Whether a label triggers is the repository's config, read by a triage
+    workflow keyed by the delivery (app/workflows/triage.py): no run exists
+    before it decided, so another label cannot hold the issue's run slot."""
     poster, runtime = web
     payload = _labeled()
     first = await poster.post("issues", payload, delivery="d-1")
@@ -69,45 +93,40 @@ async def test_trigger_label_starts_one_run_per_issue(web: Any, db_engine: Any) 
     relabel = await poster.post("issues", payload, delivery="d-2")  # a new labelling
     assert (first.status_code, again.status_code, relabel.status_code) == (202, 200, 202)
     with db_engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(runs)).scalar_one() == 1
-    repo, number = payload["repository"]["full_name"], payload["issue"]["number"]
-    run = runtime.store.find_run(f"repair:{repo.lower()}#{number}")
-    assert run.input["installation_id"] == 4242
-    assert run.input["issue_title"] == payload["issue"]["title"]
-    assert "already running" in relabel.json()["message"]
+        names = conn.execute(select(runs.c.workflow_name)).scalars().all()
+    assert sorted(names) == ["label-triage", "label-triage"]
+    triage = runtime.store.find_run("triage:d-1")
+    request = triage.input["request"]
+    assert request["installation_id"] == 4242 and request["label"] == "repairbot"
+    assert request["repo_id"] == payload["repository"]["id"]
+    assert triage.input["default_trigger"] == "repairbot"
 
 
-async def test_any_label_reaches_a_run_that_decides(web: Any, db_engine: Any) -> None:
-    """Which label triggers is the repository's config (read by the run, which
-    ends quietly for any other label: tests/e2e/test_steering.py); a label
-    repairbot itself adds never starts anything."""
+async def test_any_label_goes_to_triage_but_never_ours(web: Any) -> None:
     poster, runtime = web
     response = await poster.post("issues", _labeled("bug"))
     assert "started" in response.json()["message"]
     [run] = runtime.store.list_runs()
-    assert run.input["label"] == "bug" and run.input["trigger"] == "label"
+    assert run.workflow_name == "label-triage" and run.input["request"]["label"] == "bug"
     ours = _labeled("bug")
     ours["sender"] = ours["sender"] | {"login": "repairbot[bot]", "type": "Bot"}
     response = await poster.post("issues", ours)
     assert "by repairbot itself" in response.json()["message"]
 
 
-async def test_unlabel_and_close_cancel_the_run(web: Any) -> None:
+async def test_unlabel_cancels_the_run(web: Any) -> None:
     poster, runtime = web
-    await poster.post("issues", _labeled())
+    await _start_repair(runtime, _labeled())
     unlabel = _labeled()
     unlabel["action"] = "unlabeled"
     await poster.post("issues", unlabel)
-    payload = _labeled()
-    run = runtime.store.find_run(
-        f"repair:{payload['repository']['full_name'].lower()}#{payload['issue']['number']}"
-    )
+    run = runtime.store.find_run(_issue_run(unlabel))
     assert run.status == "cancelling" and run.cancel_phase == "cancel-requested"
 
 
 async def test_reviews_on_bot_prs_become_deduplicated_signals(web: Any, db_engine: Any) -> None:
-    poster, _ = web
-    await poster.post("issues", _labeled())
+    poster, runtime = web
+    await _start_repair(runtime, _labeled())
     labeled = _labeled()
     review = example("pull_request_review", "submitted")
     review["repository"] = labeled["repository"]

@@ -40,7 +40,7 @@ from app.intake import delivery_key
 from app.web import create_app
 from app.webhooks.signature import sign
 from handlers import build_router
-from tests.web.support import EXAMPLES, SECRET, parked_command, parked_repair
+from tests.web.support import EXAMPLES, SECRET, STAND_INS
 
 #: Hypothesis examples, each a batch of deliveries sent at once (so copies of
 #: one delivery also race each other).
@@ -223,7 +223,7 @@ def fuzz_engine(sqlite_template: Path) -> Iterator[Engine]:
 @pytest.fixture
 def client(fuzz_engine: Engine) -> Iterator[Client]:
     app_settings = Settings(github_webhook_secret=SECRET, webhook_max_bytes=MAX_BYTES)
-    runtime = Runtime(fuzz_engine, Registry.of([parked_repair, parked_command]))
+    runtime = Runtime(fuzz_engine, Registry.of(STAND_INS))
     test_client = Client(create_app(app_settings, runtime, router=build_router()))
     yield test_client
     test_client.close()

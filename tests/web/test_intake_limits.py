@@ -20,7 +20,7 @@ from app.engine.runtime import Runtime
 from app.web import create_app
 from app.webhooks.signature import sign
 from handlers import build_router
-from tests.web.support import SECRET, example, parked_command, parked_repair
+from tests.web.support import SECRET, STAND_INS, example
 
 READ_TIMEOUT = 1.0
 MAX_BYTES = 64 * 1024
@@ -35,7 +35,7 @@ def server(db_engine: Engine) -> Iterator[ServerThread]:
         webhook_max_bytes=MAX_BYTES,
         webhook_bytes_in_flight=IN_FLIGHT,
     )
-    runtime = Runtime(db_engine, Registry.of([parked_repair, parked_command]))
+    runtime = Runtime(db_engine, Registry.of(STAND_INS))
     web = create_app(settings, runtime, router=build_router())
     thread = ServerThread(web, bind(), name="web").start()
     thread.gate = web.state.body_gate  # type: ignore[attr-defined]

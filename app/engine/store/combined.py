@@ -3,7 +3,7 @@
 A step's transaction used to send each of its writes as a statement of its
 own: on PostgreSQL that is one round trip each, and each round trip costs
 both processes a wake-up and SQLAlchemy its execution overhead (the census
-in docs/benchmarks.md, "Issue 12", counts them). Writes that always travel
+in docs/history/benchmarks-2026-11.md, "Issue 12", counts them). Writes that always travel
 together and whose later parts depend only on the first part's row are
 sent here as one statement with data-modifying CTEs:
 

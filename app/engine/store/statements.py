@@ -3,7 +3,7 @@
 Building a SQLAlchemy expression per call (``insert(t).values(**row)``,
 ``update(t).where(...).values(...)``) coerces every value into a bound
 parameter and computes a cache key before the compiled form is found: that
-was two thirds of the runtime's CPU per step (docs/benchmarks.md, "Where the
+was two thirds of the runtime's CPU per step (docs/history/benchmarks-2026-11.md, "Where the
 time goes"). These statements are built at import with ``bindparam()``; a call
 only supplies the parameters, and SQLAlchemy reuses the compiled SQL.
 

@@ -1,0 +1,221 @@
+"""Onboarding activities: look at a newly installed repository, and make sure
+its trigger label exists.
+
+The proposal itself (commit, branch, pull request) goes through the same
+conditional, marker-reconciled GitHub activities a repair uses
+(``github.build_commit``, ``github.push_branch``, ``github.pull_request``):
+this module only decides what to propose.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from githubkit.exception import GitHubException, RequestFailed
+from pydantic import BaseModel, ConfigDict
+
+from activities._support import parse_input
+from activities.github import API, API_TIMEOUTS, GIT_TIMEOUTS, GitHubAccess, RepoInput
+from app.engine.activity_context import ActivityContext
+from app.engine.errors import PermanentError, TransientError
+from app.engine.registry import Absent, Found, ReconcileResult, activity
+from app.evidence import EvidenceStore
+from app.github.errors import classified, classify, github_message, status_of
+from app.github.gitcmd import fetch_commit, git_env, run_git
+from app.github.pulls import find_pull_requests
+from app.github.repos import RepoRef
+from app.onboarding.detect import CANDIDATE_DIRS, CANDIDATE_FILES, detect, render_config
+from app.onboarding.proposal import ONBOARDING_BRANCH, new_file_patch, onboarding_op
+from app.repo_config import CONFIG_PATH
+
+#: Detection reads at most this much of each candidate file (a pyproject.toml is
+#: a few KiB; a bigger file is hostile or generated and not worth guessing from).
+MAX_CANDIDATE_BYTES = 256 * 1024
+
+
+class InspectInput(RepoInput):
+    repository_id: int
+    trigger_label: str = "repairbot"
+
+
+class InspectResult(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    #: ``configured`` (the file exists), ``proposed`` (an onboarding PR exists,
+    #: open or closed: the maintainer's choice stands), ``empty`` (no commit to
+    #: build on) or ``needs-config``.
+    state: str
+    default_branch: str = ""
+    base_sha: str = ""
+    #: The proposed ``.github/repairbot.yml`` as a patch in the evidence store.
+    patch_sha: str = ""
+    config_text: str = ""
+    reasons: list[str] = []
+    pull_number: int | None = None
+
+
+class LabelInput(RepoInput):
+    name: str
+    color: str = "0e8a16"
+    description: str = "Ask repairbot to reproduce and fix this issue"
+
+
+class LabelResult(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    created: bool
+
+
+def _access(actx: ActivityContext) -> GitHubAccess:
+    return actx.dep(GitHubAccess)
+
+
+@activity("onboarding.inspect", retry=API, timeouts=GIT_TIMEOUTS)
+async def inspect_repository(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """Whether the repository needs onboarding, and the config to propose."""
+    request = parse_input(InspectInput, raw)
+    access = _access(actx)
+    repo = RepoRef.parse(request.repo)
+    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+    with classified(mutation=False):
+        info = (await gh.rest.repos.async_get(repo.owner, repo.name)).parsed_data
+    if info.id != request.repository_id:
+        raise PermanentError(
+            f"{request.repo} is repository {info.id}, not {request.repository_id}: "
+            "it was renamed or replaced since the installation event"
+        )
+    pulls = await find_pull_requests(
+        gh,
+        repo,
+        ONBOARDING_BRANCH,
+        onboarding_op(request.repository_id),
+        bot_login=await access.factory.bot_login(),
+    )
+    if pulls:
+        return InspectResult(state="proposed", pull_number=pulls[0].number).model_dump(mode="json")
+    branch = info.default_branch
+    with classified(mutation=False):
+        try:
+            ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{branch}")
+        except GitHubException as exc:
+            if status_of(exc) in (404, 409):  # an empty repository has no branch yet
+                return InspectResult(state="empty", default_branch=branch).model_dump(mode="json")
+            raise
+    base_sha = ref.parsed_data.object_.sha
+    token = await access.factory.installation_token(
+        request.installation_id, repository=request.repo, permissions={"contents": "read"}
+    )
+    with tempfile.TemporaryDirectory(prefix="repairbot-onboard-") as tmp:
+        files, dirs, configured = await _read_root(
+            access.clone_url(request.repo), base_sha, token.token, Path(tmp)
+        )
+    if configured:
+        return InspectResult(
+            state="configured", default_branch=branch, base_sha=base_sha
+        ).model_dump(mode="json")
+    found = detect(files, dirs)
+    text = render_config(found, trigger_label=request.trigger_label)
+    patch = actx.dep(EvidenceStore).put(
+        new_file_patch(CONFIG_PATH, text), kind="patch", name="onboarding.patch"
+    )
+    return InspectResult(
+        state="needs-config",
+        default_branch=branch,
+        base_sha=base_sha,
+        patch_sha=patch.sha256,
+        config_text=text,
+        reasons=found.reasons,
+    ).model_dump(mode="json")
+
+
+async def _read_root(
+    remote_url: str, sha: str, token: str, into: Path
+) -> tuple[dict[str, str], frozenset[str], bool]:
+    """The candidate files at the root of ``sha`` (name -> text), the
+    candidate directories present, and whether the config file exists.
+
+    Read as git objects from a bare repository: nothing is checked out, so
+    a hostile tree (symlinks, huge files, odd names) cannot touch the disk;
+    each blob is sized before it is read.
+    """
+    bare = into / "objects.git"
+    env = git_env(extra={"GIT_DIR": str(bare)})
+    init = await run_git(["init", "--quiet", "--bare", str(bare)], cwd=into, env=git_env())
+    if not init.ok:
+        raise PermanentError(f"git init failed: {init.stderr.strip()}")
+    fetched = await fetch_commit(bare, remote_url, sha, token=token)
+    if fetched.status == "unreachable":
+        raise TransientError(f"cannot fetch {sha}: {fetched.detail}")
+    if fetched.status == "missing":
+        raise PermanentError(f"cannot fetch {sha}: {fetched.detail}")
+    listing = await run_git(["ls-tree", "-z", "-l", sha], cwd=bare, env=env)
+    if not listing.ok:
+        raise PermanentError(f"cannot list {sha}: {listing.stderr.strip()}")
+    blobs: dict[str, tuple[str, int]] = {}
+    dirs: set[str] = set()
+    for entry in listing.stdout.split("\0"):
+        meta, _, name = entry.partition("\t")
+        parts = meta.split()
+        if len(parts) != 4:
+            continue
+        mode, kind, object_sha, size_text = parts
+        if kind == "tree" and name in CANDIDATE_DIRS:
+            dirs.add(name)
+        # Regular files only (100644/100755): a symlink's "content" is its target.
+        if kind == "blob" and mode in ("100644", "100755") and name in CANDIDATE_FILES:
+            blobs[name] = (object_sha, int(size_text))
+    configured = (await run_git(["cat-file", "-e", f"{sha}:{CONFIG_PATH}"], cwd=bare, env=env)).ok
+    files: dict[str, str] = {}
+    for name, (object_sha, size) in blobs.items():
+        if size > MAX_CANDIDATE_BYTES:
+            continue
+        blob = await run_git(["cat-file", "blob", object_sha], cwd=bare, env=env)
+        if blob.ok:
+            files[name] = blob.stdout
+    return files, frozenset(dirs), configured
+
+
+async def _label_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
+    """After a lost answer: the label is there (ours or a person's) or provably not."""
+    request = parse_input(LabelInput, raw)
+    repo = RepoRef.parse(request.repo)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    try:
+        await gh.rest.issues.async_get_label(repo.owner, repo.name, request.name)
+    except GitHubException as exc:
+        if status_of(exc) == 404:
+            return Absent()
+        raise classify(exc, mutation=False) from exc
+    return Found(LabelResult(created=True).model_dump())
+
+
+@activity("github.ensure_label", retry=API, timeouts=API_TIMEOUTS, reconcile=_label_exists)
+async def ensure_label(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """The repository has the label (created if missing; an existing one is left as it is)."""
+    request = parse_input(LabelInput, raw)
+    repo = RepoRef.parse(request.repo)
+    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
+    try:
+        await gh.rest.issues.async_create_label(
+            repo.owner,
+            repo.name,
+            name=request.name,
+            color=request.color,
+            description=request.description,
+        )
+    except GitHubException as exc:
+        # 422 "already_exists": a person (or our own lost answer) made it first.
+        # GitHub names the problem in ``errors[].code``; its message is generic.
+        if (
+            isinstance(exc, RequestFailed)
+            and exc.response.status_code == 422
+            and "already_exists" in github_message(exc).lower()
+        ):
+            return LabelResult(created=False).model_dump(mode="json")
+        raise classify(exc, mutation=True) from exc
+    return LabelResult(created=True).model_dump(mode="json")
+
+
+ACTIVITIES = [inspect_repository, ensure_label]
