@@ -18,6 +18,19 @@ COPY migrations ./migrations
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
+# Adding an agent CLI or a toolchain: repository commands and command agents run
+# in the sandbox, which mounts /usr, /bin, /lib*, /etc and /opt read-only, so
+# install them there in a stage of your own built FROM this image, e.g.
+#   FROM repairbot AS repairbot-with-tools
+#   USER root
+#   RUN apt-get update && apt-get install -y --no-install-recommends nodejs npm \
+#       golang-go make && npm install -g @anthropic-ai/claude-code \
+#       && rm -rf /var/lib/apt/lists/*
+#   USER repairbot
+# then set REPAIRBOT_AGENT_COMMAND='["claude", "-p"]' (plus REPAIRBOT_AGENT_NETWORK=true
+# and the key's name in REPAIRBOT_AGENT_COMMAND_ENV / REPAIRBOT_AGENT_API_KEYS:
+# docs/agents.md). A toolchain elsewhere (say /opt/cargo) must be listed in
+# REPAIRBOT_SANDBOX_READ_ONLY to be visible to commands.
 # git: workspaces, commits and pushes. bubblewrap: the sandbox repository
 # commands run in. tini: reaps the sandbox's children and forwards signals.
 RUN apt-get update \

@@ -12,12 +12,13 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from githubkit.exception import GitHubException
 from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
+from app.config import Settings
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import PermanentError, TransientError
 from app.engine.policy import RetryPolicy, Timeouts
@@ -28,6 +29,7 @@ from app.github.checks import CheckRunView, Conclusion, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
 from app.github.errors import classified, classify, status_of
+from app.github.forks import ForkRefused, ensure_fork, proposal_account
 from app.github.gitcmd import fetch_commit, git_env, run_git
 from app.github.markers import OpId, strip_markers
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
@@ -36,6 +38,7 @@ from app.github.publish import (
     Patch,
     build_commit,
     publish_branch,
+    remote_answers,
     remote_ref,
 )
 from app.github.pulls import ensure_pull_request, find_pull_requests, mark_ready_for_review
@@ -148,10 +151,14 @@ class CommitResult(Result):
 
 
 class PushInput(CommitInput):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_repo",)
+
     branch: str
     sha: str
     #: Where the branch must be now; ``None``: it must not exist.
     expected: str | None = None
+    #: The repository the branch lives in (the proposal fork); ``None``: ``repo``.
+    head_repo: str | None = None
 
 
 class PushResult(Result):
@@ -161,8 +168,12 @@ class PushResult(Result):
 
 
 class DeleteBranchInput(BranchInput):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_repo",)
+
     #: Deleted only while the branch is still at this commit (ours).
     sha: str
+    #: The repository the branch lives in (the proposal fork); ``None``: ``repo``.
+    head_repo: str | None = None
 
 
 class DeleteBranchResult(Result):
@@ -171,10 +182,14 @@ class DeleteBranchResult(Result):
 
 
 class PullRequestInput(Marked):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_owner",)
+
     head: str
     base: str
     title: str
     body: str
+    #: ``head`` is a branch of this account's fork (``None``: of ``repo``).
+    head_owner: str | None = None
 
 
 class PullRequestResult(Result):
@@ -241,11 +256,22 @@ class ReviewView(Result):
 class ObserveInput(Marked):
     """What the drift check looks at: the run's issue, pull request and branch."""
 
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_repo",)
+
     issue_number: int
     pull_number: int | None = None
     branch: str | None = None
+    #: The repository the branch lives in (the proposal fork); ``None``: ``repo``.
+    head_repo: str | None = None
     #: sha256 of the status comment's body as the run last wrote it (marker excluded).
     status_sha256: str | None = None
+
+
+class ProposalRepoResult(Result):
+    """Where the run's proposals go: ``repo`` (``owner/name``), or why nowhere."""
+
+    repo: str | None = None
+    refused: str | None = None
 
 
 class ObserveResult(Result):
@@ -348,8 +374,8 @@ async def observe(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
             )
     branch_sha: str | None = None
     if request.branch is not None:
-        token = await _git_token(access, request.installation_id, request.repo, _READ)
-        branch_sha = await remote_ref(access.clone_url(request.repo), request.branch, token=token)
+        where, token = await _branch_home(access, request, request.head_repo, _READ)
+        branch_sha = await remote_ref(access.clone_url(where), request.branch, token=token)
     status: Literal["ok", "missing", "edited", "unknown"] = "unknown"
     if request.status_sha256 is not None:
         found = await find_comments(
@@ -429,6 +455,19 @@ async def _git_token(
     return token.token
 
 
+async def _branch_home(
+    access: GitHubAccess, request: RepoInput, head_repo: str | None, permissions: dict[str, str]
+) -> tuple[str, str]:
+    """The repository the run's branch lives in and a token for it: the base
+    repository's installation, or the proposal account's for its fork."""
+    if head_repo is None or head_repo == request.repo:
+        return request.repo, await _git_token(
+            access, request.installation_id, request.repo, permissions
+        )
+    account = await proposal_account(access.factory, RepoRef.parse(head_repo).owner)
+    return head_repo, await _git_token(access, account.installation_id, head_repo, permissions)
+
+
 async def _fetch_base(
     access: GitHubAccess, repo: str, base_sha: str, token: str, into: Path
 ) -> Path:
@@ -477,8 +516,8 @@ async def build_intended_commit(actx: ActivityContext, raw: dict[str, Any]) -> d
 async def _branch_state(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
     request = parse_input(PushInput, raw)
     access = _access(actx)
-    token = await _git_token(access, request.installation_id, request.repo, _READ)
-    at = await remote_ref(access.clone_url(request.repo), request.branch, token=token)
+    where, token = await _branch_home(access, request, request.head_repo, _READ)
+    at = await remote_ref(access.clone_url(where), request.branch, token=token)
     if at == request.sha:
         return Found(PushResult(status="already-there", sha=at, remote_sha=at).model_dump())
     if at == (request.expected or None):
@@ -494,12 +533,18 @@ async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
     """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
     request = parse_input(PushInput, raw)
     with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
-        bare, sha, token = await _intended_commit(actx, request, Path(tmp), push=True)
+        in_base = request.head_repo in (None, request.repo)
+        bare, sha, token = await _intended_commit(actx, request, Path(tmp), push=in_base)
         if sha != request.sha:
             raise PermanentError(f"rebuilt commit {sha} differs from the recorded {request.sha}")
+        where, token = (
+            (request.repo, token)
+            if in_base
+            else await _branch_home(_access(actx), request, request.head_repo, _WRITE)
+        )
         outcome = await publish_branch(
             bare,
-            _access(actx).clone_url(request.repo),
+            _access(actx).clone_url(where),
             request.branch,
             sha,
             expected=request.expected or None,
@@ -520,14 +565,77 @@ async def delete_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
     """
     request = parse_input(DeleteBranchInput, raw)
     access = _access(actx)
-    token = await _git_token(access, request.installation_id, request.repo, _WRITE)
+    where, token = await _branch_home(access, request, request.head_repo, _WRITE)
     outcome = await delete_branch_if_at(
-        access.clone_url(request.repo), request.branch, request.sha, token=token
+        access.clone_url(where), request.branch, request.sha, token=token
     )
     reason = None
     if outcome.status is Deletion.MOVED:
         reason = f"somebody moved {request.branch} to {outcome.remote_sha}"
     return DeleteBranchResult(deleted=outcome.deleted, reason=reason).model_dump(mode="json")
+
+
+# -- where proposals live -------------------------------------------------------
+
+#: The status comment's words when no proposal owner is configured.
+NO_PROPOSAL_OWNER = (
+    "repairbot did not publish this fix: nothing the agent wrote goes to a branch of "
+    "{repo}, where GitHub would run its workflows with the repository's secrets "
+    "before anyone reviewed it. The operator sets `REPAIRBOT_PROPOSAL_OWNER` to an "
+    "organization where the App is installed on all repositories (proposals are then "
+    "pushed to its fork of {repo}), or accepts the risk with "
+    "`REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY=true`; then this run can be resumed."
+)
+
+
+PROPOSAL_FORK_REFUSED = (
+    "repairbot did not publish this fix: its proposal fork cannot be used: {why}. "
+    "Once that is fixed, this run can be resumed."
+)
+
+
+@activity("github.proposal_repo", retry=API, timeouts=GIT_TIMEOUTS)
+async def proposal_repo(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    """Where the run's proposals are pushed: the proposal account's fork of the
+    repository (made on first use), the repository itself only if the operator
+    opted in, or nowhere (``refused`` says why and what to do)."""
+    request = parse_input(RepoInput, raw)
+    settings = actx.dep(Settings)
+    if not settings.proposal_owner:
+        if settings.proposals_in_base_repository:
+            return ProposalRepoResult(repo=request.repo).model_dump(mode="json")
+        refused = NO_PROPOSAL_OWNER.format(repo=request.repo)
+        return ProposalRepoResult(refused=refused).model_dump(mode="json")
+    try:
+        fork = await _proposal_fork(actx, request, settings.proposal_owner)
+    except ForkRefused as refused:
+        # Only a human can fix this (install the App, grant a permission,
+        # rename a repository): the run parks and says so, resumable.
+        return ProposalRepoResult(refused=PROPOSAL_FORK_REFUSED.format(why=refused)).model_dump(
+            mode="json"
+        )
+    return ProposalRepoResult(repo=fork.full_name).model_dump(mode="json")
+
+
+async def _proposal_fork(actx: ActivityContext, request: RepoInput, owner: str) -> RepoRef:
+    access = _access(actx)
+    account = await proposal_account(access.factory, owner)
+
+    async def ready(fork: RepoRef) -> bool:
+        """git answers for the fork: GitHub finished copying it."""
+        try:
+            token = await _git_token(access, account.installation_id, fork.full_name, _READ)
+        except PermanentError:
+            return False  # GitHub mints no token for a repository it is still creating
+        return await remote_answers(access.clone_url(fork.full_name), token=token)
+
+    return await ensure_fork(
+        access.factory,
+        access.factory.for_installation(request.installation_id, repository=request.repo),
+        RepoRef.parse(request.repo),
+        account,
+        ready=ready,
+    )
 
 
 # -- pull requests, checks, merge ----------------------------------------------
@@ -542,6 +650,7 @@ async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileR
         request.head,
         request.op,
         bot_login=await access.factory.bot_login(),
+        head_owner=request.head_owner,
     )
     if not found:
         return Absent()
@@ -579,6 +688,7 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
         body=request.body,
         op=request.op,
         bot_login=await access.factory.bot_login(),
+        head_owner=request.head_owner,
     )
     return PullRequestResult(
         number=result.number,
@@ -673,6 +783,7 @@ ACTIVITIES = [
     observe,
     comment,
     build_intended_commit,
+    proposal_repo,
     push_branch,
     delete_branch,
     pull_request,

@@ -26,13 +26,15 @@ from app.github.errors import classified, classify, github_message, status_of
 from app.github.gitcmd import fetch_commit, git_env, run_git
 from app.github.pulls import find_pull_requests
 from app.github.repos import RepoRef
-from app.onboarding.detect import CANDIDATE_DIRS, CANDIDATE_FILES, detect, render_config
+from app.onboarding.detect import (
+    CANDIDATE_DIRS,
+    CANDIDATE_FILES,
+    MAX_CANDIDATE_BYTES,
+    detect,
+    render_config,
+)
 from app.onboarding.proposal import ONBOARDING_BRANCH, new_file_patch, onboarding_op
 from app.repo_config import CONFIG_PATH
-
-#: Detection reads at most this much of each candidate file (a pyproject.toml is
-#: a few KiB; a bigger file is hostile or generated and not worth guessing from).
-MAX_CANDIDATE_BYTES = 256 * 1024
 
 
 class InspectInput(RepoInput):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -65,6 +66,7 @@ APP_FILE_KEYS = {
     "webhook_secret": "GITHUB_WEBHOOK_SECRET",
     "client_id": "GITHUB_CLIENT_ID",
     "client_secret": "GITHUB_CLIENT_SECRET",
+    "webhook_proxy_url": "REPAIRBOT_WEBHOOK_PROXY_URL",
 }
 
 
@@ -101,6 +103,10 @@ def _egress(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     return {"egress_allow": allow, "egress_allow_private": private}
+
+
+#: A GitHub user or organization name.
+_ACCOUNT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -263,6 +269,22 @@ class Settings:
     #: (default ``<data_dir>/github-app.json`` when present); variables win.
     app_file: Path | None = None
 
+    #: REPAIRBOT_WEBHOOK_PROXY_URL: a smee-compatible channel ``repairbot dev``
+    #: receives webhooks from (development on a machine GitHub cannot reach).
+    webhook_proxy_url: str = ""
+    #: REPAIRBOT_WEBHOOK_PROXY_SERVICE: where ``repairbot register --webhook-proxy
+    #: new`` creates a channel (``POST <service>/new``).
+    webhook_proxy_service: str = "https://smee.io"
+    #: REPAIRBOT_PROPOSAL_OWNER: the organization (where the App is installed
+    #: on all repositories) whose forks hold repairbot's proposals. Pull requests
+    #: come from those forks, so GitHub runs the base repository's workflows for
+    #: them without its secrets (docs/security.md, "Proposals live in a fork").
+    proposal_owner: str = ""
+    #: REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY: with no proposal owner, push
+    #: proposals to branches of the base repository anyway. Agent code will run
+    #: in your CI with your secrets before review.
+    proposals_in_base_repository: bool = False
+
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
     #: (crash tests only; see app/engine/faults.py).
     fault_point: str = ""
@@ -308,6 +330,11 @@ class Settings:
         if self.evidence_store not in ("database", "folder"):
             raise ConfigError(
                 f"REPAIRBOT_EVIDENCE_STORE must be database or folder, got {self.evidence_store!r}"
+            )
+        if self.proposal_owner and not _ACCOUNT.fullmatch(self.proposal_owner):
+            raise ConfigError(
+                f"REPAIRBOT_PROPOSAL_OWNER must be a GitHub account name, "
+                f"got {self.proposal_owner!r}"
             )
         if self.evidence_max_bytes < 1024:
             raise ConfigError("REPAIRBOT_EVIDENCE_MAX_BYTES must be at least 1024")
@@ -400,6 +427,10 @@ class Settings:
             "REPAIRBOT_ONBOARDING": str(self.onboarding).lower(),
             "REPAIRBOT_REQUIRE_CONFIG": str(self.require_config).lower(),
             "REPAIRBOT_FAULT_POINT": self.fault_point,
+            "REPAIRBOT_PROPOSAL_OWNER": self.proposal_owner,
+            "REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY": str(
+                self.proposals_in_base_repository
+            ).lower(),
             "REPAIRBOT_EVIDENCE_STORE": self.evidence_store,
             "REPAIRBOT_EVIDENCE_MAX_BYTES": str(self.evidence_max_bytes),
             "REPAIRBOT_EVIDENCE_RETENTION_DAYS": repr(self.evidence_retention / 86400),
@@ -419,6 +450,8 @@ class Settings:
             "REPAIRBOT_WEB_SHUTDOWN_GRACE": str(self.web_shutdown_grace),
             "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": str(self.delivery_reconcile_interval),
             "REPAIRBOT_PUBLIC_URL": self.public_url,
+            "REPAIRBOT_WEBHOOK_PROXY_URL": self.webhook_proxy_url,
+            "REPAIRBOT_WEBHOOK_PROXY_SERVICE": self.webhook_proxy_service,
             "GITHUB_WEB_URL": self.github_web_url,
             "GITHUB_CLIENT_ID": self.github_client_id,
             "REPAIRBOT_SESSION_HOURS": str(self.session_hours),
@@ -491,6 +524,10 @@ class Settings:
             "onboarding": _bool(env, "REPAIRBOT_ONBOARDING", True),
             "require_config": _bool(env, "REPAIRBOT_REQUIRE_CONFIG", True),
             "fault_point": env.get("REPAIRBOT_FAULT_POINT", ""),
+            "proposal_owner": env.get("REPAIRBOT_PROPOSAL_OWNER", "").strip(),
+            "proposals_in_base_repository": _bool(
+                env, "REPAIRBOT_PROPOSALS_IN_BASE_REPOSITORY", False
+            ),
             "agent_command": _argv(env, "REPAIRBOT_AGENT_COMMAND"),
             "evidence_store": env.get("REPAIRBOT_EVIDENCE_STORE", "database") or "database",
             "evidence_max_bytes": _int(env, "REPAIRBOT_EVIDENCE_MAX_BYTES", 8 * 1024 * 1024),
@@ -517,6 +554,10 @@ class Settings:
                 env, "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL", 60.0
             ),
             "public_url": env.get("REPAIRBOT_PUBLIC_URL", "").rstrip("/"),
+            "webhook_proxy_url": env.get("REPAIRBOT_WEBHOOK_PROXY_URL", ""),
+            "webhook_proxy_service": env.get(
+                "REPAIRBOT_WEBHOOK_PROXY_SERVICE", "https://smee.io"
+            ).rstrip("/"),
             "github_web_url": env.get("GITHUB_WEB_URL", "https://github.com").rstrip("/"),
             "github_client_id": env.get("GITHUB_CLIENT_ID", ""),
             "github_client_secret": env.get("GITHUB_CLIENT_SECRET", ""),

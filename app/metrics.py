@@ -52,15 +52,21 @@ def process_exited() -> None:
         mp.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
-#: GitHub API paths -> a bounded route label: numbers, shas and names are
-#: replaced by placeholders so one route is one time series.
+#: GitHub API paths -> a bounded route label: every path parameter (names,
+#: numbers, shas, refs, file paths) becomes its template placeholder, so one
+#: route is one time series and no user or repository name reaches a label.
 _ROUTE_RULES = (
     (re.compile(r"^/repos/[^/]+/[^/]+"), "/repos/{owner}/{repo}"),
+    (re.compile(r"^/(users|orgs)/[^/]+"), r"/\1/{name}"),
     (re.compile(r"^/app/installations/\d+"), "/app/installations/{id}"),
     (re.compile(r"^/user/installations/\d+"), "/user/installations/{id}"),
-    (re.compile(r"/(git/)?(refs|ref)/.+$"), r"/\1\2/{ref}"),
+    (re.compile(r"/(git/)?(refs|ref|matching-refs)/.+$"), r"/\1\2/{ref}"),
     (re.compile(r"/branches/.+$"), "/branches/{branch}"),
+    (re.compile(r"/contents/.+$"), "/contents/{path}"),
+    (re.compile(r"/collaborators/[^/]+"), "/collaborators/{username}"),
+    (re.compile(r"/labels/[^/]+$"), "/labels/{name}"),
     (re.compile(r"/[0-9a-f]{40}(?=/|$)"), "/{sha}"),
+    (re.compile(r"/commits/(?!\{sha\})[^/]+"), "/commits/{ref}"),
     (re.compile(r"/\d+(?=/|$)"), "/{n}"),
 )
 

@@ -23,7 +23,21 @@ from sqlalchemy import Engine, func, select
 
 from app.app_tables import Redelivery, WebhookDelivery
 from app.engine.store.schema import STALE_WRITES, attempts, counters, outbox, runs, tasks
-from app.runs_view import phase_of_step, step_of
+from app.runs_view import STEP_PHASES, phase_of_step, step_of
+
+#: The values the ``phase`` label takes: the run phases, and ``other``.
+PHASES = frozenset(phase for _, phase in STEP_PHASES)
+
+
+def metric_phase(step: str, activity: str) -> str | None:
+    """The ``phase`` label for a step: a phase, ``other`` for steps no phase
+    claims (the dashboard shows those under their activity's name, which is
+    no phase), None for bookkeeping."""
+    phase = phase_of_step(step, activity)
+    if phase is None:
+        return None
+    return phase if phase in PHASES else "other"
+
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
 redeliveries = Redelivery.__table__  # type: ignore[attr-defined]
@@ -182,7 +196,7 @@ class RecordCollector(Collector):
             ).all()
             spans: dict[tuple[str, str], list[float]] = {}
             for t in rows:
-                phase = phase_of_step(step_of(t.run_id, t.operation_id), t.activity)
+                phase = metric_phase(step_of(t.run_id, t.operation_id), t.activity)
                 if phase is None or t.closed_at is None:
                     continue
                 span = spans.setdefault((t.run_id, phase), [t.scheduled_at, t.closed_at])

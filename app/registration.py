@@ -62,7 +62,10 @@ def manifest(
     workflows: bool,
     routed: Iterable[RoutingKey],
     homepage: str = "",
+    webhook_url: str = "",
 ) -> dict[str, Any]:
+    """``webhook_url``: where GitHub delivers (default ``<public_url>/webhooks/github``;
+    a webhook-proxy channel for a machine GitHub cannot reach)."""
     permissions = dict(PERMISSIONS)
     if workflows:
         permissions["workflows"] = "write"
@@ -71,7 +74,7 @@ def manifest(
         "url": homepage or public_url,
         "description": "Reproduces labelled bugs, proposes verified fixes as draft pull "
         "requests, and merges them after a human approves the exact commit.",
-        "hook_attributes": {"url": f"{public_url}/webhooks/github", "active": True},
+        "hook_attributes": {"url": webhook_url or f"{public_url}/webhooks/github", "active": True},
         "redirect_url": redirect_url,
         "callback_urls": [f"{public_url}/auth/callback"],
         # Installable only on the account that owns it.
@@ -101,6 +104,10 @@ def write_app_file(path: Path, credentials: dict[str, Any], *, force: bool = Fal
         raise
 
 
+#: What GitHub's answer to the manifest conversion must hold.
+_FROM_GITHUB = frozenset({"app_id", "slug", "pem", "webhook_secret", "client_id", "client_secret"})
+
+
 @dataclass
 class Registrar:
     """The small web app the operator opens in a browser."""
@@ -117,6 +124,8 @@ class Registrar:
     org: str = ""
     force: bool = False
     homepage: str = ""
+    #: A webhook-proxy channel GitHub delivers to instead of ``public_url``.
+    webhook_url: str = ""
     transport: httpx.AsyncBaseTransport | None = None
     state: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     #: Set once the App exists: what was written.
@@ -131,7 +140,12 @@ class Registrar:
             workflows=self.workflows,
             routed=self.routed,
             homepage=self.homepage,
+            webhook_url=self.webhook_url,
         )
+
+    @property
+    def hook_url(self) -> str:
+        return self.webhook_url or f"{self.public_url}/webhooks/github"
 
     async def start(self, request: Request) -> Response:
         where = f"/organizations/{self.org}" if self.org else ""
@@ -143,7 +157,7 @@ class Registrar:
             "Register repairbot on GitHub",
             f"<p>This creates the GitHub App <strong>{html.escape(self.name)}</strong> "
             f"{'for ' + html.escape(self.org) if self.org else 'on your account'}, "
-            f"receiving webhooks at <code>{html.escape(self.public_url)}/webhooks/github</code>."
+            f"receiving webhooks at <code>{html.escape(self.hook_url)}</code>."
             "</p><details><summary>The manifest</summary>"
             f"<pre>{html.escape(json.dumps(self.manifest(), indent=2))}</pre></details>"
             f"<form method='post' action='{html.escape(action)}'>"
@@ -177,9 +191,12 @@ class Registrar:
             "client_id": created.client_id,
             "client_secret": created.client_secret,
         }
-        missing = [k for k in APP_FILE_KEYS if not credentials.get(k)]
+        missing = [k for k in APP_FILE_KEYS if k in _FROM_GITHUB and not credentials.get(k)]
         if missing:
             return _page("Incomplete", f"<p>GitHub's answer lacks {missing}.</p>", 502)
+        if self.webhook_url:
+            # `repairbot dev` reads the channel from here, as the rest of the settings.
+            credentials["webhook_proxy_url"] = self.webhook_url
         write_app_file(self.out, credentials, force=self.force)
         self.registered = credentials
         self.done.set()

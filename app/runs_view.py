@@ -64,6 +64,15 @@ class RunSummary:
     issue_number: int | None
     phase: str
     outcome: str
+    #: The issue's title as the run received it (issue text: escape it).
+    title: str | None = None
+    #: The proposal's pull request, once there is one.
+    pull_number: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        """How long the run lasted, or has lasted so far."""
+        return (self.run.closed_at or time.time()) - self.run.created_at
 
 
 @dataclass
@@ -170,13 +179,20 @@ def summarize(
         phase = ""
     else:
         phase = str(state.get("phase") or "")
-    issue = run.input.get("issue_number") if isinstance(run.input, dict) else None
+    given = run.input if isinstance(run.input, dict) else {}
+    issue, title, pull = (
+        given.get("issue_number"),
+        given.get("issue_title"),
+        state.get("pull_number"),
+    )
     return RunSummary(
         run=run,
         repo=repo_of(run),
         issue_number=int(issue) if issue is not None else None,
         phase=phase,
         outcome=str(state.get("outcome") or ""),
+        title=title if isinstance(title, str) and title else None,
+        pull_number=pull if isinstance(pull, int) and not isinstance(pull, bool) else None,
     )
 
 

@@ -244,13 +244,12 @@ class Sampler:
 async def github_counts(stack: LocalStack, repo: str, number: int, fig: RunFigures) -> None:
     owner, who = stack.people.owner, stack.people.owner
     pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=who)
-    branches = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/branches", as_user=who)
     comments = await stack.gh.rest(
         "GET", f"/repos/{owner}/{repo}/issues/{number}/comments", as_user=who
     )
     fig.pulls = len(pulls)
     fig.merged_pulls = sum(1 for p in pulls if p.get("merged_at"))
-    fig.branches = sum(1 for b in branches if b["name"].startswith("repairbot/"))
+    fig.branches = len(await stack.run_branches(repo))
     fig.status_comments = sum(
         1 for c in comments if "repairbot:op=" in c["body"] and "status" in c["body"]
     )

@@ -29,6 +29,7 @@ from emulator.render.base import Urls
 from emulator.rest import all_specs, starlette_path
 from emulator.rest.graphql import SPEC as GRAPHQL
 from emulator.rest.http import Endpoint
+from emulator.rest.unrouted import GitOrNotFound, json_not_found
 from emulator.state import App, Store, User
 
 
@@ -116,8 +117,10 @@ class Emulator:
         routes += [Mount(self.base_path, routes=rest)] if self.base_path else rest
         # github.com's own pages (sign-in, App registration) live at the web origin.
         routes += webflow.routes(self)
-        routes.append(Mount("", app=git_app(self)))
-        return Starlette(routes=routes)
+        routes.append(Mount("", app=GitOrNotFound(git_app(self))))
+        return Starlette(
+            routes=routes, exception_handlers={404: json_not_found, 405: json_not_found}
+        )
 
     def close(self) -> None:
         self.dispatcher.close()

@@ -323,6 +323,10 @@ class EmulatorClient:
             "POST", f"/repos/{owner}/{repo}/pulls/{number}/mergeable-unknown", {"reads": reads}
         )
 
+    async def fork_pending(self, requests: int) -> None:
+        """New forks answer 404 to this many requests before they exist."""
+        await self.control("POST", "/forks/pending", {"requests": requests})
+
     async def advance_clock(self, seconds: float) -> None:
         await self.control("POST", "/clock", {"advance_seconds": seconds})
 

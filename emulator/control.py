@@ -122,6 +122,11 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         emu.store.clock.offset += timedelta(seconds=float(body.get("advance_seconds", 0)))
         return {"now": emu.store.now().isoformat()}
 
+    def fork_pending(_: Request, body: dict[str, Any]) -> Any:
+        # How many requests a new fork answers 404 before it exists.
+        emu.store.fork_pending_requests = max(0, int(body.get("requests", 1)))
+        return {"requests": emu.store.fork_pending_requests}
+
     def clear_faults(_: Request, __: dict[str, Any]) -> Any:
         emu.faults.clear()
         return {"cleared": True}
@@ -220,6 +225,7 @@ def routes(emu: Emulator) -> list[BaseRoute]:
             ),
             {},
         ),
+        ("POST", "/forks/pending", fork_pending, {}),
         ("POST", "/clock", advance_clock, {}),
         ("GET", "/faults", lambda r, b: [f.to_json() for f in emu.faults.list()], {}),
         ("POST", "/faults", add_fault, {"status": 201}),

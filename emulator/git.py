@@ -332,6 +332,38 @@ class BareRepo:
             repo.update_ref(branch_ref, commit, old_sha=ZERO_SHA)
         return repo
 
+    @classmethod
+    def fork(
+        cls, path: Path, source: BareRepo, *, default_branch: str, all_branches: bool
+    ) -> BareRepo:
+        """A new bare repository at ``path`` holding ``source``'s default branch
+        (with ``all_branches``: every branch and tag), as GitHub's fork does."""
+        repo = cls.create(path, default_branch=default_branch)
+        specs = (
+            ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+            if all_branches
+            else [f"+refs/heads/{default_branch}:refs/heads/{default_branch}"]
+        )
+        repo._git("fetch", "--quiet", "--no-tags", str(source.path), *specs)
+        return repo
+
+    def copy_commit(self, source: BareRepo, sha: str, ref: str) -> None:
+        """Bring commit ``sha`` (and what it needs) from ``source`` and point ``ref``
+        at it: how a fork's pull request head reaches the base repository."""
+        if _is_unsafe_rev(sha) or not _FULL_SHA.fullmatch(sha):
+            raise ObjectNotFound(f"not a commit sha: {sha!r}")
+        name = qualify_ref(ref)
+        # The source must serve a sha no ref of it names any more (a moved branch).
+        upload_pack = "git -c uploadpack.allowAnySHA1InWant=true upload-pack"
+        self._git(
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            f"--upload-pack={upload_pack}",
+            str(source.path),
+            f"+{sha}:{name}",
+        )
+
     def _tree_of_folder(self, source: Path) -> str:
         """Stage every file of ``source`` (honouring its .gitignore) in a throwaway index."""
         if not source.is_dir():

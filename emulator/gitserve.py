@@ -31,7 +31,7 @@ def git_app(emu: Emulator) -> GitSmartHTTP:
     ) -> Principal:
         with emu.store.lock:
             repo = emu.store.repo(owner, name)
-            if repo is None:
+            if repo is None or emu.store.arriving(repo):
                 raise GitAuthError(404)
             if not password:
                 if write or repo.private:

@@ -38,8 +38,10 @@ def pull_git(repo: Repo, pr: PullRequest, *, mergeable: bool = True) -> PullGit:
     """Head and base shas from git (falling back to the last known once a branch is gone)."""
     git = open_git(repo)
     if pr.issue.state == "open":
-        pr.head_sha = git.resolve(f"refs/heads/{pr.head_ref}") or pr.head_sha
+        head_git = git if pr.head_repo is None else open_git(pr.head_repo)
+        pr.head_sha = head_git.resolve(f"refs/heads/{pr.head_ref}") or pr.head_sha
         pr.base_sha = git.resolve(f"refs/heads/{pr.base_ref}") or pr.base_sha
+        mirror_fork_head(repo, pr)
     verdict: bool | None = None
     if mergeable and pr.issue.state == "open":
         key = (pr.base_sha, pr.head_sha)
@@ -48,6 +50,17 @@ def pull_git(repo: Repo, pr: PullRequest, *, mergeable: bool = True) -> PullGit:
         verdict = pr.mergeable_cache[key]
     ahead = git.compare(pr.base_sha, pr.head_sha).ahead_by if pr.issue.state == "open" else 1
     return PullGit(head_sha=pr.head_sha, base_sha=pr.base_sha, mergeable=verdict, commits=ahead)
+
+
+def mirror_fork_head(repo: Repo, pr: PullRequest) -> None:
+    """A fork's pull request: keep its head commit in the base repository as
+    ``refs/pull/<n>/head`` (as GitHub does), so mergeability, the merge and
+    check runs there find its objects. No branch of the base is touched."""
+    if pr.head_repo is None:
+        return
+    git, ref = open_git(repo), f"refs/pull/{pr.number}/head"
+    if git.ref_sha(ref) != pr.head_sha:
+        git.copy_commit(open_git(pr.head_repo), pr.head_sha, ref)
 
 
 def pusher_of(emu: Emulator, user: User) -> dict[str, str]:
@@ -89,24 +102,35 @@ def refs_updated(emu: Emulator, repo: Repo, sender: User, changes: list[RefChang
         if not change.ref.startswith("refs/heads/") or change.new_sha is None:
             continue
         branch = change.ref.removeprefix("refs/heads/")
-        for pr in repo.pulls():
+        # Pull requests whose head is this branch: this repository's own, and
+        # (this repository being a fork) those opened from it on other
+        # repositories of its network, which are told on the base repository.
+        for base_repo, pr in _pulls_headed_by(emu, repo):
             if pr.issue.state != "open" or pr.head_ref != branch or pr.head_sha == change.new_sha:
                 continue
             before = pr.head_sha
             pr.issue.updated_at = emu.store.now()
-            view = pull_git(repo, pr, mergeable=False)
+            view = pull_git(base_repo, pr, mergeable=False)
             emu.events.for_repo(
-                repo,
+                base_repo,
                 "pull_request",
                 {
                     "action": "synchronize",
                     "number": pr.number,
                     "before": before,
                     "after": view.head_sha,
-                    "pull_request": pulls.pull(urls, repo, pr, view),
+                    "pull_request": pulls.pull(urls, base_repo, pr, view),
                 },
                 sender=sender,
             )
+
+
+def _pulls_headed_by(emu: Emulator, repo: Repo) -> list[tuple[Repo, PullRequest]]:
+    found = [(repo, pr) for pr in repo.pulls() if pr.head_repo is None]
+    if repo.fork:
+        for other in emu.store.repos.values():
+            found += [(other, pr) for pr in other.pulls() if pr.head_repo is repo]
+    return found
 
 
 def _pushed(git: BareRepo, repo: Repo, change: RefChange) -> tuple[str, ...]:

@@ -481,6 +481,11 @@ async def _invoke(function: Callable[..., object], *args: object) -> object:
     return result
 
 
+def is_git_path(scope: Scope) -> bool:
+    """The request is for git (``/<owner>/<repo>[.git]/info/refs`` and the two services)."""
+    return _ROUTE.match(_route_path(scope)) is not None
+
+
 def _route_path(scope: Scope) -> str:
     """The path below the mount point (Starlette keeps the full path in ``path``)."""
     path: str = scope["path"]

@@ -181,6 +181,8 @@ class PullRequest:
     merged_by: User | None = None
     merge_commit_sha: str | None = None
     maintainer_can_modify: bool = False
+    #: The fork the head branch lives in (``None``: the base repository itself).
+    head_repo: Repo | None = None
     #: (base_sha, head_sha) -> mergeable, computed from git and cached.
     mergeable_cache: dict[tuple[str, str], bool] = field(default_factory=dict)
     #: Reads left that answer ``mergeable: null`` (scripted: GitHub computing).
@@ -252,10 +254,26 @@ class Repo:
     drafts_supported: bool = True
     #: Issues transferred away: old number -> (repository id, new number).
     transferred_issues: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: For a fork: the repository it was forked from, and the root of the network.
+    parent: Repo | None = None
+    source: Repo | None = None
+    #: Forks made of this repository (GitHub's ``forks_count``).
+    forks_count: int = 0
+    #: A fork still being created: this many more requests naming it answer
+    #: 404 before it exists (GitHub forks asynchronously).
+    pending_requests: int = 0
 
     @property
     def full_name(self) -> str:
         return f"{self.owner.login}/{self.name}"
+
+    @property
+    def fork(self) -> bool:
+        return self.parent is not None
+
+    @property
+    def network_root(self) -> Repo:
+        return self.source or self
 
     def pulls(self) -> list[PullRequest]:
         return [i.pull for i in self.issues.values() if i.pull is not None]
@@ -282,6 +300,8 @@ class Store:
         #: Former full names (lowercased) of renamed or transferred repositories -> id.
         self.moved: dict[str, int] = {}
         self.grants: dict[str, Grant] = {}
+        #: Requests a new fork answers 404 before it exists (control API).
+        self.fork_pending_requests = 1
         # Distinct ranges per kind make a wrong id fail loudly instead of hitting
         # another object by coincidence.
         self._ids: dict[str, itertools.count[int]] = {}
@@ -328,6 +348,29 @@ class Store:
 
     def repo(self, owner: str, name: str) -> Repo | None:
         return self.repos.get(f"{owner}/{name}".lower())
+
+    def arriving(self, repo: Repo) -> bool:
+        """Whether ``repo`` is a fork still being created; each call counts as one
+        request that found it missing."""
+        if repo.pending_requests <= 0:
+            return False
+        repo.pending_requests -= 1
+        return True
+
+    def fork_of(self, source: Repo, account: User) -> Repo | None:
+        """``account``'s fork of ``source``, if it has one."""
+        for repo in self.repos.values():
+            if repo.parent is source and repo.owner.id == account.id:
+                return repo
+        return None
+
+    def network_fork(self, repo: Repo, owner: str) -> Repo | None:
+        """The repository of ``owner`` in ``repo``'s fork network (a head for its PRs)."""
+        root = repo.network_root
+        for candidate in self.repos.values():
+            if candidate.owner.login.lower() == owner.lower() and candidate.network_root is root:
+                return candidate
+        return None
 
     def installations_for(self, repo: Repo) -> list[Installation]:
         """Installations whose repository set includes ``repo``."""

@@ -261,7 +261,47 @@ def routes(emu: Emulator) -> list[BaseRoute]:
             _with_query(redirect, code=code, state=f.get("state", "")), status_code=302
         )
 
+    async def install_page(request: Request) -> Response:
+        """``/apps/{slug}/installations/new``, the link an App's page and
+        ``repairbot register`` give: choose the account to install it on."""
+        slug = request.path_params["slug"]
+        with store.lock:
+            app = next((a for a in store.apps.values() if a.slug == slug), None)
+        if app is None:
+            return _page("Not found", "<p>No application with that name.</p>", 404)
+        return _page(
+            f"Install {app.name}",
+            f"<p>Install <strong>{html.escape(app.name)}</strong> on an account; it gets "
+            "every repository of that account.</p>"
+            f"<form method='post' action='/apps/{html.escape(slug)}/installations/new'>"
+            "<label for='account'>Account</label> <input id='account' name='account' required> "
+            "<button type='submit'>Install</button></form>",
+        )
+
+    async def install(request: Request) -> Response:
+        from emulator import scripting
+        from emulator.rest.http import ApiError
+
+        slug = request.path_params["slug"]
+        f = await request.form()
+        account = str(f.get("account", ""))
+        with store.lock:
+            app = next((a for a in store.apps.values() if a.slug == slug), None)
+            if app is None:
+                return _page("Not found", "<p>No application with that name.</p>", 404)
+            try:
+                made = scripting.create_installation(emu, {"app_id": app.id, "account": account})
+            except ApiError as exc:
+                return _page("Not installed", f"<p>{html.escape(exc.message)}</p>", exc.status)
+        return _page(
+            "Installed",
+            f"<p>{html.escape(app.name)} is installed on {html.escape(account)} "
+            f"(installation {made['id']}).</p>",
+        )
+
     return [
+        Route("/apps/{slug}/installations/new", install_page, methods=["GET"]),
+        Route("/apps/{slug}/installations/new", install, methods=["POST"]),
         Route("/login/oauth/authorize", authorize_page, methods=["GET"]),
         Route("/login/oauth/authorize", authorize, methods=["POST"]),
         Route("/login/oauth/access_token", access_token, methods=["POST"]),

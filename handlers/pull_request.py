@@ -2,8 +2,9 @@
 as signals, so it learns that its branch or its approval no longer holds.
 
 Only pull requests whose head branch is one of repairbot's *in the base
-repository* reach a run: a fork can name its branch ``repairbot/issue-1`` too.
-The run checks the pull request's number again (it knows its own).
+repository or the proposal account's fork* reach a run: anyone's fork can name
+its branch ``repairbot/issue-1`` too. The run checks the pull request's number
+again (it knows its own).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ router = Router()
 
 
 def run_of(event: PullRequestEvent, ctx: HandlerContext) -> str | None:
-    """The repair run this pull request may belong to, or None (not ours, or a fork's)."""
-    if event.pull_request.from_fork:
+    """The repair run this pull request may belong to, or None (not ours, or a
+    stranger's fork's)."""
+    if not event.pull_request.from_run_branch_home(ctx.settings.proposal_owner):
         ctx.notes.append("pull request from another repository: ignored")
         return None
     issue = issue_of_branch(event.pull_request.head.ref)

@@ -15,7 +15,7 @@ router = Router()
 @router.on("pull_request_review", "submitted")
 @router.on("pull_request_review", "dismissed")
 def review(event: PullRequestReviewEvent, ctx: HandlerContext) -> None:
-    if event.pull_request.from_fork:
+    if not event.pull_request.from_run_branch_home(ctx.settings.proposal_owner):
         ctx.notes.append("review of a pull request from another repository: ignored")
         return
     issue = issue_of_branch(event.pull_request.head.ref)

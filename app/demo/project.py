@@ -99,14 +99,14 @@ def fix_agent_command(
     on_review: tuple[str, str, str] | None = None,
     sleep: float = 0.0,
 ) -> list[str]:
-    """A real command agent (examples/agents/fix_known_bug.py) told the fix.
+    """A real command agent (app/demo/agents/fix_known_bug.py, in the wheel too) told the fix.
 
     ``new`` replaces the buggy line (a wrong one makes every attempt fail
     verification); ``on_review`` is a further (path, old, new) replacement
     the agent makes only when a review asked for changes; ``sleep`` makes it
     think that many seconds first.
     """
-    script = Path(__file__).resolve().parents[2] / "examples" / "agents" / "fix_known_bug.py"
+    script = Path(__file__).resolve().parent / "agents" / "fix_known_bug.py"
     if not script.exists():
         raise FileNotFoundError(f"the demo's command agent is missing: {script}")
     argv = [python, str(script), "--path", "slugify/__init__.py"]

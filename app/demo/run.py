@@ -36,6 +36,7 @@ from app.demo.serve import ServerThread, bind
 from app.demo.spawn import spawn_repairbot
 from app.demo.stack import LocalStack
 from app.engine.runtime import SETTLED
+from app.engine.serve import until_stopped
 from app.sandbox import describe
 from app.workflows.ids import repair_workflow_id
 
@@ -136,7 +137,11 @@ async def run_demo(
     seed: int | None,
     timeout: float,
     agent: str = "command",
+    serve_after: bool = False,
 ) -> int:
+    """``serve_after``: once the run ended, keep the emulated GitHub, repairbot
+    and the worker serving until SIGINT or SIGTERM, so the dashboard the demo
+    advertises can be opened."""
     rng = random.Random(seed)  # noqa: S311 (picks a crash moment, not a secret)
     root = keep or Path(tempfile.mkdtemp(prefix="repairbot-demo-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -240,13 +245,32 @@ async def run_demo(
         end = timeline.now()
         if model is not None:
             _model_summary(model)
-        return await _summary(stack, runtime, workflow_id, number, timeline, end, crashed)
+        code = await _summary(stack, runtime, workflow_id, number, timeline, end, crashed)
+        if serve_after:
+            _say_how_to_look(stack, settings, worker.log_path)
+            await until_stopped()
+            say("stopping the demo")
+        return code
     finally:
         if worker is not None:
             worker.stop()
         if model_server is not None:
             model_server.stop()
         await stack.stop()
+
+
+def _say_how_to_look(stack: LocalStack, settings: Settings, worker_log: Path) -> None:
+    people = stack.people
+    say()
+    say("the demo keeps serving until Ctrl-C (or SIGTERM):")
+    say(f"  dashboard          {stack.app_url}/runs")
+    say(
+        f"  sign in            as {people.maintainer} (write access) or {people.owner}: the "
+        "emulated GitHub's sign-in page asks only for a user name"
+    )
+    say(f"  repository         {settings.github_web_url}/{people.owner}/{stack.repo_name}")
+    say(f"  GitHub API         {settings.github_api_url}")
+    say(f"  worker log         {worker_log}")
 
 
 def _model_summary(model: ScriptedModel) -> None:
@@ -289,11 +313,10 @@ async def _summary(
     say(f"run {run.run_id}: {run.status}, outcome {result.get('outcome')}")
     owner, repo, who = stack.people.owner, stack.repo_name, stack.people.owner
     pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=who)
-    branches = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/branches", as_user=who)
     comments = await stack.gh.rest(
         "GET", f"/repos/{owner}/{repo}/issues/{number}/comments", as_user=who
     )
-    ours = [b["name"] for b in branches if b["name"].startswith("repairbot/")]
+    ours = await stack.run_branches()
     status_comments = [c for c in comments if "repairbot:op=" in c["body"]]
     merged = [p for p in pulls if p.get("merged_at")]
     say("what GitHub holds (read from the emulator):")

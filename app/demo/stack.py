@@ -26,7 +26,8 @@ from app.main.worker_process import build_runtime
 from app.migrate import upgrade
 from app.web import create_app
 from emulator.app import Emulator
-from emulator.client import EmulatorClient
+from emulator.client import EmulatorClient, EmulatorError
+from emulator.state import DEFAULT_APP_PERMISSIONS
 from handlers import build_router
 
 BASE_PATH = "/api/v3"
@@ -43,6 +44,8 @@ class People:
     owner: str = "octo"
     maintainer: str = "maya"  # write access: her approvals and commands count
     reader: str = "rick"  # read access: ignored, politely
+    #: The organization whose forks hold repairbot's proposals (REPAIRBOT_PROPOSAL_OWNER).
+    proposals: str = "octo-repairbot"
 
 
 @dataclass
@@ -66,6 +69,11 @@ class LocalStack:
     @property
     def repo(self) -> str:
         return f"{self.people.owner}/{self.repo_name}"
+
+    @property
+    def proposal_repo(self) -> str:
+        """Where the proposals of :attr:`repo` are pushed: the proposal organization's fork."""
+        return f"{self.people.proposals}/{self.repo_name}"
 
     @property
     def app_url(self) -> str:
@@ -104,13 +112,18 @@ class LocalStack:
         await self.client.create_repo_from_folder(people.owner, self.repo_name, source)
         await self.client.set_permission(people.owner, self.repo_name, people.maintainer, "write")
         await self.client.set_permission(people.owner, self.repo_name, people.reader, "read")
+        await self.client.create_user(people.proposals, type="Organization")
         app = await self.client.create_app(
             name="repairbot",
             webhook_url=f"{app_url}/webhooks/github",
             webhook_secret=WEBHOOK_SECRET,
+            # Administration: to fork repositories into the proposal organization.
+            permissions={**DEFAULT_APP_PERMISSIONS, "administration": "write"},
         )
         assert app.private_key_pem is not None
         self.installation_id = await self.client.create_installation(app.id, people.owner)
+        # On all of the proposal organization's repositories: the forks it makes.
+        await self.client.create_installation(app.id, people.proposals)
         data_dir = self.root / "repairbot"
         self.settings = Settings(
             data_dir=data_dir,
@@ -133,6 +146,8 @@ class LocalStack:
             # repositories get their config from the test or demo that uses them:
             # onboarding would only race them. tests/e2e/test_onboarding.py turns it on.
             onboarding=False,
+            # Unreviewed agent code never lands in a branch of the base repository.
+            proposal_owner=people.proposals,
         )
         return self.settings
 
@@ -210,6 +225,25 @@ class LocalStack:
         await self.gh.set_permission(people.owner, name, people.maintainer, "write")
         await self.gh.set_permission(people.owner, name, people.reader, "read")
         return f"{people.owner}/{name}"
+
+    async def run_branches(self, repo_name: str | None = None) -> list[str]:
+        """repairbot's branches (``repairbot/...``) wherever they are, read from
+        GitHub: the proposal fork of the repository, and the repository itself
+        (where none should be)."""
+        name = repo_name or self.repo_name
+        people, found = self.people, []
+        for owner in (people.owner, people.proposals):
+            try:
+                branches = await self.gh.rest(
+                    "GET", f"/repos/{owner}/{name}/branches", as_user=owner
+                )
+            except EmulatorError as exc:
+                if exc.status != 404:  # no fork yet
+                    raise
+                continue
+            names = [b["name"] for b in branches if b["name"].startswith("repairbot/")]
+            found += [f"{owner}:{branch}" for branch in names]
+        return found
 
     async def stop(self) -> None:
         for server in reversed(self._servers):

@@ -262,6 +262,25 @@ async def remote_ref(
     return None
 
 
+async def remote_answers(
+    remote_url: str, *, token: str | None = None, time_limit: float = DEFAULT_TIME_LIMIT
+) -> bool:
+    """Whether git can read the remote now (a new fork is not readable at first)."""
+    env = git_env(_auth_config(remote_url, token))
+    try:
+        async with _clean_room(None) as outside:
+            result = await run_git(
+                ["ls-remote", "--heads", remote_url],
+                cwd=outside,
+                env=env,
+                time_limit=time_limit,
+                secrets=_secrets(token),
+            )
+    except GitTimeout:
+        return False
+    return result.ok
+
+
 def _objects_dir(repo_dir: Path) -> Path:
     for candidate in (repo_dir / ".git" / "objects", repo_dir / "objects"):
         if candidate.is_dir():

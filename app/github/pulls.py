@@ -72,15 +72,20 @@ async def find_pull_requests(
     op: OpId,
     *,
     bot_login: str | None = None,
+    head_owner: str | None = None,
 ) -> list[PullRequestSimple]:
-    """Pull requests (any state) from branch ``head`` marked for ``op``, oldest first."""
+    """Pull requests (any state) from branch ``head`` marked for ``op``, oldest first.
+
+    ``head_owner``: the branch is in that account's fork (``None``: in ``repo``).
+    """
+    owner = head_owner or repo.owner
     pages: Paginator[PullRequestSimple] = gh.rest.paginate(
         gh.rest.pulls.async_list,
         owner=repo.owner,
         repo=repo.name,
         state="all",
         # GitHub ignores a head filter without the "owner:" prefix.
-        head=f"{repo.owner}:{head}",
+        head=f"{owner}:{head}",
         per_page=100,
     )
     with classified(mutation=False):
@@ -122,30 +127,40 @@ async def ensure_pull_request(
     op: OpId,
     fields: Mapping[str, str] | None = None,
     bot_login: str | None,
+    head_owner: str | None = None,
 ) -> PullResult:
     """The pull request for ``op`` from ``head`` into ``base``, created as a draft if absent
     (ready for review where the repository's plan has no drafts).
 
-    ``head`` and ``base`` are branch names in ``repo``. An existing open pull
+    ``head`` and ``base`` are branch names in ``repo``; with ``head_owner``,
+    ``head`` is a branch of that account's fork of ``repo``. An existing open pull
     request gets ``title`` and ``body`` (the evidence summary) if they changed.
     ``bot_login`` (``GitHubClientFactory.bot_login()``) restricts the search to
     pull requests the App opened; ``None`` trusts any author.
     """
     text = with_marker(body, Marker(op, dict(fields or {})))
-    found = await find_pull_requests(gh, repo, head, op, bot_login=bot_login)
+    found = await find_pull_requests(gh, repo, head, op, bot_login=bot_login, head_owner=head_owner)
     if found:
         return await _reconcile(gh, repo, found[0], title, text, created=False)
+    # GitHub names a fork's branch ``owner:branch``.
+    head_spec = f"{head_owner}:{head}" if head_owner else head
     try:
         try:
             response = await gh.rest.pulls.async_create(
-                repo.owner, repo.name, head=head, base=base, title=title, body=text, draft=True
+                repo.owner, repo.name, head=head_spec, base=base, title=title, body=text, draft=True
             )
         except GitHubException as first:
             if not drafts_unsupported(first):
                 raise
             # Refused before anything was created: the same request, not a draft.
             response = await gh.rest.pulls.async_create(
-                repo.owner, repo.name, head=head, base=base, title=title, body=text, draft=False
+                repo.owner,
+                repo.name,
+                head=head_spec,
+                base=base,
+                title=title,
+                body=text,
+                draft=False,
             )
     except GitHubException as exc:
         lost = no_answer(exc)
@@ -157,12 +172,14 @@ async def ensure_pull_request(
         if not (lost or exists):
             raise classify(exc, mutation=True) from exc
         # Lost answer, or a twin won the race: read back what GitHub holds now.
-        found = await find_pull_requests(gh, repo, head, op, bot_login=bot_login)
+        found = await find_pull_requests(
+            gh, repo, head, op, bot_login=bot_login, head_owner=head_owner
+        )
         if found:
             return await _reconcile(gh, repo, found[0], title, text, created=lost)
         if exists:
             raise PermanentError(
-                f"an open pull request from {head} exists in {repo} without our marker "
+                f"an open pull request from {head_spec} exists in {repo} without our marker "
                 f"for {op}; not adopting somebody else's pull request"
             ) from exc
         raise classify(exc, mutation=True) from exc

@@ -28,9 +28,9 @@ from app.evidence import open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
 from app.main.catalog import build_registry
+from app.main.startup_line import log_startup
 from app.metrics import metered_transport
 from app.repo_config import AgentConfig, Command
-from app.sandbox import describe
 from app.sandbox.runner import Sandbox
 from app.secrets import KnownSecrets, RedactingFilter
 from app.workspace import sweep_workspaces
@@ -166,7 +166,7 @@ async def background(name: str, work: Coroutine[Any, Any, None] | None) -> Async
 
 
 async def run_worker(settings: Settings) -> int:
-    log.info("repository commands run in: %s", describe(settings.isolation()))
+    log_startup(settings, role="worker")
     sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
     collector: asyncio.Task[None] | None = None
     if settings.evidence_store == "database":

@@ -29,6 +29,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -53,6 +54,8 @@ CANDIDATE_FILES = (
 #: Directories whose presence matters (read from the tree listing, not their files).
 CANDIDATE_DIRS = ("tests", "test")
 TEST_EXTRAS = ("test", "tests", "testing", "dev")
+#: A candidate file larger than this is not read (it is not a plain manifest).
+MAX_CANDIDATE_BYTES = 256 * 1024
 _MAKE_TEST = re.compile(r"^test\s*:", re.MULTILINE)
 
 
@@ -76,6 +79,30 @@ def detect(files: Mapping[str, str], dirs: frozenset[str] = frozenset()) -> Dete
         if found is not None:
             return found
     return Detected(reasons=["no known build or test configuration at the repository root"])
+
+
+def read_checkout(root: Path) -> tuple[dict[str, str], frozenset[str]]:
+    """The candidate files of a checkout's root (name -> text) and the
+    candidate directories present, for ``repairbot config init``.
+
+    Read, never run: a symlink, a special file, an oversized or undecodable
+    file is skipped (onboarding reads the same files as git objects instead).
+    """
+    files: dict[str, str] = {}
+    for name in CANDIDATE_FILES:
+        path = root / name
+        try:
+            if path.is_symlink() or not path.is_file():
+                continue
+            if path.stat().st_size > MAX_CANDIDATE_BYTES:
+                continue
+            files[name] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    dirs = frozenset(
+        name for name in CANDIDATE_DIRS if (root / name).is_dir() and not (root / name).is_symlink()
+    )
+    return files, dirs
 
 
 def render_config(found: Detected, *, trigger_label: str = "repairbot") -> str:

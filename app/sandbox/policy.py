@@ -37,8 +37,9 @@ MODES: tuple[Mode, ...] = ("auto", "bwrap", "unshare", "none")
 
 #: Read-only everywhere: what programs need to run. Missing ones are skipped.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-#: repairbot's own example command agents (examples/agents/), readable by commands.
-EXAMPLE_AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"
+#: repairbot's own command agents (app/demo/agents/, shipped in the wheel), readable
+#: by commands.
+EXAMPLE_AGENTS = Path(__file__).resolve().parents[1] / "demo" / "agents"
 #: The user and group commands run as when the worker is root ("nobody").
 NOBODY = 65534
 

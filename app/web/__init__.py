@@ -38,7 +38,7 @@ from app.web.guard import Guard
 from app.web.headers import SecurityHeaders
 from app.web.limits import BodyGate, BodyLimits
 from app.web.live import Live
-from app.web.metrics_endpoint import metrics_endpoint
+from app.web.metrics_endpoint import metrics_endpoint, token_only
 from app.web.oauth import SignIn
 from app.web.observe import evidence_api, health_endpoint
 from app.web.pages import Pages
@@ -105,7 +105,6 @@ def operator_routes(
             "/api/evidence/{sha256}",
             guard.api(evidence_api(open_evidence_store(settings, runtime.engine))),
         ),
-        Route("/metrics", guard.api(metrics_endpoint(settings, runtime), scope="metrics")),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
 
@@ -140,6 +139,8 @@ def create_app(
     routes: list[BaseRoute] = [
         Route("/webhooks/github", webhook_endpoint(writer, runtime, gate), methods=["POST"]),
         Route("/healthz", health_endpoint(runtime)),
+        # A scraper's token is enough: no sign-in needed (app/web/metrics_endpoint.py).
+        Route("/metrics", token_only(metrics_endpoint(settings, runtime), runtime.store)),
     ]
     if settings.sign_in_configured:
         routes += operator_routes(settings, runtime, intake, github_transport=github_transport)

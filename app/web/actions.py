@@ -41,7 +41,9 @@ def available(run: RunRow) -> list[str]:
     if run.status in PARKED_STATUSES:
         return ["resume", "cancel", "terminate"]
     if run.status in CLOSED_STATUSES and run.status != "continued-as-new":
-        return ["retry"]
+        # A merged fix is done: another run would repair what is repaired.
+        merged = isinstance(run.result, dict) and run.result.get("outcome") == "merged"
+        return [] if merged else ["retry"]
     return []
 
 

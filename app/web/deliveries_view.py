@@ -28,30 +28,61 @@ class DeliveryRow:
     received_at: float
     repo: str | None
     may_rerun: bool
+    #: Who caused it (the payload's ``sender.login``).
+    sender: str | None = None
 
 
-def repo_in(body: bytes) -> str | None:
+def _payload(body: bytes) -> dict[str, object]:
     try:
         payload = json.loads(body)
-    except ValueError:
-        return None
-    repo = payload.get("repository") if isinstance(payload, dict) else None
-    name = repo.get("full_name") if isinstance(repo, dict) else None
+    except (ValueError, RecursionError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _name(payload: dict[str, object], key: str, field: str) -> str | None:
+    value = payload.get(key)
+    name = value.get(field) if isinstance(value, dict) else None
     return str(name) if name else None
 
 
+def repo_in(body: bytes) -> str | None:
+    return _name(_payload(body), "repository", "full_name")
+
+
+def recorded_events(store: Store) -> list[str]:
+    """The event names recorded (for the page's filter)."""
+    with store.engine.connect() as conn:
+        query = select(deliveries.c.event).distinct().order_by(deliveries.c.event)
+        return [row.event for row in conn.execute(query)]
+
+
 def recent(
-    store: Store, principal: Principal, *, status: str = "", limit: int = 100
+    store: Store,
+    principal: Principal,
+    *,
+    status: str = "",
+    event: str = "",
+    hide_sender: str = "",
+    limit: int = 100,
 ) -> list[DeliveryRow]:
+    """``hide_sender``: leave out deliveries this account caused (repairbot's
+    own bot: the echoes of its comments, check runs and pushes)."""
     query = select(deliveries).order_by(deliveries.c.received_at.desc()).limit(limit)
     if status:
         query = query.where(deliveries.c.status == status)
+    if event:
+        query = query.where(deliveries.c.event == event)
     with store.engine.connect() as conn:
         rows = conn.execute(query).all()
     out = []
     for r in rows:
-        repo = repo_in(r.body)
+        payload = _payload(r.body)
+        repo = _name(payload, "repository", "full_name")
+        sender = _name(payload, "sender", "login")
         if not principal.may_read(repo):
+            continue
+        if hide_sender and sender == hide_sender:
             continue
         out.append(
             DeliveryRow(
@@ -63,6 +94,7 @@ def recent(
                 r.received_at,
                 repo,
                 r.status in RERUNNABLE and principal.may_act(repo),
+                sender,
             )
         )
     return out

@@ -5,6 +5,8 @@ shows only runs of repositories that principal may read."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import math
 import time
@@ -64,6 +66,22 @@ def short_json(value: Any) -> str:
     return text if len(text) <= 300 else text[:300] + "…"
 
 
+def next_step(run: RunRow, summary: Any, pull_number: Any) -> str:
+    """What the run waits for from a person, in one sentence."""
+    if run.status in PARKED_STATUSES:
+        return "A person: fix the cause (see Error), then Resume the run, or Cancel or Terminate."
+    if run.status in CLOSED_STATUSES:
+        if summary.outcome == "merged":
+            return "Nothing: the fix is merged."
+        return "Nothing, unless you want another try: Retry starts a new run for this issue."
+    if summary.phase == "awaiting-review" and pull_number:
+        return (
+            f"Your review of pull request #{pull_number}: approving its commit lets repairbot "
+            "merge it; requesting changes starts another attempt."
+        )
+    return "Nothing yet: repairbot is working; this page follows it."
+
+
 def templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(TEMPLATES))
     t.env.globals.update(when=when, duration=duration, run_url=run_url, short_json=short_json)
@@ -91,10 +109,30 @@ class Pages:
     def render(
         self, request: Request, name: str, principal: Principal | None, **context: Any
     ) -> Response:
-        context |= {"principal": principal, "notice": request.query_params.get("notice")}
+        context |= {"principal": principal, "notice": self.notice_of(request, principal)}
         return self.templates.TemplateResponse(
             request, name, context, status_code=context.pop("status_code", 200)
         )
+
+    # -- notices: what an action did, shown on the page it redirects to ---------
+    #
+    # The text travels in the redirect's query string, so a link anyone can
+    # make would put any words on our page. Only a notice signed by this
+    # server, for the person who acted, is shown.
+
+    def _notice_sig(self, principal: Principal, text: str) -> str:
+        key = b"repairbot-notice\0" + self.settings.session_secret.encode()
+        message = f"{principal.name}\0{text}".encode()
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+    def notice_url(self, path: str, principal: Principal, text: str) -> str:
+        return f"{path}?{urlencode({'notice': text, 'sig': self._notice_sig(principal, text)})}"
+
+    def notice_of(self, request: Request, principal: Principal | None) -> str | None:
+        text, sig = request.query_params.get("notice"), request.query_params.get("sig")
+        if not text or not sig or principal is None:
+            return None
+        return text if hmac.compare_digest(sig, self._notice_sig(principal, text)) else None
 
     def message(
         self, request: Request, principal: Principal | None, heading: str, text: str, status: int
@@ -136,6 +174,7 @@ class Pages:
             phases=[p for p, _ in PHASES] + ["cancel-requested", "stopping-active-work"],
             outcomes=sorted(OUTCOMES),
             page_url=page_url,
+            github_web=self.settings.github_web_url,
         )
 
     async def readable_run(self, request: Request, principal: Principal) -> RunRow | None:
@@ -176,6 +215,7 @@ class Pages:
             pull_url=state.get("pull_url")
             or (f"{web}/{repo}/pull/{pull_number}" if repo and pull_number else None),
             actions=actions.available(run),
+            next_step=next_step(run, detail.summary, pull_number),
             can_act=principal.may_act_on_run(run),
             csrf=principal.session.csrf if principal.session else "",
             live_url=run_url(run.run_id) + "/live",
@@ -221,18 +261,25 @@ class Pages:
         except actions.ActionUnavailable as exc:
             return self.message(request, principal, "Not possible", str(exc), 409)
         target = run_url(result.new_run_id or run.run_id)
-        return RedirectResponse(
-            f"{target}?{urlencode({'notice': f'{result.action}: {result.message}'})}",
-            status_code=303,
-        )
+        notice = f"{result.action}: {result.message}"
+        return RedirectResponse(self.notice_url(target, principal, notice), status_code=303)
 
     # -- deliveries ------------------------------------------------------------
 
     async def deliveries(self, request: Request, principal: Principal) -> Response:
-        status = request.query_params.get("status", "")
+        q = request.query_params
+        status, event, hide_own = q.get("status", ""), q.get("event", ""), bool(q.get("hide_own"))
+        bot = f"{self.settings.github_app_slug}[bot]"
         rows = await asyncio.to_thread(
-            deliveries_view.recent, self.runtime.store, principal, status=status
+            lambda: deliveries_view.recent(
+                self.runtime.store,
+                principal,
+                status=status,
+                event=event,
+                hide_sender=bot if hide_own else "",
+            )
         )
+        events = await asyncio.to_thread(deliveries_view.recorded_events, self.runtime.store)
         return self.render(
             request,
             "deliveries.html",
@@ -240,6 +287,10 @@ class Pages:
             nav="deliveries",
             rows=rows,
             status=status,
+            event=event,
+            events=events,
+            hide_own=hide_own,
+            bot=bot,
             csrf=principal.session.csrf if principal.session else "",
         )
 
@@ -261,4 +312,4 @@ class Pages:
         result = await asyncio.to_thread(self.intake.retry, delivery_id)
         await self.runtime.dispatch(result.jobs)
         notice = f"delivery {delivery_id}: {result.status_code} {result.message}"
-        return RedirectResponse(f"/deliveries?{urlencode({'notice': notice})}", status_code=303)
+        return RedirectResponse(self.notice_url("/deliveries", principal, notice), status_code=303)

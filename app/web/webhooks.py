@@ -51,6 +51,15 @@ def webhook_endpoint(writer: GroupCommit, runtime: RuntimeClient, gate: BodyGate
         if result.status_code in (400, 401, 413) or not _EVENT_NAME.match(event):
             event = "-"
         meter.intake_results.labels(str(result.status_code), event).inc()
+        # One line per delivery answered: which, what it was, what happened.
+        log.info(
+            "delivery %s (%s): %d %s",
+            delivery or "-",
+            event,
+            result.status_code,
+            result.message,
+            extra={"event": event, "status": result.status_code},
+        )
         headers = {"Retry-After": str(result.retry_after)} if result.retry_after else None
         return JSONResponse(
             {"message": result.message}, status_code=result.status_code, headers=headers

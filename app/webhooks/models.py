@@ -137,6 +137,17 @@ class PullRequest(Model):
         head, base = self.head.repo, self.base.repo
         return head is None or base is None or head.id != base.id
 
+    def from_run_branch_home(self, proposal_owner: str) -> bool:
+        """The head branch is where repairbot keeps its branches: the base
+        repository, or a fork owned by the proposal account (nobody else can
+        create repositories there; a stranger's fork can name its branch
+        ``repairbot/issue-1`` too)."""
+        if not self.from_fork:
+            return True
+        head = self.head.repo
+        owner = head.full_name.partition("/")[0] if head is not None else ""
+        return bool(proposal_owner) and owner.lower() == proposal_owner.lower()
+
 
 class Review(Model):
     id: int

@@ -76,3 +76,8 @@ def issue_of_branch(branch: str) -> int | None:
     """The issue a repairbot branch belongs to, or None for anyone else's branch."""
     match = _BRANCH.match(branch)
     return int(match.group(1)) if match else None
+
+
+def head_owner(head_repo: str | None) -> str | None:
+    """The account whose fork holds a run's branch (``None``: the base repository)."""
+    return head_repo.partition("/")[0] if head_repo else None

@@ -210,7 +210,10 @@ class Repair(WorkPhases, ReviewPhases):
                 self.ctx,
                 github.delete_branch,
                 github.DeleteBranchInput(
-                    **self.repo_fields(), branch=branch, sha=self.state.pushed[-1]
+                    **self.repo_fields(),
+                    branch=branch,
+                    sha=self.state.pushed[-1],
+                    head_repo=self.state.head_repo,
                 ),
                 github.DeleteBranchResult,
                 step=step,

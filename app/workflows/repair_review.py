@@ -187,6 +187,7 @@ class ReviewPhases(RunBase):
                 pull_number=pull.number if pull is not None else None,
                 branch=self.state.branch if not self.state.branch_deleted else None,
                 status_sha256=self.status_sha,
+                head_repo=self.state.head_repo,
             ),
             github.ObserveResult,
             step=step,

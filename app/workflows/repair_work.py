@@ -10,7 +10,7 @@ from app.agent.budget import Caps as AgentCaps
 from app.agent.budget import Usage as AgentUsage
 from app.repo_config import reproduction_from_issue
 from app.workflows.calls import call, schedule
-from app.workflows.ids import run_branch
+from app.workflows.ids import head_owner, run_branch
 from app.workflows.repair_base import Finished, Next, RunBase
 from app.workflows.report import pull_request_body
 from app.workflows.state import Contract, Limits, PullState
@@ -288,6 +288,9 @@ class WorkPhases(RunBase):
             f"Proposed by repairbot run {self.ctx.run_id} (attempt {self.state.usage.attempts}).",
             timestamp=stamp.isoformat(),
         )
+        if self.state.branch is None and self.ctx.patched("fork-proposals"):
+            # Runs recorded before this change pushed to the base repository.
+            await self.choose_proposal_repo(n)
         built = await self.timed(
             github.build_intended_commit, commit, github.CommitResult, step=f"commit-{n}"
         )
@@ -298,7 +301,11 @@ class WorkPhases(RunBase):
             self.ctx,
             github.push_branch,
             github.PushInput(
-                **commit.model_dump(), branch=branch, sha=built.sha, expected=expected
+                **commit.model_dump(),
+                branch=branch,
+                sha=built.sha,
+                expected=expected,
+                head_repo=self.state.head_repo,
             ),
             step=f"push-{n}",
         )
@@ -330,6 +337,7 @@ class WorkPhases(RunBase):
                 body=pull_request_body(self.state),
                 op_run=self.ctx.run_id,
                 op_step="pull-request",
+                head_owner=head_owner(self.state.head_repo),
             ),
             step=f"pull-request-{n}",
         )
@@ -343,6 +351,25 @@ class WorkPhases(RunBase):
         self.checks_open = [built.sha]
         await self.check(built.sha, final=False, step=f"check-{n}")
         return "awaiting-review"
+
+    async def choose_proposal_repo(self, n: int) -> None:
+        """Where the proposal goes: the proposal account's fork, or (the operator's
+        opt-in) the base repository; with neither configured, the run parks
+        with a status comment that says how to configure it."""
+        target = await call(
+            self.ctx,
+            github.proposal_repo,
+            github.RepoInput(**self.repo_fields()),
+            github.ProposalRepoResult,
+            step=f"proposal-repo-{n}",
+        )
+        if target.repo is None:
+            raise Finished(
+                "needs-human",
+                target.refused or "repairbot has nowhere to publish this proposal.",
+                resume_at="publishing",
+            )
+        self.state.head_repo = None if target.repo == self.request.repo else target.repo
 
     def opened(self, pull: github.PullRequestResult) -> None:
         self.state.pull = PullState(

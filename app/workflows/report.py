@@ -167,7 +167,8 @@ def status_comment(state: RunState) -> str:
         lines.append(pull)
     if state.branch:
         gone = " (deleted)" if state.branch_deleted else ""
-        lines.append(f"Branch: `{state.branch}`{gone}")
+        where = f"`{state.head_repo}:{state.branch}`" if state.head_repo else f"`{state.branch}`"
+        lines.append(f"Branch: {where}{gone}")
     if state.proposed_sha:
         lines.append(f"Proposed commit: `{state.proposed_sha}`")
     if state.setup_network:

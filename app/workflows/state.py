@@ -146,6 +146,10 @@ class RunState(Model):
     limits: Limits = Field(default_factory=Limits)
     usage: Usage = Field(default_factory=Usage)
     branch: str | None = None
+    #: The repository ``branch`` lives in: the proposal fork (``owner/name``);
+    #: ``None``: the base repository (runs from before proposal forks, or the
+    #: operator's opt-in).
+    head_repo: str | None = None
     #: Every commit repairbot pushed to its branch, oldest first.
     pushed: list[str] = Field(default_factory=list)
     proposed_sha: str | None = None

@@ -86,7 +86,8 @@ def pull_simple(urls: Urls, repo: Repo, pr: PullRequest, git: PullGit) -> Json:
         "assignees": [],
         "requested_reviewers": [],
         "requested_teams": [],
-        "head": _branch(urls, repo, pr.head_ref, git.head_sha),
+        # A fork's pull request: the head branch and its repository are the fork's.
+        "head": _branch(urls, pr.head_repo or repo, pr.head_ref, git.head_sha),
         "base": _branch(urls, repo, pr.base_ref, git.base_sha),
         "_links": {
             "self": {"href": api},

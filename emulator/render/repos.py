@@ -32,7 +32,7 @@ def repository(urls: Urls, repo: Repo, *, open_issues: int = 0, push_event: bool
         "owner": user(urls, repo.owner),
         "html_url": web,
         "description": repo.description,
-        "fork": False,
+        "fork": repo.fork,
         "url": api,
         "forks_url": f"{api}/forks",
         "keys_url": f"{api}/keys{{/key_id}}",
@@ -89,7 +89,7 @@ def repository(urls: Urls, repo: Repo, *, open_issues: int = 0, push_event: bool
         "has_wiki": True,
         "has_pages": False,
         "has_discussions": False,
-        "forks_count": 0,
+        "forks_count": repo.forks_count,
         "archived": False,
         "disabled": False,
         "open_issues_count": open_issues,
@@ -99,7 +99,7 @@ def repository(urls: Urls, repo: Repo, *, open_issues: int = 0, push_event: bool
         "web_commit_signoff_required": False,
         "topics": [],
         "visibility": "private" if repo.private else "public",
-        "forks": 0,
+        "forks": repo.forks_count,
         "open_issues": open_issues,
         "watchers": 0,
         "default_branch": repo.default_branch,
@@ -115,6 +115,16 @@ def repository(urls: Urls, repo: Repo, *, open_issues: int = 0, push_event: bool
         out["owner"] = user(urls, repo.owner, with_contact=True)
         out["stargazers"] = 0
         out["master_branch"] = repo.default_branch
+    return out
+
+
+def full_repository(urls: Urls, repo: Repo, *, open_issues: int = 0) -> Json:
+    """``GET /repos/{o}/{r}`` (and the fork endpoint's answer): a fork names its
+    ``parent`` and the network's ``source``."""
+    out = repository(urls, repo, open_issues=open_issues)
+    if repo.parent is not None:
+        out["parent"] = repository(urls, repo.parent)
+        out["source"] = repository(urls, repo.network_root)
     return out
 
 

@@ -7,6 +7,7 @@ from emulator.rest import (
     checks,
     comments,
     contents,
+    forks,
     issues,
     merge,
     pulls,
@@ -33,6 +34,7 @@ def all_specs() -> list[Spec]:
         *contents.ROUTES,
         *issues.ROUTES,
         *refs.ROUTES,
+        *forks.ROUTES,
         *repos.ROUTES,
     ]
 

@@ -51,6 +51,20 @@ def repo_installation(ctx: Ctx) -> Reply:
     raise not_found()
 
 
+def account_installation(ctx: Ctx) -> Reply:
+    """``GET /orgs/{org}/installation`` and ``GET /users/{username}/installation``."""
+    login = ctx.params.get("org") or ctx.params.get("username") or ""
+    account = ctx.emu.store.user(login)
+    app = _app(ctx)
+    wants_org = "org" in ctx.params
+    if account is None or (account.type == "Organization") != wants_org:
+        raise not_found()
+    for inst in ctx.emu.store.installations.values():
+        if inst.app_id == app.id and inst.account.id == account.id:
+            return Reply(200, base.installation(ctx.urls, inst, app))
+    raise not_found()
+
+
 def create_access_token(ctx: Ctx) -> Reply:
     store = ctx.emu.store
     inst = _own_installation(ctx, ctx.int_param("installation_id"))
@@ -293,6 +307,8 @@ ROUTES = [
         auth="jwt",
     ),
     Spec("GET", "/repos/{owner}/{repo}/installation", repo_installation, auth="jwt"),
+    Spec("GET", "/orgs/{org}/installation", account_installation, auth="jwt"),
+    Spec("GET", "/users/{username}/installation", account_installation, auth="jwt"),
     Spec("GET", "/installation/repositories", installation_repositories),
     Spec("GET", "/user", authenticated_user),
     Spec("GET", "/user/installations", user_installations),

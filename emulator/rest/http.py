@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlencode
 
 import anyio
 import httpx
@@ -63,8 +64,29 @@ def not_found() -> ApiError:
     return ApiError(404, "Not Found")
 
 
-def validation(message: str = "Validation Failed", **error: Any) -> ApiError:
-    return ApiError(422, message, errors=[error] if error else [])
+def validation(
+    summary: str = "Validation Failed",
+    *,
+    resource: str | None = None,
+    field: str | None = None,
+    code: str | None = None,
+    message: str | None = None,
+) -> ApiError:
+    """GitHub's 422. With a ``resource``: ``{"message": "Validation Failed",
+    "errors": [{"resource", "field", "code"}]}``, where a ``custom`` error
+    carries its own ``message``. Without one: GitHub's plain form, the
+    problem as the top-level ``message`` (``summary``) and no ``errors``."""
+    if resource is None:
+        assert not (field or code or message), "a validation error names its resource"
+        return ApiError(422, summary)
+    error: dict[str, Any] = {"resource": resource}
+    if field is not None:
+        error["field"] = field
+    error["code"] = code or "invalid"
+    if message is not None:
+        error["message"] = message
+    assert error["code"] != "custom" or message, "a custom validation error says what is wrong"
+    return ApiError(422, summary, errors=[error])
 
 
 @dataclass
@@ -109,6 +131,8 @@ class Ctx:
         if repo is None or not can_see(self.emu.store, self.principal, repo):
             raise not_found()
         self._redirect_if_transferred(repo)
+        if self.emu.store.arriving(repo):
+            raise not_found()  # a fork GitHub is still creating
         if self.principal.kind == "anonymous" and level != "read":
             raise ApiError(401, "Requires authentication")
         if not may(self.principal, repo, permission=permission, level=level, role=role):
@@ -192,23 +216,35 @@ class Spec:
 def paginate(
     ctx: Ctx, items: list[Any], *, wrap: Callable[[list[Any]], Any] | None = None
 ) -> Reply:
-    """``per_page``/``page`` slicing with a GitHub-style ``Link`` header."""
-    try:
-        per_page = max(1, min(100, int(ctx.query.get("per_page", "30"))))
-        page = max(1, int(ctx.query.get("page", "1")))
-    except ValueError:
-        raise validation() from None
+    """``per_page``/``page`` slicing with a GitHub-style ``Link`` header whose
+    URLs keep every other query parameter (filters such as ``state`` or
+    ``head``), as GitHub's do. Like GitHub, a ``per_page`` or ``page`` that is
+    not a number is taken as its default."""
+    per_page = max(1, min(100, _number(ctx.query.get("per_page"), 30)))
+    page = max(1, _number(ctx.query.get("page"), 1))
     chunk = items[(page - 1) * per_page : page * per_page]
     last = max(1, -(-len(items) // per_page))
-    links = []
     path = ctx.emu.base_path + ctx.params.get("__path__", "")
-    base = f"{ctx.urls.web}{path}?per_page={per_page}&page="
+    kept = [(k, v) for k, v in ctx.query.multi_items() if k not in ("per_page", "page")]
+
+    def link(to: int, rel: str) -> str:
+        query = urlencode([*kept, ("per_page", str(per_page)), ("page", str(to))])
+        return f'<{ctx.urls.web}{path}?{query}>; rel="{rel}"'
+
+    links = []
     if page < last:
-        links += [f'<{base}{page + 1}>; rel="next"', f'<{base}{last}>; rel="last"']
+        links += [link(page + 1, "next"), link(last, "last")]
     if page > 1:
-        links += [f'<{base}1>; rel="first"', f'<{base}{page - 1}>; rel="prev"']
+        links += [link(1, "first"), link(page - 1, "prev")]
     headers = {"link": ", ".join(links)} if links else {}
     return Reply(200, wrap(chunk) if wrap else chunk, headers)
+
+
+def _number(raw: str | None, default: int) -> int:
+    try:
+        return int(raw) if raw is not None else default
+    except ValueError:
+        return default
 
 
 class DroppedResponse(httpx.RemoteProtocolError):
@@ -286,17 +322,25 @@ class Endpoint:
         store = self.emu.store
         principal: Principal | None = None
         with store.lock:
+            # GitHub counts, and reports the count on, every answer but a
+            # refused credential (which it counts against the caller's address).
+            rate: dict[str, str] = {}
             try:
                 principal = authenticate(store, auth_header)
+                rate = self.emu.rate.count(principal)
                 self._check_auth_mode(principal)
-                headers = self.emu.rate.count(principal)
                 ctx = Ctx(self.emu, principal, params, query, raw, urls)
                 reply = self.spec.handler(ctx)
-                return reply.status, reply.body, {**headers, **reply.headers}, principal
+                headers = {**rate, **reply.headers}
+                if reply.status == 201 and isinstance(reply.body, dict) and reply.body.get("url"):
+                    # GitHub's 201 names the created resource's API URL.
+                    headers.setdefault("location", str(reply.body["url"]))
+                return reply.status, reply.body, headers, principal
             except AuthError as exc:
-                return exc.status, ApiError(exc.status, exc.message).body(), {}, None
+                anonymous = self.emu.rate.headers(Principal("anonymous"))
+                return exc.status, ApiError(exc.status, exc.message).body(), anonymous, None
             except ApiError as exc:
-                return exc.status, exc.body(), exc.headers, principal
+                return exc.status, exc.body(), {**rate, **exc.headers}, principal
 
     def _check_auth_mode(self, principal: Principal) -> None:
         mode = self.spec.auth
@@ -364,6 +408,11 @@ async def _send_not_modified(send: Send, headers: dict[str, str], *, version: st
     head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
     await send({"type": "http.response.start", "status": 304, "headers": head})
     await send({"type": "http.response.body", "body": b""})
+
+
+def not_found_body() -> dict[str, Any]:
+    """What GitHub answers for a path or method it has no route for."""
+    return ApiError(404, "Not Found").body()
 
 
 async def _send_json(

@@ -43,7 +43,8 @@ def merge_pull(ctx: Ctx) -> Reply:
     if not view.mergeable:
         raise ApiError(405, "Pull Request is not mergeable")
     if method == "merge":
-        title = f"Merge pull request #{pr.number} from {repo.owner.login}/{pr.head_ref}"
+        head_owner = (pr.head_repo or repo).owner.login
+        title = f"Merge pull request #{pr.number} from {head_owner}/{pr.head_ref}"
         message = pr.issue.title
         author = _identity(actor)
     else:

@@ -41,20 +41,29 @@ def find_pull(repo: Repo, number: int) -> PullRequest:
     return issue.pull
 
 
-def _branch_name(raw: Any, repo: Repo) -> str:
-    """``head`` may be ``owner:branch``; only same-repository PRs are modelled."""
+def _head(ctx: Ctx, raw: Any, repo: Repo) -> tuple[Repo, str]:
+    """``head`` is ``branch`` or ``owner:branch``; another owner names its fork in
+    ``repo``'s network (a fork's pull request). Unknown owners: invalid head."""
     if not isinstance(raw, str) or not raw:
-        return ""
+        raise validation(resource="PullRequest", code="invalid", field="head")
     owner, sep, branch = raw.rpartition(":")
-    if sep and owner.lower() != repo.owner.login.lower():
-        return ""
-    return branch
+    if not sep or owner.lower() == repo.owner.login.lower():
+        return repo, branch
+    fork = ctx.emu.store.network_fork(repo, owner)
+    if fork is None or fork.pending_requests > 0 or not branch:
+        raise validation(resource="PullRequest", code="invalid", field="head")
+    return fork, branch
+
+
+def head_repo_of(repo: Repo, pr: PullRequest) -> Repo:
+    return pr.head_repo or repo
 
 
 def create_pull(ctx: Ctx) -> Reply:
     repo = ctx.repo(**WRITE)
     body, store = ctx.json(), ctx.emu.store
-    head, base_ref = _branch_name(body.get("head"), repo), body.get("base")
+    head_repo, head = _head(ctx, body.get("head"), repo)
+    base_ref = body.get("base")
     title = body.get("title")
     if not isinstance(title, str) or not title:
         raise validation(resource="PullRequest", code="missing_field", field="title")
@@ -65,20 +74,31 @@ def create_pull(ctx: Ctx) -> Reply:
             message="Draft pull requests are not supported in this repository.",
         )
     git = open_git(repo)
-    head_sha = git.resolve(f"refs/heads/{head}") if head else None
+    head_sha = open_git(head_repo).resolve(f"refs/heads/{head}") if head else None
     if head_sha is None:
         raise validation(resource="PullRequest", code="invalid", field="head")
     base_sha = git.resolve(f"refs/heads/{base_ref}") if isinstance(base_ref, str) else None
     if base_sha is None:
         raise validation(resource="PullRequest", code="invalid", field="base")
     for pr in repo.pulls():
-        if pr.issue.state == "open" and pr.head_ref == head and pr.base_ref == base_ref:
+        if (
+            pr.issue.state == "open"
+            and head_repo_of(repo, pr) is head_repo
+            and pr.head_ref == head
+            and pr.base_ref == base_ref
+        ):
             raise validation(
                 resource="PullRequest",
                 code="custom",
-                message=f"A pull request already exists for {repo.owner.login}:{head}.",
+                message=f"A pull request already exists for {head_repo.owner.login}:{head}.",
             )
+    pull_ref = f"refs/pull/{repo.next_number}/head"
+    if head_repo is not repo:
+        # GitHub keeps every pull request's head in the base repository too.
+        git.copy_commit(open_git(head_repo), head_sha, pull_ref)
     if head_sha == base_sha or git.is_ancestor(head_sha, base_sha):
+        if head_repo is not repo:
+            git.delete_ref(pull_ref)
         raise validation(
             resource="PullRequest",
             code="custom",
@@ -104,6 +124,7 @@ def create_pull(ctx: Ctx) -> Reply:
         head_sha=head_sha,
         base_sha=base_sha,
         maintainer_can_modify=bool(body.get("maintainer_can_modify", False)),
+        head_repo=None if head_repo is repo else head_repo,
     )
     repo.issues[issue.number] = issue
     announce_pull(ctx.emu, repo, issue.pull, "opened", actor)
@@ -125,7 +146,8 @@ def list_pulls(ctx: Ctx) -> Reply:
             continue
         if head:
             owner, _, branch = head.rpartition(":")
-            if not owner or owner.lower() != repo.owner.login.lower() or pr.head_ref != branch:
+            head_owner = head_repo_of(repo, pr).owner.login
+            if not owner or owner.lower() != head_owner.lower() or pr.head_ref != branch:
                 continue  # GitHub ignores a head filter without "owner:" -> matches nothing here
         found.append(pr)
     key = ctx.query.get("sort", "created")

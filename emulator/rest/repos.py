@@ -26,7 +26,7 @@ LEGACY = {
 
 def get_repo(ctx: Ctx) -> Reply:
     repo = ctx.repo()
-    out = render.repository(ctx.urls, repo, open_issues=ctx.emu.events.open_issues(repo))
+    out = render.full_repository(ctx.urls, repo, open_issues=ctx.emu.events.open_issues(repo))
     if ctx.principal.user is not None:
         rank = ROLE_RANK[repo.role_of(ctx.principal.user.login)]
         out["permissions"] = {

@@ -49,7 +49,7 @@ if __name__ == "__main__":
 PYTHON = sys.executable
 REPRO_ARGV = [PYTHON, "-c", "from calc import add; assert add(2, 3) == 5, add(2, 3)"]
 TEST_ARGV = [PYTHON, "-m", "unittest", "-q"]
-FIX_SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "fix_known_bug.py"
+FIX_SCRIPT = Path(__file__).resolve().parents[2] / "app" / "demo" / "agents" / "fix_known_bug.py"
 FIX_ARGV = [PYTHON, str(FIX_SCRIPT), "--path", "calc.py", "--old", "a - b", "--new", "a + b"]
 #: The fix as a patch (what a model would answer).
 FIX_DIFF = """diff --git a/calc.py b/calc.py

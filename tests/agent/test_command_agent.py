@@ -1,4 +1,4 @@
-"""The command back end with a real CLI agent (examples/agents/fix_known_bug.py)."""
+"""The command back end with a real CLI agent (app/demo/agents/fix_known_bug.py)."""
 
 from __future__ import annotations
 

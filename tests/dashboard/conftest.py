@@ -99,6 +99,14 @@ def sign_in_settings(registered: Any, tmp_path: Any, *, github: str, public: str
     )
 
 
+#: The issue titles the runs of :func:`start_runs` received (the runs list shows them).
+TITLES = {
+    "widgets#1": "add() subtracts instead of adding",
+    "secret#1": "Secret service leaks nothing",
+    "widgets#2": "Crash when the list is empty",
+}
+
+
 async def start_runs(runtime: Runtime, settings: Settings, people: People) -> dict[str, str]:
     """Three waiting repair runs (two in widgets, one in secret) with evidence."""
     evidence = open_evidence_store(settings, runtime.engine)
@@ -113,6 +121,7 @@ async def start_runs(runtime: Runtime, settings: Settings, people: People) -> di
             {
                 "repo": repo,
                 "issue_number": number,
+                "issue_title": TITLES[f"{name}#{number}"],
                 "evidence": [
                     {"label": "reproduction on the base commit", "ref": log},
                     {"label": "patch, attempt 1", "ref": patch},

@@ -24,7 +24,7 @@ from tests.dashboard.conftest import GITHUB, World
 from tests.dashboard.support import SESSION_SECRET, settle, waiting_repair
 
 
-async def test_without_sign_in_only_the_webhook_and_health_are_served(
+async def test_without_sign_in_only_the_webhook_health_and_metrics_are_served(
     db_engine: Engine,
 ) -> None:
     runtime = Runtime(db_engine, Registry.of([waiting_repair]))
@@ -33,8 +33,10 @@ async def test_without_sign_in_only_the_webhook_and_health_are_served(
         transport=httpx.ASGITransport(app=app), base_url="http://r"
     ) as client:
         assert (await client.get("/healthz")).status_code == 200
-        for path in ("/", "/runs", "/api/runs", "/metrics", "/deliveries", "/login"):
+        for path in ("/", "/runs", "/api/runs", "/deliveries", "/login"):
             assert (await client.get(path)).status_code == 404, path
+        # /metrics answers an operator token only (tests/dashboard/test_metrics_scrape.py).
+        assert (await client.get("/metrics")).status_code == 401
         assert (await client.post("/webhooks/github", content=b"{}")).status_code == 401
 
 

@@ -24,7 +24,7 @@ from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
 from handlers import build_router
-from tests.dashboard.conftest import populate, registry, sign_in_settings, start_runs
+from tests.dashboard.conftest import TITLES, populate, registry, sign_in_settings, start_runs
 from tests.dashboard.support import People, settle
 
 CHROMIUM = "/usr/bin/chromium"
@@ -110,7 +110,7 @@ async def test_sign_in_read_a_diff_and_cancel_live(live: Live) -> None:
             page = await context.new_page()
             await sign_in(page, live, live.people.maintainer)
             runs_table = page.get_by_role("table")
-            await expect(runs_table.get_by_role("link", name=widgets)).to_be_visible()
+            await expect(runs_table.get_by_role("link", name=TITLES["widgets#1"])).to_be_visible()
             await expect(runs_table.get_by_text("octo/secret")).to_have_count(0)
             await expect(page.get_by_text("2 runs")).to_be_visible()
             await shoot(page, live, "runs")
@@ -120,7 +120,7 @@ async def test_sign_in_read_a_diff_and_cancel_live(live: Live) -> None:
             assert missing is not None and missing.status == 404
 
             await page.goto(f"{live.app_url}/runs")
-            await runs_table.get_by_role("link", name=widgets).click()
+            await runs_table.get_by_role("link", name=TITLES["widgets#1"]).click()
             await expect(page.get_by_role("heading", name=f"Run {widgets}")).to_be_visible()
             diff = page.get_by_label("Patch")
             await expect(diff.locator("span.add")).to_have_text("+    return a + b")
@@ -139,6 +139,13 @@ async def test_sign_in_read_a_diff_and_cancel_live(live: Live) -> None:
             # Server-sent events carry the change to the open tab.
             await expect(status).to_have_text("cancelled", timeout=20_000)
             await expect(watcher.get_by_text("The run has ended")).to_be_visible()
+            # The rest of the page followed too, without a reload: the next step,
+            # the actions a closed run offers and the history's last event.
+            await expect(watcher.get_by_text("Retry starts a new run")).to_be_visible()
+            await expect(watcher.get_by_role("button", name="Retry")).to_be_visible()
+            await expect(watcher.get_by_role("button", name="Terminate")).to_have_count(0)
+            history = watcher.locator("ol.history")  # folded away, but there
+            await expect(history.get_by_text("workflow_cancelled")).to_have_count(1)
 
             await page.goto(f"{live.app_url}/deliveries")
             await expect(page.get_by_role("heading", name="Webhook deliveries")).to_be_visible()
@@ -153,8 +160,30 @@ async def test_a_reader_sees_the_run_but_no_actions(live: Live) -> None:
         try:
             page = await browser.new_page()
             await sign_in(page, live, live.people.reader)
-            await page.get_by_role("link", name=live.runs["widgets#2"]).click()
+            await page.get_by_role("link", name=TITLES["widgets#2"]).click()
             await expect(page.get_by_text("not act on it")).to_be_visible()
             await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+        finally:
+            await browser.close()
+
+
+async def test_the_runs_list_fits_a_phone(live: Live) -> None:
+    """390 px wide (a phone): no sideways scrolling, and each run shows its
+    issue title, pull request and duration."""
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            context = await browser.new_context(viewport={"width": 390, "height": 844})
+            page = await context.new_page()
+            await sign_in(page, live, live.people.maintainer)
+            card = page.locator(f'tr[data-run="{live.runs["widgets#1"]}"]')
+            await expect(card.get_by_role("link", name=TITLES["widgets#1"])).to_be_visible()
+            await expect(card.get_by_role("link", name="#2")).to_be_visible()  # the PR
+            duration = card.locator('td[data-label="Duration"]')
+            await expect(duration).to_be_visible()
+            await expect(duration).to_contain_text(" s")
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+            await shoot(page, live, "runs-phone")
         finally:
             await browser.close()

@@ -56,7 +56,10 @@ def test_the_manifest_asks_only_for_what_the_app_uses() -> None:
     assert with_workflows["default_permissions"]["workflows"] == "write"
 
 
-async def test_register_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("channel", ["", "https://smee.example/chan-1"], ids=["direct", "proxy"])
+async def test_register_end_to_end(tmp_path: Path, channel: str) -> None:
+    """``channel``: ``register --webhook-proxy``: GitHub delivers to the
+    channel, and the credentials file tells ``repairbot dev`` where it is."""
     with Emulator(root=tmp_path / "github") as emu:
         transport = httpx.ASGITransport(app=emu.asgi())
         async with EmulatorClient(GITHUB, transport=transport) as gh:
@@ -72,6 +75,7 @@ async def test_register_end_to_end(tmp_path: Path) -> None:
                 routed=frozenset(ROUTED),
                 workflows=True,
                 transport=transport,
+                webhook_url=channel,
             )
             browser = httpx.AsyncClient(
                 mounts={
@@ -118,7 +122,8 @@ async def test_register_end_to_end(tmp_path: Path) -> None:
                 app = emu.store.apps[int(settings.github_app_id)]
             assert app.permissions["workflows"] == "write"
             assert app.events == posted["default_events"]
-            assert app.webhook_url == "https://rb.example/webhooks/github"
+            assert app.webhook_url == (channel or "https://rb.example/webhooks/github")
+            assert settings.webhook_proxy_url == channel
             assert app.webhook_secret == settings.github_webhook_secret
             # The private key is the App's: it authenticates as the App.
             factory = GitHubClientFactory(
@@ -139,3 +144,25 @@ def test_a_credentials_file_others_can_read_is_refused(tmp_path: Path) -> None:
     settings = Settings.from_env({"REPAIRBOT_APP_FILE": str(path), "GITHUB_APP_ID": "7"})
     assert settings.github_app_id == "7"  # a variable wins over the file
     assert settings.github_private_key == "x"
+
+
+async def test_the_install_link_register_prints_works_on_the_emulator(tmp_path: Path) -> None:
+    """``install it: <html_url>/installations/new``: the emulated GitHub serves
+    that page, and installing there sends installation.created as GitHub does."""
+    with Emulator(root=tmp_path / "github") as emu:
+        transport = httpx.ASGITransport(app=emu.asgi())
+        async with EmulatorClient(GITHUB, transport=transport) as gh:
+            await gh.create_user("octo")
+            app = await gh.create_app(name="repairbot-dev")
+            async with httpx.AsyncClient(transport=transport, base_url=GITHUB) as browser:
+                # The App's html_url is <web>/apps/<slug> (emulator/render/base.py).
+                link = f"/apps/{app.slug}/installations/new"
+                page = await browser.get(link)
+                assert page.status_code == 200 and "Install repairbot-dev" in page.text
+                done = await browser.post(link, data={"account": "octo"})
+                assert done.status_code == 200 and "installed on octo" in done.text
+                unknown = await browser.post(link, data={"account": "nobody"})
+                assert unknown.status_code == 404
+            with emu.store.lock:
+                [inst] = [i for i in emu.store.installations.values() if i.app_id == app.id]
+            assert inst.account.login == "octo"

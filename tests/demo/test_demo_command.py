@@ -54,3 +54,40 @@ def test_demo_with_the_builtin_agent(tmp_path: Path) -> None:
         assert f"tool call  {tool}(" in out
     assert "outcome merged" in out
     assert "pull requests          1  merged: 1" in out
+
+
+@pytest.mark.slow
+def test_demo_keep_serves_the_dashboard_until_interrupted(tmp_path: Path) -> None:
+    import re
+    import signal
+
+    import httpx
+
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "app.main.cli", "demo", "--keep", "--dir", str(tmp_path / "d")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        seen: list[str] = []
+        for line in demo.stdout:  # the demo's own account of where it is
+            seen.append(line)
+            if line.startswith("  worker log"):
+                break
+        text = "".join(seen)
+        assert "outcome merged" in text and "keeps serving until Ctrl-C" in text, text
+        dashboard = re.search(r"dashboard\s+(http://\S+/runs)", text)
+        assert dashboard, text
+        answer = httpx.get(dashboard.group(1), follow_redirects=False, timeout=10)
+        # Not signed in yet: the dashboard sends the browser to sign in.
+        assert answer.status_code in (302, 303, 307), answer.text
+        assert "sign in            as maya" in text
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(timeout=60) == 0
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()

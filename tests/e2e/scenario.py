@@ -16,7 +16,7 @@ from app.demo.project import ISSUE_BODY, ISSUE_TITLE
 from app.demo.run import WorkerProcess
 from app.demo.stack import LocalStack
 from app.engine.store import RunRow
-from app.workflows.ids import repair_workflow_id
+from app.workflows.ids import issue_of_branch, repair_workflow_id
 
 
 async def open_labelled_issue(
@@ -72,6 +72,9 @@ async def github_state(stack: LocalStack, number: int) -> dict[str, Any]:
     )
     pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=who)
     branches = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/branches", as_user=who)
+    base_branches = sorted(b["name"] for b in branches)
+    # repairbot's branches live in the proposal organization's fork.
+    run_branches = [b for b in proposal_branches(stack) if issue_of_branch(b) is not None]
     # The run's status comment carries the marker of its ``status`` step (a
     # command's reply may mention "status" in its text).
     status = [c for c in comments if re.search(r"repairbot:op=\S+:status[ \t]*-->", c["body"])]
@@ -79,8 +82,22 @@ async def github_state(stack: LocalStack, number: int) -> dict[str, Any]:
         "comments": comments,
         "status_comments": status,
         "pulls": pulls,
-        "branches": sorted(b["name"] for b in branches),
+        # The base repository's branches and the run branches of the fork.
+        "branches": sorted(base_branches + run_branches),
+        "base_branches": base_branches,
     }
+
+
+def proposal_branches(stack: LocalStack) -> list[str]:
+    """Branches of the proposal fork ([] while there is no fork)."""
+    from emulator.git import BareRepo
+
+    assert stack.emulator is not None
+    fork = stack.emulator.store.repo(stack.people.proposals, stack.repo_name)
+    if fork is None:
+        return []
+    refs = BareRepo(fork.path).list_refs("refs/heads/")
+    return sorted(name.removeprefix("refs/heads/") for name in refs)
 
 
 async def check_runs(stack: LocalStack, sha: str) -> list[dict[str, Any]]:
@@ -117,14 +134,10 @@ def record_history(stack: LocalStack, number: int, name: str) -> None:
 
 
 def file_on_branch(stack: LocalStack, branch: str, path: str) -> str:
-    """A file's content at a branch, read from the emulator's bare repository."""
-    from emulator.git import BareRepo
-
-    assert stack.emulator is not None
-    repo = stack.emulator.store.repo(stack.people.owner, stack.repo_name)
-    assert repo is not None
-    git = BareRepo(repo.path)
-    sha = git.resolve(branch)
+    """A file's content at a branch, read from the emulator's bare repository
+    (repairbot's branches: from the proposal fork)."""
+    git = _bare_repo(stack, branch)
+    sha = git.resolve(f"refs/heads/{branch}")
     assert sha is not None, f"no branch {branch}"
     content = git.read_file(sha, path)
     assert content is not None, f"no {path} at {branch}"
@@ -134,24 +147,34 @@ def file_on_branch(stack: LocalStack, branch: str, path: str) -> str:
 # -- more of GitHub's state, read from the emulator ---------------------------------
 
 
-def _bare_repo(stack: LocalStack) -> Any:
+def home_of(stack: LocalStack, branch: str) -> tuple[str, str]:
+    """The repository a branch lives in: repairbot's in the proposal fork."""
+    if issue_of_branch(branch) is not None:
+        return stack.people.proposals, stack.repo_name
+    return stack.people.owner, stack.repo_name
+
+
+def _bare_repo(stack: LocalStack, branch: str) -> Any:
     from emulator.git import BareRepo
 
     assert stack.emulator is not None
-    repo = stack.emulator.store.repo(stack.people.owner, stack.repo_name)
+    repo = stack.emulator.store.repo(*home_of(stack, branch))
     assert repo is not None
     return BareRepo(repo.path)
 
 
 def branch_sha(stack: LocalStack, branch: str) -> str | None:
     """Where a branch points in the emulator's git (None: no such branch)."""
-    sha: str | None = _bare_repo(stack).resolve(f"refs/heads/{branch}")
+    assert stack.emulator is not None
+    if stack.emulator.store.repo(*home_of(stack, branch)) is None:
+        return None
+    sha: str | None = _bare_repo(stack, branch).resolve(f"refs/heads/{branch}")
     return sha
 
 
 def first_parent_history(stack: LocalStack, branch: str) -> list[str]:
     """Commit messages' first lines along the branch's first-parent chain, newest first."""
-    git = _bare_repo(stack)
+    git = _bare_repo(stack, branch)
     sha = git.resolve(f"refs/heads/{branch}")
     subjects: list[str] = []
     while sha is not None:
@@ -206,18 +229,27 @@ async def review(
 async def push_files(
     stack: LocalStack, branch: str, files: dict[str, str | None], *, as_user: str | None = None
 ) -> str:
-    """A human's commit on ``branch`` (the maintainer's unless told otherwise); its sha."""
-    await stack.gh.push_as(
-        as_user or stack.people.maintainer,
-        stack.people.owner,
-        stack.repo_name,
-        branch,
-        files,
-        message=f"Edit {', '.join(files)}",
-    )
+    """A human's commit on ``branch`` (the maintainer's unless told otherwise); its sha.
+
+    On repairbot's branch (in the proposal fork) the human is made a member
+    with write access there first: nobody else can push to it."""
+    who = as_user or stack.people.maintainer
+    owner, repo = home_of(stack, branch)
+    if owner != stack.people.owner:
+        await stack.gh.set_permission(owner, repo, who, "write")
+    await stack.gh.push_as(who, owner, repo, branch, files, message=f"Edit {', '.join(files)}")
     sha = branch_sha(stack, branch)
     assert sha is not None
     return sha
+
+
+async def delete_branch_as(stack: LocalStack, branch: str, *, as_user: str) -> None:
+    """A human deletes ``branch`` through the REST API (repairbot's: in the
+    proposal fork, where the human is first given write access)."""
+    owner, repo = home_of(stack, branch)
+    if owner != stack.people.owner:
+        await stack.gh.set_permission(owner, repo, as_user, "write")
+    await stack.gh.rest("DELETE", f"/repos/{owner}/{repo}/git/refs/heads/{branch}", as_user=as_user)
 
 
 # -- what repairbot recorded (for counts GitHub cannot show) --------------------------

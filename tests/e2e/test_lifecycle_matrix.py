@@ -26,6 +26,7 @@ from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from tests.e2e.scenario import (
     branch_sha,
+    delete_branch_as,
     file_on_branch,
     final_check,
     github_state,
@@ -164,12 +165,7 @@ async def merge_pull(stack: LocalStack, number: int, status: dict[str, Any]) -> 
 
 
 async def delete_branch(stack: LocalStack, number: int, status: dict[str, Any]) -> None:
-    people = stack.people
-    await stack.gh.rest(
-        "DELETE",
-        f"/repos/{people.owner}/{stack.repo_name}/git/refs/heads/repairbot/issue-{number}",
-        as_user=people.owner,
-    )
+    await delete_branch_as(stack, f"repairbot/issue-{number}", as_user=stack.people.owner)
 
 
 async def human_push(stack: LocalStack, number: int, status: dict[str, Any]) -> None:

@@ -92,7 +92,7 @@ def first_operation(runtime: Runtime, run_id: str, cmd: int) -> str:
     )
 
 
-async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> None:
+async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> int:
     settings = crash_settings(stack)
     stack.settings = settings
     stack.start_repairbot(run_worker=False)
@@ -106,6 +106,7 @@ async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> Non
     assert [p["merged_at"] is not None for p in state["pulls"]] == [True]
     assert state["branches"] == ["main"]  # deleted after the merge
     assert FIXED_LINE in file_on_branch(stack, "main", "slugify/__init__.py")
+    return number
 
 
 # -- recovery test 5, direct: the record of an external effect is delayed -------------

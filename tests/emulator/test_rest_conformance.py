@@ -244,3 +244,114 @@ async def test_hook_deliveries_for_the_app(world: World) -> None:
 async def test_base_path_is_honoured(world: World) -> None:
     raw = await world.client._http.get("/repos/octo/demo")  # no /api/v3 prefix
     assert raw.status_code == 404
+
+
+# -- response shapes compared with GitHub's description (issue 22, point 11) ----
+
+
+def _raw(world: World, login: str = "alice") -> Any:
+    import httpx
+
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=world.emulator.asgi()),
+        base_url=world.client.api_url,
+        headers={"Authorization": f"token {world.client.tokens[login]}"},
+    )
+
+
+async def test_422_carries_resource_field_and_code(world: World) -> None:
+    async with _raw(world) as http:
+        answer = await http.post("/repos/octo/demo/issues", json={"body": "no title"})
+    assert answer.status_code == 422
+    body = answer.json()
+    assert body["message"] == "Validation Failed"
+    assert body["errors"] == [{"resource": "Issue", "field": "title", "code": "missing_field"}]
+    assert body["documentation_url"].startswith("https://docs.github.com/")
+    assert answer.headers["x-ratelimit-remaining"]  # error answers count and say so
+
+
+async def test_a_custom_422_error_has_its_own_message(world: World, make_branch: Any) -> None:
+    await make_branch("feature", {"a.txt": "a\n"})
+    new_pr = {"title": "t", "head": "feature", "base": "main"}
+    async with _raw(world) as http:
+        assert (await http.post("/repos/octo/demo/pulls", json=new_pr)).status_code == 201
+        again = await http.post("/repos/octo/demo/pulls", json=new_pr)
+    assert again.status_code == 422
+    [error] = again.json()["errors"]
+    assert error["resource"] == "PullRequest" and error["code"] == "custom"
+    assert error["message"] == "A pull request already exists for octo:feature."
+
+
+async def test_201_names_the_created_resource_in_location(world: World) -> None:
+    async with _raw(world) as http:
+        created = await http.post("/repos/octo/demo/issues", json={"title": "x"})
+    assert created.status_code == 201
+    assert created.headers["location"] == created.json()["url"]
+    assert created.headers["location"].endswith("/repos/octo/demo/issues/1")
+
+
+async def test_link_pagination_keeps_every_filter(world: World) -> None:
+    async with _raw(world) as http:
+        for n in range(3):
+            number = (await http.post("/repos/octo/demo/issues", json={"title": f"i{n}"})).json()
+            await http.patch(
+                f"/repos/octo/demo/issues/{number['number']}", json={"state": "closed"}
+            )
+        await http.post("/repos/octo/demo/issues", json={"title": "open one"})
+        page = await http.get(
+            "/repos/octo/demo/issues",
+            params={"state": "closed", "per_page": "1", "sort": "created"},
+        )
+    assert [i["state"] for i in page.json()] == ["closed"]
+    links = dict(
+        (rel.split('"')[1], url.strip("<> "))
+        for url, rel in (part.split(";") for part in page.headers["link"].split(","))
+    )
+    assert set(links) == {"next", "last"}
+    for url in links.values():
+        assert "state=closed" in url and "sort=created" in url and "per_page=1" in url
+    assert links["last"].endswith("page=3")
+
+
+async def test_rate_limit_headers_on_error_answers(world: World) -> None:
+    async with _raw(world) as http:
+        missing = await http.get("/repos/octo/nothing-here")
+        refused = await http.get("/repos/octo/demo", headers={"Authorization": "token bogus"})
+    assert missing.status_code == 404 and missing.headers["x-ratelimit-limit"] == "5000"
+    assert refused.status_code == 401 and refused.headers["x-ratelimit-limit"] == "60"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/no/such/route"),
+        ("DELETE", "/repos/octo/demo/issues"),  # a known path, a method it does not take
+        ("PUT", "/repos/octo/demo"),
+    ],
+)
+async def test_unknown_routes_and_methods_answer_githubs_json_404(
+    world: World, method: str, path: str
+) -> None:
+    async with _raw(world) as http:
+        answer = await http.request(method, path)
+    assert answer.status_code == 404
+    assert answer.headers["content-type"].startswith("application/json")
+    assert answer.json()["message"] == "Not Found"
+    assert answer.json()["documentation_url"].startswith("https://docs.github.com/")
+
+
+async def test_paths_outside_the_api_and_git_answer_json_404(world: World) -> None:
+    answer = await world.client._http.get("/definitely/not/a/git/path")
+    assert answer.status_code == 404 and answer.json()["message"] == "Not Found"
+
+
+async def test_a_422_about_no_field_is_githubs_plain_form(world: World) -> None:
+    app_gh = world.app_github()
+    with pytest.raises(RequestFailed) as failed:
+        await app_gh.rest.apps.async_create_installation_access_token(
+            world.installation_id, data={"repositories": ["not-a-repo"]}
+        )
+    body = failed.value.response.json()
+    assert failed.value.response.status_code == 422
+    assert body["message"].startswith("There is at least one repository")
+    assert "errors" not in body

@@ -117,7 +117,7 @@ def test_the_installed_package_is_its_own(installed: Path, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_migrate_on_sqlite_then_serve_and_run_the_example(installed: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    env = clean_env(data)
+    env = clean_env(data, GITHUB_WEBHOOK_SECRET="wheel-test-secret")
     out = run([str(installed / "repairbot"), "migrate"], cwd=tmp_path, env=env)
     assert "latest schema" in out
     tables = set(inspect(create_engine(f"sqlite:///{data / 'repairbot.db'}")).get_table_names())
@@ -177,3 +177,25 @@ def healthz(url: str, server: subprocess.Popen[bytes], timeout: float = 60) -> o
         assert response.status_code == 200, response.text
         return response.json()
     raise AssertionError(f"{url} did not answer in {timeout}s")
+
+
+@pytest.mark.slow
+def test_the_demo_runs_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    """The demo's command agent ships in the package: no checkout needed."""
+    agent = run(
+        [
+            str(installed / "python"),
+            "-c",
+            "from app.demo.project import fix_agent_command; print(fix_agent_command()[1])",
+        ],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+    ).strip()
+    assert Path(agent).is_file() and Path(agent).resolve().is_relative_to(installed.parent)
+    out = run(
+        [str(installed / "repairbot"), "demo", "--dir", str(tmp_path / "demo")],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        timeout=400,
+    )
+    assert "completed, outcome merged" in out, out

@@ -40,8 +40,20 @@ async def parked_close_triage(ctx: WorkflowContext, request: Any) -> Any:
     return request
 
 
+@workflow("onboard")
+async def parked_onboard(ctx: WorkflowContext, request: Any) -> Any:
+    """Stands in for onboarding (which reads and writes GitHub): keeps its input."""
+    return request
+
+
 #: The stand-ins for every workflow a handler starts.
-STAND_INS = [parked_repair, parked_command, parked_label_triage, parked_close_triage]
+STAND_INS = [
+    parked_repair,
+    parked_command,
+    parked_label_triage,
+    parked_close_triage,
+    parked_onboard,
+]
 
 
 def example(event: str, action: str) -> dict[str, Any]:

@@ -1,0 +1,151 @@
+"""The proposal fork (app/github/forks.py) and pull requests from it, against
+the emulator: made on first use and waited for, found again by name and
+parent, never somebody else's repository, one fork however often asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gh_scene import Scene
+
+from app.engine.errors import TransientError
+from app.github.forks import Account, ForkRefused, ensure_fork, proposal_account
+from app.github.markers import OpId
+from app.github.pulls import ensure_pull_request, find_pull_requests
+from app.github.repos import RepoRef
+from emulator.state import DEFAULT_APP_PERMISSIONS
+
+ORG = "acme-bot"
+FORKING = {**DEFAULT_APP_PERMISSIONS, "administration": "write"}
+OP = OpId("run-1", "pull-request")
+
+
+async def _org(scene: Scene, permissions: dict[str, str] = FORKING) -> Account:
+    await scene.client.create_user(ORG, type="Organization")
+    await scene.client.create_installation(scene.app.id, ORG, permissions=permissions)
+    return await proposal_account(scene.factory, ORG)
+
+
+class Pauses:
+    """Records the waits ensure_fork asks for instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+async def always(_: RepoRef) -> bool:
+    return True
+
+
+def forks(scene: Scene) -> list[str]:
+    return sorted(r.full_name for r in scene.emulator.store.repos.values() if r.fork)
+
+
+async def test_the_account_is_found_through_the_apps_installation(scene: Scene) -> None:
+    account = await _org(scene)
+    assert account.login == ORG and account.organization
+    with pytest.raises(ForkRefused, match="not installed on nobody"):
+        await proposal_account(scene.factory, "nobody")
+
+
+async def test_first_use_makes_the_fork_and_waits_for_it(scene: Scene) -> None:
+    account = await _org(scene)
+    await scene.client.fork_pending(3)
+    pauses = Pauses()
+    fork = await ensure_fork(
+        scene.factory, scene.gh, scene.repo, account, ready=always, pause=pauses
+    )
+    assert fork == RepoRef(ORG, "demo")
+    assert forks(scene) == [f"{ORG}/demo"]
+    assert pauses.waits  # it was not there at first: asked again after a pause
+    made = scene.emulator.store.repo(ORG, "demo")
+    assert made is not None and made.parent is scene.state()
+
+
+async def test_an_existing_fork_is_used_without_asking_again(scene: Scene) -> None:
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    await scene.client.faults.add("POST /repos/{owner}/{repo}/forks", "fail", status=500)
+    again = await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    assert again == RepoRef(ORG, "demo") and forks(scene) == [f"{ORG}/demo"]
+
+
+async def test_a_namesake_that_is_not_our_fork_is_never_used(
+    scene: Scene, seed_folder: Path
+) -> None:
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    await scene.client.create_repo_from_folder(ORG, "demo", seed_folder)  # not a fork
+    fork = await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    assert fork == RepoRef(ORG, "demo-1")
+    # Found again (GitHub answers the existing fork), still one fork.
+    assert await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always) == fork
+    assert forks(scene) == [f"{ORG}/demo-1"]
+
+
+async def test_a_lost_answer_to_the_fork_request_is_safe(scene: Scene) -> None:
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    await scene.client.faults.add("POST /repos/{owner}/{repo}/forks", "drop")
+    fork = await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    assert fork == RepoRef(ORG, "demo") and forks(scene) == [f"{ORG}/demo"]
+
+
+async def test_a_fork_git_cannot_read_yet_is_waited_for(scene: Scene) -> None:
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    answers = iter([False, False, True])
+
+    async def ready(_: RepoRef) -> bool:
+        return next(answers)
+
+    pauses = Pauses()
+    await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=ready, pause=pauses)
+    assert len(pauses.waits) == 2
+
+
+async def test_a_fork_that_never_arrives_is_retried_later(scene: Scene) -> None:
+    account = await _org(scene)
+    await scene.client.fork_pending(100)
+    with pytest.raises(TransientError, match="not ready yet"):
+        await ensure_fork(
+            scene.factory, scene.gh, scene.repo, account, ready=always, polls=2, pause=Pauses()
+        )
+
+
+async def test_no_permission_to_fork_says_what_to_do(scene: Scene) -> None:
+    account = await _org(scene, permissions=DEFAULT_APP_PERMISSIONS)
+    with pytest.raises(ForkRefused, match="Administration"):
+        await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    assert forks(scene) == []
+
+
+async def test_pull_request_from_the_fork_is_found_again_by_owner_and_marker(
+    scene: Scene,
+) -> None:
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    fork = await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    await scene.client.set_permission(fork.owner, fork.name, "alice", "write")
+    await scene.client.push_as("alice", fork.owner, fork.name, "repairbot/issue-1", {"a": "1"})
+    login = scene.bot_login
+    first = await ensure_pull_request(
+        scene.gh, scene.repo, head="repairbot/issue-1", base="main", title="Fix",
+        body="evidence", op=OP, bot_login=login, head_owner=ORG,
+    )  # fmt: skip
+    assert first.created and first.draft
+    again = await ensure_pull_request(
+        scene.gh, scene.repo, head="repairbot/issue-1", base="main", title="Fix",
+        body="evidence", op=OP, bot_login=login, head_owner=ORG,
+    )  # fmt: skip
+    assert again.number == first.number and not again.created
+    # The same branch name in the base repository is another pull request's head.
+    assert await find_pull_requests(scene.gh, scene.repo, "repairbot/issue-1", OP) == []
+    found = await find_pull_requests(scene.gh, scene.repo, "repairbot/issue-1", OP, head_owner=ORG)
+    assert [p.number for p in found] == [first.number]
+    assert len(scene.state().pulls()) == 1
