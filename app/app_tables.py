@@ -80,6 +80,30 @@ class ApiToken(SQLModel, table=True):
     revoked_at: float | None = None
 
 
+class SignedOutSession(SQLModel, table=True):
+    """A dashboard sign-in that was signed out: its cookie is refused from then
+    on, by every web process. Kept until the cookie would have expired anyway."""
+
+    __tablename__ = "signed_out_sessions"
+
+    #: sha256 of the session's id (the cookie holds the id, encrypted).
+    sid_sha256: str = Field(primary_key=True)
+    expires_at: float = Field(index=True)
+
+
+class InstallationRunSlot(SQLModel, table=True):
+    """One of an installation's slots for runs doing costly work. The primary
+    key (installation, slot number) is what makes the cap race-free: two
+    workers cannot both take the last slot, one insert fails."""
+
+    __tablename__ = "installation_run_slots"
+
+    installation_id: int = Field(primary_key=True)
+    slot: int = Field(primary_key=True)
+    run_id: str = Field(unique=True)
+    taken_at: float
+
+
 class DeliveryScan(SQLModel, table=True):
     """The delivery reconciler's place in GitHub's list of the App's deliveries.
 

@@ -299,6 +299,25 @@ class Settings:
     #: holds at once across all connections; beyond it new deliveries get 503
     #: with Retry-After (the delivery reconciler has GitHub redeliver them).
     webhook_bytes_in_flight: int = 64 * 1024 * 1024
+    #: REPAIRBOT_WEBHOOK_BYTES_PER_CLIENT: of those, what one client address may
+    #: hold (0: no cap); a little over one full-size body by default.
+    webhook_bytes_per_client: int = 26 * 1024 * 1024
+    #: REPAIRBOT_WEBHOOK_BODY_START_TIMEOUT: seconds from a request's head to the
+    #: first byte of its body (408 after).
+    webhook_body_start_timeout: float = 2.0
+    #: REPAIRBOT_WEB_HEADER_TIMEOUT: seconds a request head may take to arrive
+    #: (the connection is closed after).
+    web_header_timeout: float = 5.0
+    #: REPAIRBOT_WEB_CONNECTIONS_PER_CLIENT: connections one client address may
+    #: hold at once (0: no cap; behind a reverse proxy every client is the proxy).
+    web_connections_per_client: int = 64
+    #: REPAIRBOT_MAX_ACTIVE_RUNS_PER_INSTALLATION: repair runs of one GitHub App
+    #: installation doing costly work at once; more wait for a slot (0: no cap).
+    max_active_runs_per_installation: int = 10
+    #: REPAIRBOT_MAX_SPEND_USD_PER_DAY_PER_INSTALLATION: model spend one
+    #: installation's runs may record per UTC day; a run that would start past
+    #: it stops and says so (0: no cap).
+    max_spend_usd_per_day_per_installation: float = 0.0
     #: REPAIRBOT_WEB_SHUTDOWN_GRACE: seconds the web process waits on SIGTERM for
     #: in-flight requests to finish before closing them.
     web_shutdown_grace: float = 30.0
@@ -418,6 +437,16 @@ class Settings:
             "REPAIRBOT_WEBHOOK_MAX_BYTES": str(self.webhook_max_bytes),
             "REPAIRBOT_WEBHOOK_READ_TIMEOUT": str(self.webhook_read_timeout),
             "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT": str(self.webhook_bytes_in_flight),
+            "REPAIRBOT_WEBHOOK_BYTES_PER_CLIENT": str(self.webhook_bytes_per_client),
+            "REPAIRBOT_WEBHOOK_BODY_START_TIMEOUT": str(self.webhook_body_start_timeout),
+            "REPAIRBOT_WEB_HEADER_TIMEOUT": str(self.web_header_timeout),
+            "REPAIRBOT_WEB_CONNECTIONS_PER_CLIENT": str(self.web_connections_per_client),
+            "REPAIRBOT_MAX_ACTIVE_RUNS_PER_INSTALLATION": str(
+                self.max_active_runs_per_installation
+            ),
+            "REPAIRBOT_MAX_SPEND_USD_PER_DAY_PER_INSTALLATION": str(
+                self.max_spend_usd_per_day_per_installation
+            ),
             "REPAIRBOT_WEB_SHUTDOWN_GRACE": str(self.web_shutdown_grace),
             "REPAIRBOT_DELIVERY_RECONCILE_INTERVAL": str(self.delivery_reconcile_interval),
             "REPAIRBOT_PUBLIC_URL": self.public_url,
@@ -507,6 +536,18 @@ class Settings:
             "webhook_read_timeout": _float(env, "REPAIRBOT_WEBHOOK_READ_TIMEOUT", 10.0),
             "webhook_bytes_in_flight": _int(
                 env, "REPAIRBOT_WEBHOOK_BYTES_IN_FLIGHT", 64 * 1024 * 1024
+            ),
+            "webhook_bytes_per_client": _int(
+                env, "REPAIRBOT_WEBHOOK_BYTES_PER_CLIENT", 26 * 1024 * 1024
+            ),
+            "webhook_body_start_timeout": _float(env, "REPAIRBOT_WEBHOOK_BODY_START_TIMEOUT", 2.0),
+            "web_header_timeout": _float(env, "REPAIRBOT_WEB_HEADER_TIMEOUT", 5.0),
+            "web_connections_per_client": _int(env, "REPAIRBOT_WEB_CONNECTIONS_PER_CLIENT", 64),
+            "max_active_runs_per_installation": _int(
+                env, "REPAIRBOT_MAX_ACTIVE_RUNS_PER_INSTALLATION", 10
+            ),
+            "max_spend_usd_per_day_per_installation": _float(
+                env, "REPAIRBOT_MAX_SPEND_USD_PER_DAY_PER_INSTALLATION", 0.0
             ),
             "web_shutdown_grace": _float(env, "REPAIRBOT_WEB_SHUTDOWN_GRACE", 30.0),
             "delivery_reconcile_interval": _float(

@@ -1,10 +1,13 @@
 """What the dashboard and the JSON API show about runs: read-only queries over
 the durable record (runs, tasks, attempts, events) shaped for people.
 
-A run's repository is its input's ``repo``; the visible set of repositories is
-decided by the caller (see app/web/access.py), and applied in SQL so pages
-and counts agree. The live phase of an open run is the workflow's own answer
-to its ``status`` query (a replay, nothing written).
+A run's repository is its input's ``repo_id`` (and ``repo``, its name when the
+run started); the visible set of repositories is decided by the caller (see
+app/web/access.py), and applied in SQL so pages and counts agree. A run that
+recorded its repository's id is visible by that id only: a repository that
+later took the same name shows nothing of it. The live phase of an open run
+is the workflow's own answer to its ``status`` query (a replay, nothing
+written).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, false, func, select, true
+from sqlalchemy import ColumnElement, and_, false, func, or_, select, true
 
 from app.engine.client import RuntimeClient
 from app.engine.store import RunRow
@@ -40,6 +43,15 @@ STEP_PHASES = (
     (re.compile(r"^(reread|ready|merge|base-recheck|reverify)-"), "merging"),
     (re.compile(r"^cancel-"), "cancelling"),
 )
+
+
+@dataclass(frozen=True)
+class Visible:
+    """The repositories a caller may read: by id, and by lower-case name for
+    runs recorded before runs carried their repository's id."""
+
+    ids: frozenset[int] = frozenset()
+    names: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -112,18 +124,33 @@ def repo_of(run: RunRow) -> str | None:
     return str(value) if value else None
 
 
+def repo_id_of(run: RunRow) -> int | None:
+    value = run.input.get("repo_id") if isinstance(run.input, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _repo_column() -> ColumnElement[Any]:
     column: ColumnElement[Any] = runs.c.input["repo"].as_string()
     return column
 
 
-def _where(filters: RunFilters, visible: set[str] | None) -> list[ColumnElement[bool]]:
+def _visible(visible: Visible) -> ColumnElement[bool]:
+    repo_id: ColumnElement[Any] = runs.c.input["repo_id"].as_integer()
+    by_id = repo_id.in_(sorted(visible.ids)) if visible.ids else false()
+    # GitHub names are case-insensitive; the visible names are lower case.
+    by_name = (
+        and_(repo_id.is_(None), func.lower(_repo_column()).in_(sorted(visible.names)))
+        if visible.names
+        else false()
+    )
+    return or_(by_id, by_name)
+
+
+def _where(filters: RunFilters, visible: Visible | None) -> list[ColumnElement[bool]]:
     """``visible``: repositories the caller may read (None: every run)."""
     clauses: list[ColumnElement[bool]] = []
     if visible is not None:
-        # GitHub names are case-insensitive; the visible set is lower case.
-        lowered = func.lower(_repo_column())
-        clauses.append(lowered.in_(sorted(visible)) if visible else false())
+        clauses.append(_visible(visible))
     if filters.repo:
         clauses.append(func.lower(_repo_column()) == filters.repo.lower())
     if filters.status:
@@ -176,7 +203,7 @@ def summarize(
 
 
 def list_runs(
-    runtime: RuntimeClient, filters: RunFilters, visible: set[str] | None
+    runtime: RuntimeClient, filters: RunFilters, visible: Visible | None
 ) -> tuple[list[RunSummary], int]:
     """One page of runs, newest first, and how many match in all."""
     where = and_(true(), *_where(filters, visible))
@@ -201,11 +228,11 @@ def list_runs(
     return [summarize(runtime, run_row(r)) for r in rows], int(total)
 
 
-def known_repositories(runtime: RuntimeClient, visible: set[str] | None) -> list[str]:
+def known_repositories(runtime: RuntimeClient, visible: Visible | None) -> list[str]:
     column = _repo_column()
     query = select(column).where(column.is_not(None)).distinct()
     if visible is not None:
-        query = query.where(func.lower(column).in_(sorted(visible)))
+        query = query.where(_visible(visible))
     with runtime.engine.connect() as conn:
         return sorted(str(r[0]) for r in conn.execute(query).all())
 

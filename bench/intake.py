@@ -356,7 +356,12 @@ async def run_ours(
         data = tmp / f"data-{db}"
         data.mkdir()
         settings = Settings(
-            data_dir=data, database_url=url, redis_url=args.redis_url, github_webhook_secret=secret
+            data_dir=data,
+            database_url=url,
+            redis_url=args.redis_url,
+            github_webhook_secret=secret,
+            # One load generator stands for GitHub's many senders: no per-address cap.
+            web_connections_per_client=0,
         )
         port = free_port()
         log = tmp / f"web-{db}.log"

@@ -295,6 +295,9 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         concurrency=args.concurrency,
         relay_grace=1.0,
         reconcile_interval=0.5,
+        # Every repository is in the one installation: the benchmark measures
+        # the machinery, not the per-installation cap (which would queue them).
+        max_active_runs_per_installation=0,
     )
     fleet = Fleet(root / "machines", settings)
     fleet.root.mkdir(parents=True)

@@ -104,7 +104,7 @@ class Emulator:
         from emulator import control, webflow
         from emulator.gitserve import git_app
 
-        rest: list[BaseRoute] = self.rest_routes()
+        rest: list[BaseRoute] = [*self.rest_routes(), webflow.revoke_token_route(self)]
         routes: list[BaseRoute] = [Mount("/_emulator", routes=control.routes(self))]
         # GitHub Enterprise serves GraphQL at /api/graphql beside /api/v3 (githubkit
         # follows that); api.github.com at /graphql.

@@ -17,6 +17,7 @@ are. It is a test harness; the people exist only in it.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import secrets
@@ -308,3 +309,49 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         Route("/organizations/{org}/settings/apps/new", new_app_page, methods=["POST"]),
         Route("/settings/apps/new/create", create_from_manifest, methods=["POST"]),
     ]
+
+
+def revoke_token_route(emu: Emulator) -> BaseRoute:
+    """``DELETE /applications/{client_id}/token`` (REST API): an App revokes a
+    user token it issued, authenticated with its client id and secret (Basic).
+    204 on success; 404 for wrong credentials or a token this App did not issue
+    (as GitHub answers); 422 without ``access_token``. The token stops working
+    at once."""
+    store = emu.store
+
+    async def revoke(request: Request) -> Response:
+        client_id = request.path_params["client_id"]
+        given_id, given_secret = _basic(request.headers.get("authorization", ""))
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            return JSONResponse({"message": "Problems parsing JSON"}, status_code=400)
+        token = body.get("access_token") if isinstance(body, dict) else None
+        with store.lock:
+            app = next((a for a in store.apps.values() if a.client_id == client_id), None)
+            if (
+                app is None
+                or given_id != client_id
+                or not secrets.compare_digest(given_secret, app.client_secret)
+            ):
+                return JSONResponse({"message": "Not Found"}, status_code=404)
+            if not isinstance(token, str) or not token:
+                return JSONResponse({"message": "Invalid request"}, status_code=422)
+            found = store.tokens.get(token)
+            if found is None or found.kind != "user" or found.app_id != app.id:
+                return JSONResponse({"message": "Not Found"}, status_code=404)
+            del store.tokens[token]
+        return Response(status_code=204)
+
+    return Route("/applications/{client_id}/token", revoke, methods=["DELETE"])
+
+
+def _basic(header: str) -> tuple[str, str]:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return "", ""
+    try:
+        user, _, password = base64.b64decode(encoded.strip()).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return "", ""
+    return user, password

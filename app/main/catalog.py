@@ -6,10 +6,12 @@ from activities import (
     agent,
     approval,
     github,
+    installation_caps,
     onboarding,
     repo_commands,
     runs,
     triage,
+    trigger_config,
     workspace,
 )
 from activities import example as example_activities
@@ -32,6 +34,8 @@ def build_registry() -> Registry:
             *example_activities.ACTIVITIES,
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
+            *installation_caps.ACTIVITIES,
+            *trigger_config.ACTIVITIES,
             *triage.ACTIVITIES,
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,

@@ -21,6 +21,13 @@ from app.main.worker_process import background, build_runtime, delivery_reconcil
 from app.migrate import upgrade
 from app.registration import Registrar
 from app.web import create_app
+from app.web.connections import (
+    MAX_HEADER_BYTES,
+    ConnectionCounts,
+    ConnectionLimits,
+    guarded_protocol,
+    raise_open_file_limit,
+)
 from handlers import build_router
 
 log = logging.getLogger("repairbot.server")
@@ -59,12 +66,24 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
     app = create_app(settings, runtime, run_worker=with_worker, router=build_router())
     log_startup(settings, role="serve" if with_worker else "web", listening=f"http://{host}:{port}")
     freeze_startup_heap()  # see app/engine/heap.py: no 100 ms collector pauses mid-request
+    raise_open_file_limit()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_config=None,
         access_log=False,
+        # A head that never completes, or a client holding every descriptor,
+        # must not stop deliveries (app/web/connections.py).
+        http=guarded_protocol(
+            ConnectionLimits(
+                header_timeout=settings.web_header_timeout,
+                per_client=settings.web_connections_per_client,
+            ),
+            ConnectionCounts(),
+        ),
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        timeout_keep_alive=5,
         # SIGTERM (a deploy): stop accepting, let in-flight deliveries finish and
         # be recorded, then close whatever is still open after the grace period.
         timeout_graceful_shutdown=int(settings.web_shutdown_grace),

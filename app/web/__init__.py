@@ -132,6 +132,8 @@ def create_app(
             max_bytes=settings.webhook_max_bytes,
             read_timeout=settings.webhook_read_timeout,
             bytes_in_flight=settings.webhook_bytes_in_flight,
+            start_timeout=settings.webhook_body_start_timeout,
+            bytes_per_client=settings.webhook_bytes_per_client,
         )
     )
     routes: list[BaseRoute] = [

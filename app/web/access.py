@@ -7,6 +7,11 @@ installations they can reach (``GET /user/installations`` and
 ``GET /user/installations/{id}/repositories``, whose entries carry the user's
 ``permissions``). The answer is cached for a short while per token, so a page
 load costs no GitHub call and a revoked permission stops counting soon.
+
+Runs are authorized by repository id (GitHub's, recorded in the run's input
+when it started), not by name: names move with renames and transfers, and a
+new repository can take a freed name. Only runs recorded without an id (older
+builds) fall back to the name.
 """
 
 from __future__ import annotations
@@ -20,9 +25,19 @@ from typing import Literal
 import httpx
 from githubkit import GitHub, TokenAuthStrategy
 
+from app.engine.store import RunRow
+from app.runs_view import Visible, repo_id_of, repo_of
 from app.web.session import Session
 
 Level = Literal["read", "write"]
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What GitHub says a user reaches: repository id and lower-case name -> level."""
+
+    by_id: dict[int, Level]
+    by_name: dict[str, Level]
 
 
 @dataclass(frozen=True)
@@ -33,29 +48,48 @@ class Principal:
     #: For tokens: their scopes. People hold ``read`` and ``act``, bounded per repository.
     scopes: frozenset[str]
     session: Session | None = None
-    #: People only: repository full name (lower case) -> read | write.
-    repositories: dict[str, Level] | None = None
+    #: People only: the repositories they reach, by id and by name.
+    reach: Reach | None = None
 
     @property
     def actor(self) -> str:
         """How the principal is named in history when it acts."""
         return f"@{self.name}" if self.kind == "user" else self.name
 
-    def visible(self) -> set[str] | None:
+    def visible(self) -> Visible | None:
         """Repositories whose runs this principal may read; None means all."""
         if self.kind == "token":
-            return None if "read" in self.scopes else set()
-        return set(self.repositories or {})
+            return None if "read" in self.scopes else Visible()
+        reach = self.reach or Reach({}, {})
+        return Visible(ids=frozenset(reach.by_id), names=frozenset(reach.by_name))
 
-    def may_read(self, repo: str | None) -> bool:
+    def level(self, repo: str | None, repo_id: int | None = None) -> Level | None:
+        """This person's level on a repository: by its id when it is known (the
+        name is then ignored), else by its name."""
+        reach = self.reach or Reach({}, {})
+        if repo_id is not None:
+            return reach.by_id.get(repo_id)
+        return reach.by_name.get(repo.lower()) if repo is not None else None
+
+    def can_view_repository(self, repo_id: int | None, repo: str | None = None) -> bool:
         if self.kind == "token":
             return "read" in self.scopes
-        return repo is not None and repo.lower() in (self.repositories or {})
+        return self.level(repo, repo_id) is not None
 
-    def may_act(self, repo: str | None) -> bool:
+    def may_read(self, repo: str | None) -> bool:
+        """By name: for records that carry no repository id (deliveries)."""
+        return self.can_view_repository(None, repo)
+
+    def may_act(self, repo: str | None, repo_id: int | None = None) -> bool:
         if self.kind == "token":
             return "act" in self.scopes
-        return repo is not None and (self.repositories or {}).get(repo.lower()) == "write"
+        return self.level(repo, repo_id) == "write"
+
+    def may_read_run(self, run: RunRow) -> bool:
+        return self.can_view_repository(repo_id_of(run), repo_of(run))
+
+    def may_act_on_run(self, run: RunRow) -> bool:
+        return self.may_act(repo_of(run), repo_id_of(run))
 
 
 def level_of(permissions: object) -> Level | None:
@@ -83,7 +117,7 @@ class RepoAccess:
         self.api_url = api_url
         self.ttl = ttl
         self.transport = transport
-        self._cache: dict[str, tuple[float, dict[str, Level]]] = {}
+        self._cache: dict[str, tuple[float, Reach]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     def client(self, token: str) -> GitHub[TokenAuthStrategy]:
@@ -95,7 +129,7 @@ class RepoAccess:
             async_transport=self.transport,
         )
 
-    async def repositories(self, token: str) -> dict[str, Level]:
+    async def repositories(self, token: str) -> Reach:
         key = hashlib.sha256(token.encode()).hexdigest()
         cached = self._cache.get(key)
         if cached is not None and cached[0] > time.monotonic():
@@ -115,8 +149,8 @@ class RepoAccess:
             self._cache[key] = (now + self.ttl, found)
             return found
 
-    async def _ask_github(self, token: str) -> dict[str, Level]:
-        found: dict[str, Level] = {}
+    async def _ask_github(self, token: str) -> Reach:
+        found = Reach({}, {})
         async with self.client(token) as gh:
             installations = gh.rest.paginate(
                 gh.rest.apps.async_list_installations_for_authenticated_user,
@@ -131,7 +165,8 @@ class RepoAccess:
                 async for repo in repos:
                     level = level_of(repo.permissions)
                     if level is not None:
-                        found[repo.full_name.lower()] = level
+                        found.by_id[repo.id] = level
+                        found.by_name[repo.full_name.lower()] = level
         return found
 
     def forget(self, token: str) -> None:

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.engine.client import RuntimeClient
-from app.runs_view import RunFilters, RunSummary, list_runs, repo_of, run_detail
+from app.runs_view import RunFilters, RunSummary, list_runs, run_detail
 from app.web import actions
 from app.web.access import Principal
 from app.web.guard import Guard
@@ -63,7 +63,7 @@ class Api:
 
     async def run(self, request: Request, principal: Principal) -> Response:
         run = await asyncio.to_thread(self.runtime.store.find_run, request.path_params["run_id"])
-        if run is None or not principal.may_read(repo_of(run)):
+        if run is None or not principal.may_read_run(run):
             return _json({"message": "Not Found"}, 404)
         d = await asyncio.to_thread(run_detail, self.runtime, run)
         body = _summary_json(d.summary) | {
@@ -77,7 +77,7 @@ class Api:
             "agent_tokens": {"input": d.tokens[0], "output": d.tokens[1]},
             "agent_cost_usd": d.cost_usd,
             "events": d.events,
-            "actions": actions.available(run) if principal.may_act(repo_of(run)) else [],
+            "actions": actions.available(run) if principal.may_act_on_run(run) else [],
         }
         return _json(body)
 
@@ -91,9 +91,9 @@ class Api:
         if not self.guard.csrf_ok(request, principal, None):
             return _json({"message": "missing or wrong X-CSRF-Token"}, 403)
         run = await asyncio.to_thread(self.runtime.store.find_run, request.path_params["run_id"])
-        if run is None or not principal.may_read(repo_of(run)):
+        if run is None or not principal.may_read_run(run):
             return _json({"message": "Not Found"}, 404)
-        if not principal.may_act(repo_of(run)):
+        if not principal.may_act_on_run(run):
             return _json({"message": "actions need write access to the repository"}, 403)
         reason = str(body.get("reason") or "").strip()
         if not reason:

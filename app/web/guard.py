@@ -17,6 +17,7 @@ from app.config import Settings
 from app.engine.store import Store
 from app.web.access import Principal, RepoAccess
 from app.web.session import SESSION_COOKIE, SessionCodec
+from app.web.signouts import is_signed_out
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Handler = Callable[[Request, Principal], Awaitable[Response]]
@@ -42,13 +43,11 @@ class Guard:
         session = self.codec.load(request.cookies.get(SESSION_COOKIE))
         if session is None:
             return None
-        repositories = await self.access.repositories(session.github_token)
+        if await asyncio.to_thread(is_signed_out, self.store, session.sid):
+            return None  # a copy of a cookie whose sign-in has ended
+        reach = await self.access.repositories(session.github_token)
         return Principal(
-            "user",
-            session.login,
-            frozenset({"read", "act"}),
-            session=session,
-            repositories=repositories,
+            "user", session.login, frozenset({"read", "act"}), session=session, reach=reach
         )
 
     def csrf_ok(self, request: Request, principal: Principal, submitted: str | None) -> bool:

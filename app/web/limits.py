@@ -1,21 +1,28 @@
 """Reading webhook bodies on a public port without being held hostage.
 
-Three limits, each answered before the intake sees a byte:
+Every limit is answered before the intake sees a byte, and none trusts what
+the sender declares (the body is unverified until the whole of it is read):
 
 - size: a body over ``max_bytes`` is refused with 413, from its declared
   ``Content-Length`` when there is one (nothing is read), or as soon as the
   stream passes the cap;
-- time: the whole body must arrive within ``read_timeout`` seconds of the
-  request's start (408), so a slow sender cannot keep a buffer alive;
-- memory across connections: every body's bytes are reserved against one
-  budget (``bytes_in_flight``) until its delivery is recorded. A request whose
-  declared length does not fit is answered 503 with ``Retry-After`` at once,
-  before anything is buffered; a chunked body that outgrows what is left is
-  cut off the same way. GitHub marks such deliveries failed and the delivery
-  reconciler asks for them again later.
+- time: the body must start within ``start_timeout`` seconds of the request
+  and arrive in full within ``read_timeout`` seconds (408 either way), so a
+  sender that declares a body and sends nothing, or trickles it, cannot keep
+  a slot or a buffer;
+- memory across connections: body bytes are reserved against one budget
+  (``bytes_in_flight``) as they ARRIVE, and held until the delivery is
+  recorded. A declared length reserves nothing: header-only connections
+  declaring 25 MiB each hold no budget at all. A body that outgrows what is
+  left is cut off with 503 and ``Retry-After``; GitHub marks the delivery
+  failed and the delivery reconciler asks for it again later;
+- one client's share: the bytes of the bodies one client address is sending
+  are capped (``bytes_per_client``), so a single sender cannot take the
+  whole budget and leave genuine deliveries (from GitHub's addresses) none.
 
 Refusals carry ``Connection: close``: the unread rest of the body is never
-consumed, so the connection cannot be reused.
+consumed, so the connection cannot be reused. Connections that never finish
+their headers are the protocol's business (app/web/connections.py).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from app.metrics import instruments
+from app.web.tally import Tally
 
 log = logging.getLogger("repairbot.web.limits")
 
@@ -56,33 +64,52 @@ class BodyLimits:
     max_bytes: int
     read_timeout: float
     bytes_in_flight: int
+    #: Seconds from the request's start to its first body byte.
+    start_timeout: float = 2.0
+    #: Body bytes one client address may have in flight at once (0: no cap).
+    bytes_per_client: int = 0
 
 
 class BodyGate:
     """One per web app: the shared in-flight budget and the read rules.
 
     The event loop is single-threaded and reservations change only between
-    awaits, so a plain integer is an exact account.
+    awaits, so plain integers are an exact account.
     """
 
     def __init__(self, limits: BodyLimits) -> None:
         self.limits = limits
         self.in_flight = 0
+        #: Client address -> body bytes it has in flight (absent when none).
+        self.per_client = Tally()
         self.refused: dict[int, int] = {}
 
-    def _reserve(self, size: int) -> bool:
+    def _reserve(self, client: str, size: int) -> BodyRefused | None:
+        """Take ``size`` more bytes for ``client``; the refusal if they do not fit."""
+        held = self.per_client.get(client, 0)
+        cap = self.limits.bytes_per_client
+        if cap and held + size > cap:
+            log.warning("webhook refused: client %s has %d bytes in flight", client, held)
+            return self._busy("too many webhook bytes in flight from this address")
         if self.in_flight + size > self.limits.bytes_in_flight:
-            return False
-        self.in_flight += size
-        instruments().webhook_bytes_in_flight.set(self.in_flight)
-        return True
+            log.warning("webhook refused: %d bytes in flight", self.in_flight)
+            return self._busy("too many webhook bytes in flight; try again later")
+        self.per_client.add(client, size)
+        self._account(size)
+        return None
 
-    def _busy(self) -> BodyRefused:
-        return BodyRefused(
-            503,
-            "too many webhook bytes in flight; try again later",
-            retry_after=self.limits.read_timeout,
-        )
+    def _release(self, client: str, size: int) -> None:
+        if not size:
+            return
+        self.per_client.remove(client, size)
+        self._account(-size)
+
+    def _account(self, change: int) -> None:
+        self.in_flight += change
+        instruments().webhook_bytes_in_flight.set(self.in_flight)
+
+    def _busy(self, message: str) -> BodyRefused:
+        return BodyRefused(503, message, retry_after=self.limits.read_timeout)
 
     def _refuse(self, refusal: BodyRefused) -> BodyRefused:
         self.refused[refusal.status] = self.refused.get(refusal.status, 0) + 1
@@ -95,63 +122,63 @@ class BodyGate:
         Raises :class:`BodyRefused` instead of yielding when a limit is hit;
         whatever was buffered is dropped with it.
         """
-        limits = self.limits
         declared = _declared_length(request)
-        if declared is not None and declared > limits.max_bytes:
-            raise self._refuse(BodyRefused(413, f"payload larger than {limits.max_bytes} bytes"))
-        reserved = declared or 0
-        if not self._reserve(reserved):
-            log.warning(
-                "webhook refused: %d bytes in flight, %d more declared", self.in_flight, reserved
+        if declared is not None and declared > self.limits.max_bytes:
+            raise self._refuse(
+                BodyRefused(413, f"payload larger than {self.limits.max_bytes} bytes")
             )
-            raise self._refuse(self._busy())
+        client = request.client.host if request.client else ""
+        held = _Held()
         try:
-            body = await self._read(request, declared, reserved)
-            reserved = max(reserved, len(body))
-            yield body
-        except _Grown as grown:
-            reserved = grown.reserved
-            raise
+            yield await self._read(request, client, declared, held)
         finally:
-            self.in_flight -= reserved
-            instruments().webhook_bytes_in_flight.set(self.in_flight)
+            self._release(client, held.size)
 
-    async def _read(self, request: Request, declared: int | None, reserved: int) -> bytes:
+    async def _read(
+        self, request: Request, client: str, declared: int | None, held: _Held
+    ) -> bytes:
+        limits = self.limits
         chunks: list[bytes] = []
-        size = 0
+        stream = request.stream().__aiter__()
+        loop = asyncio.get_running_loop()
+        whole_by = loop.time() + limits.read_timeout
+        first = True
         try:
-            async with asyncio.timeout(self.limits.read_timeout):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > self.limits.max_bytes:
-                        raise self._refuse(
-                            BodyRefused(413, f"payload larger than {self.limits.max_bytes} bytes")
-                        )
-                    if size > reserved:
-                        if not self._reserve(size - reserved):
-                            raise self._refuse(self._busy())
-                        reserved = size
+            while True:
+                # The first chunk has the shorter of the two deadlines: a body
+                # that does not start soon is not coming (or is an attack).
+                until = min(whole_by, loop.time() + limits.start_timeout) if first else whole_by
+                try:
+                    async with asyncio.timeout_at(until):
+                        chunk = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                first = False
+                if held.size + len(chunk) > limits.max_bytes:
+                    raise self._refuse(
+                        BodyRefused(413, f"payload larger than {limits.max_bytes} bytes")
+                    )
+                if chunk:
+                    refused = self._reserve(client, len(chunk))
+                    if refused is not None:
+                        raise self._refuse(refused)
+                    held.size += len(chunk)
                     chunks.append(chunk)
-        except BodyRefused as refused:
-            raise _Grown(reserved, refused) from None
         except TimeoutError:
-            log.warning("webhook body not complete after %.1fs: cut off", self.limits.read_timeout)
-            raise _Grown(
-                reserved, self._refuse(BodyRefused(408, "request body took too long"))
-            ) from None
+            what = "did not start" if first else "not complete"
+            log.warning("webhook body %s in time: cut off", what)
+            raise self._refuse(BodyRefused(408, "request body took too long")) from None
         except ClientDisconnect:
-            raise _Grown(reserved, BodyRefused(400, "client went away mid-body")) from None
-        if declared is not None and size != declared:
-            raise _Grown(reserved, self._refuse(BodyRefused(400, "body length differs")))
+            raise BodyRefused(400, "client went away mid-body") from None
+        if declared is not None and held.size != declared:
+            raise self._refuse(BodyRefused(400, "body length differs"))
         return b"".join(chunks)
 
 
-class _Grown(BodyRefused):
-    """A refusal raised after the reservation grew: carries the size to release."""
+class _Held:
+    """The bytes one body has reserved so far (released when its block exits)."""
 
-    def __init__(self, reserved: int, refused: BodyRefused) -> None:
-        super().__init__(refused.status, refused.message, retry_after=refused.retry_after)
-        self.reserved = reserved
+    size = 0
 
 
 def _declared_length(request: Request) -> int | None:

@@ -5,11 +5,15 @@ kept in a short-lived encrypted cookie; ``/auth/callback`` accepts the code
 only when GitHub hands back that same state (so nobody can splice their own
 sign-in into someone else's browser), trades it for a user token, asks GitHub
 who that is, and sets the session cookie. ``/logout`` (a POST with the CSRF
-token) clears it.
+token) ends the sign-in server side (app/web/signouts.py: the cookie, and any
+copy of it, is refused from then on), revokes the user token at GitHub
+(``DELETE /applications/{client_id}/token``), forgets what GitHub said about
+the user's access, and clears the cookie.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import secrets
@@ -23,6 +27,7 @@ from app.config import Settings
 from app.web.access import RepoAccess
 from app.web.guard import Endpoint, Guard
 from app.web.session import LOGIN_COOKIE, LOGIN_TTL, SESSION_COOKIE, Session, SessionCodec
+from app.web.signouts import sign_out
 
 log = logging.getLogger("repairbot.web.oauth")
 
@@ -119,6 +124,27 @@ class SignIn:
             return None
         return str(token)
 
+    async def _revoke_at_github(self, token: str) -> None:
+        """Revoke the user token at GitHub, so it is worthless even to someone
+        who got it out of a cookie. Best effort: the sign-in has already ended
+        server side, and a GitHub that does not answer must not keep anyone
+        signed in."""
+        try:
+            async with httpx.AsyncClient(transport=self.transport, timeout=10.0) as client:
+                answer = await client.request(
+                    "DELETE",
+                    f"{self.settings.github_api_url}/applications/"
+                    f"{self.settings.github_client_id}/token",
+                    auth=(self.settings.github_client_id, self.settings.github_client_secret),
+                    json={"access_token": token},
+                    headers={"accept": "application/vnd.github+json"},
+                )
+        except httpx.HTTPError as exc:
+            log.warning("could not revoke the user token at GitHub: %s", exc)
+            return
+        if answer.status_code not in (204, 404):  # 404: already revoked or expired
+            log.warning("revoking the user token at GitHub answered %s", answer.status_code)
+
     async def logout(self, request: Request) -> Response:
         principal = await self.guard.principal(request)
         form = await request.form()
@@ -128,7 +154,16 @@ class SignIn:
         ):
             return Response("missing or wrong CSRF token", status_code=403)
         if principal is not None and principal.session is not None:
-            self.access.forget(principal.session.github_token)
+            session = principal.session
+            await asyncio.to_thread(
+                sign_out,
+                self.guard.store,
+                session.sid,
+                expires_at=session.issued_at + self.codec.max_age,
+            )
+            self.access.forget(session.github_token)
+            await self._revoke_at_github(session.github_token)
+            log.info("signed out", extra={"login": session.login})
         response = RedirectResponse("/signed-out", status_code=303)
         response.delete_cookie(SESSION_COOKIE)
         return response

@@ -30,7 +30,6 @@ from app.runs_view import (
     RunFilters,
     known_repositories,
     list_runs,
-    repo_of,
     run_detail,
 )
 from app.web import actions, deliveries_view
@@ -181,7 +180,7 @@ class Pages:
     async def readable_run(self, request: Request, principal: Principal) -> RunRow | None:
         run = await asyncio.to_thread(self.runtime.store.find_run, request.path_params["run_id"])
         # A run the caller may not read is "not found", as GitHub does.
-        return run if run is not None and principal.may_read(repo_of(run)) else None
+        return run if run is not None and principal.may_read_run(run) else None
 
     async def run(self, request: Request, principal: Principal) -> Response:
         run = await self.readable_run(request, principal)
@@ -217,7 +216,7 @@ class Pages:
             or (f"{web}/{repo}/pull/{pull_number}" if repo and pull_number else None),
             actions=actions.available(run),
             next_step=next_step(run, detail.summary, pull_number),
-            can_act=principal.may_act(repo),
+            can_act=principal.may_act_on_run(run),
             csrf=principal.session.csrf if principal.session else "",
             live_url=run_url(run.run_id) + "/live",
         )
@@ -249,7 +248,7 @@ class Pages:
         run = await self.readable_run(request, principal)
         if run is None:
             return self.message(request, principal, "Not found", "No such run.", 404)
-        if not principal.may_act(repo_of(run)):
+        if not principal.may_act_on_run(run):
             return self.message(
                 request, principal, "Refused", "Actions need write access to the repository.", 403
             )

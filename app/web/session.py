@@ -3,8 +3,10 @@
 The cookie is a Fernet token (AES-128-CBC plus HMAC-SHA256, from
 ``cryptography``): signed so it cannot be forged or altered, encrypted because
 it carries the user's GitHub token, and timestamped so it expires on its own.
-Nothing is kept server side, so any web process can read any cookie. The key
-is derived from ``REPAIRBOT_SESSION_SECRET`` with HKDF, one key per purpose.
+Any web process can read any cookie. What is kept server side is only the
+sessions that were signed out (app/web/signouts.py): a copy of the cookie
+taken before sign-out is refused after it. The key is derived from
+``REPAIRBOT_SESSION_SECRET`` with HKDF, one key per purpose.
 """
 
 from __future__ import annotations
@@ -35,10 +37,19 @@ class Session:
     #: Sent back with every form; a request without it changes nothing.
     csrf: str
     issued_at: float
+    #: Names this sign-in server side: signing out records it as ended.
+    sid: str
 
     @classmethod
     def start(cls, login: str, user_id: int, github_token: str) -> Session:
-        return cls(login, user_id, github_token, secrets.token_urlsafe(32), time.time())
+        return cls(
+            login,
+            user_id,
+            github_token,
+            secrets.token_urlsafe(32),
+            time.time(),
+            secrets.token_urlsafe(32),
+        )
 
 
 def _fernet(secret: str, purpose: bytes) -> Fernet:

@@ -26,9 +26,11 @@ from app.engine.scheduler import WorkflowFuture
 from app.workflows import repair_v1
 from app.workflows.calls import call
 from app.workflows.contracts import RunRequest
+from app.workflows.installation_slots import InstallationSlot
 from app.workflows.repair_base import Finished, Next
 from app.workflows.repair_review import ReviewPhases
 from app.workflows.repair_work import WorkPhases
+from app.workflows.trigger_check import bot_may_trigger
 
 #: Outcomes that park the run (it holds the issue until a human retries it).
 PARKING = frozenset({"needs-human"})
@@ -39,6 +41,8 @@ RESUME_STEPS = (
 
 
 class Repair(WorkPhases, ReviewPhases):
+    slot: InstallationSlot | None = None
+
     def phases(self) -> dict[Next, Callable[[], Awaitable[Next]]]:
         return {
             "reproducing": self.reproduce,
@@ -105,6 +109,10 @@ class Repair(WorkPhases, ReviewPhases):
             await self.reread_issue()
         if not await self.sender_may_trigger():
             return "the label's sender does not have write access"
+        # Runs recorded before this change read the allow-list from their clone.
+        checked_early = self.request.sender_is_bot and self.ctx.patched("bot-label-before-clone")
+        if checked_early and not await bot_may_trigger(self):
+            return "the label's bot is not on the repository's allow-list"
         if not await self.prepare():
             return "the label is not this repository's trigger (or its sender)"
         return None
@@ -142,8 +150,12 @@ class Repair(WorkPhases, ReviewPhases):
         """Run phases until one ends the run; record how it ended."""
         phases = self.phases()
         following: Next = start
+        # Runs recorded before per-installation caps never asked for a slot.
+        slot = self.installation_slot() if self.ctx.patched("installation-caps") else None
         try:
             while following != "done":
+                if slot is not None:
+                    await slot.before(following)
                 following = await phases[following]()
             self.state.outcome = "merged"
             self.state.detail = self.merged_detail or "Merged the approved commit."
@@ -152,6 +164,14 @@ class Repair(WorkPhases, ReviewPhases):
         except ActivityError as error:
             self.failed(error)
         self.end_work_round()
+        if slot is not None:
+            await slot.release()
+
+    def installation_slot(self) -> InstallationSlot:
+        """One per run: its step numbers go on across resumed work rounds."""
+        if self.slot is None:
+            self.slot = InstallationSlot(self)
+        return self.slot
 
     def finished(self, finished: Finished) -> None:
         self.state.outcome = finished.outcome

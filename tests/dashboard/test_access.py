@@ -3,7 +3,9 @@ the emulator, per-repository visibility and write access, CSRF, API tokens."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from urllib.parse import quote
 
 import httpx
@@ -11,12 +13,15 @@ from sqlalchemy import Engine
 
 from app.api_tokens import create_token, list_tokens, revoke_token
 from app.config import Settings
+from app.demo.serve import ServerThread, bind
 from app.engine.registry import Registry
 from app.engine.runtime import Runtime
 from app.web import create_app
+from app.web.live import MAX_STREAMS_PER_SESSION
+from app.web.session import SESSION_COOKIE, SessionCodec
 from handlers import build_router
 from tests.dashboard.conftest import GITHUB, World
-from tests.dashboard.support import waiting_repair
+from tests.dashboard.support import SESSION_SECRET, settle, waiting_repair
 
 
 async def test_without_sign_in_only_the_webhook_health_and_metrics_are_served(
@@ -150,6 +155,117 @@ async def test_sign_out_needs_the_csrf_token_and_ends_the_session(world: World) 
         out = await client.post("/logout", data={"csrf": _csrf(page.text)})
         assert out.status_code == 303
         assert (await client.get("/runs")).status_code == 303
+
+
+async def test_a_copy_of_the_cookie_is_refused_after_sign_out(world: World) -> None:
+    """Sign-out ends the sign-in server side, for every web process: a copy of
+    the cookie taken before (another tab, a stolen profile) no longer works."""
+    async with world.browser() as client:
+        await world.sign_in(client, world.people.reader)
+        copied = client.cookies.get(SESSION_COOKIE)
+        assert copied
+        page = await client.get("/runs")
+        assert page.status_code == 200
+        await client.post("/logout", data={"csrf": _csrf(page.text)})
+    # Another web process (a fresh app over the same database) and the copy.
+    other = create_app(
+        world.settings,
+        world.runtime,
+        github_transport=httpx.ASGITransport(app=world.emulator.asgi()),
+        router=build_router(),
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=other), base_url="http://repairbot.test"
+    ) as thief:
+        thief.cookies.set(SESSION_COOKIE, copied)
+        assert (await thief.get("/runs")).status_code == 303
+        assert (await thief.get("/api/runs")).status_code == 401
+    # The GitHub user token inside the cookie was revoked at GitHub as well.
+    session = SessionCodec(SESSION_SECRET, max_age=3600).load(copied)
+    assert session is not None
+    async with world.browser() as client:
+        me = await client.get(
+            f"{GITHUB}/user", headers={"authorization": f"Bearer {session.github_token}"}
+        )
+    assert me.status_code == 401
+
+
+async def _start_named(world: World, repo: str, repo_id: int | None, number: int) -> str:
+    started = await world.runtime.start_workflow(
+        "repair",
+        f"repair:{repo}#{number}",
+        {"repo": repo, "repo_id": repo_id, "issue_number": number, "evidence": []},
+    )
+    await settle(world.runtime, [started.run_id])
+    return started.run_id
+
+
+async def test_runs_are_authorized_by_repository_id_not_name(world: World) -> None:
+    owner = world.people.owner
+    widgets_id = world.emulator.store.repos[f"{owner}/widgets"].id
+    # A run of another repository that held the name "widgets" before.
+    squatted = await _start_named(world, f"{owner}/widgets", widgets_id + 1000, 7)
+    # A run of widgets recorded under an older name (since renamed).
+    renamed = await _start_named(world, f"{owner}/old-widgets", widgets_id, 8)
+    async with world.browser() as client:
+        await world.sign_in(client, world.people.maintainer)
+        assert (await client.get(f"/api/runs/{quote(squatted, safe='')}")).status_code == 404
+        assert (await client.get(f"/api/runs/{quote(renamed, safe='')}")).status_code == 200
+        listed = {r["run_id"] for r in (await client.get("/api/runs")).json()["runs"]}
+        assert renamed in listed and squatted not in listed
+        acted = await client.post(
+            f"/api/runs/{quote(squatted, safe='')}/actions/cancel",
+            json={"reason": "x"},
+            headers={"x-csrf-token": _csrf((await client.get("/runs")).text)},
+        )
+        assert acted.status_code == 404
+
+
+async def test_live_streams_need_a_visible_run_and_are_capped_per_sign_in(
+    world: World,
+) -> None:
+    widgets = quote(world.runs["widgets#1"], safe="")
+    secret = quote(world.runs["secret#1"], safe="")
+    async with world.browser() as client:
+        await world.sign_in(client, world.people.stranger)
+        # Signed in, but sees no repository: no stream at all.
+        assert (await client.get(f"/runs/{widgets}/live")).status_code == 403
+    async with world.browser() as client:
+        await world.sign_in(client, world.people.reader)
+        cookie = client.cookies.get(SESSION_COOKIE)
+        # A run of a repository the reader cannot see: not found, no stream.
+        assert (await client.get(f"/runs/{secret}/live")).status_code == 404
+        assert (await client.get(f"/runs/live?run={secret}")).status_code == 404
+    # Open streams need a real server (the in-process transport waits for the end).
+    server = ServerThread(world.app, bind(), name="web").start()
+    try:
+        async with httpx.AsyncClient(
+            base_url=server.url, cookies={SESSION_COOKIE: cookie or ""}
+        ) as reader:
+            streams = [
+                await reader.send(reader.build_request("GET", f"/runs/{widgets}/live"), stream=True)
+                for _ in range(MAX_STREAMS_PER_SESSION)
+            ]
+            assert [s.status_code for s in streams] == [200] * MAX_STREAMS_PER_SESSION
+            over = await reader.get(f"/runs/live?run={widgets}")
+            assert over.status_code == 429
+            await streams[0].aclose()
+            # A closed stream gives its slot back (the server notices the disconnect).
+            deadline = time.monotonic() + 20
+            while True:
+                again = await reader.send(
+                    reader.build_request("GET", f"/runs/{widgets}/live"), stream=True
+                )
+                await again.aclose()
+                if again.status_code == 200:
+                    break
+                assert again.status_code == 429
+                assert time.monotonic() < deadline, "the slot never came back"
+                await asyncio.sleep(0.05)
+            for stream in streams[1:]:
+                await stream.aclose()
+    finally:
+        server.stop()
 
 
 async def test_operator_tokens_are_stored_hashed_scoped_and_revocable(world: World) -> None:

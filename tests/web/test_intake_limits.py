@@ -96,8 +96,10 @@ def _post(server: ServerThread, body: bytes, delivery: str, event: str) -> httpx
 def test_a_slow_body_is_cut_off_with_408_and_its_bytes_released(
     server: ServerThread, deliveries: Any
 ) -> None:
-    conn = _open(server, 50_000, b'{"action": "opened", ' + b" " * 20_000)
-    assert _gauge_settles(server, 50_000)  # the declared length is held while it trickles
+    first = b'{"action": "opened", ' + b" " * 20_000
+    conn = _open(server, 50_000, first)
+    # What arrived is held while the rest trickles; the declared length is not.
+    assert _gauge_settles(server, len(first))
     status, raw = _answer(conn)  # returns once the server has answered and closed
     assert status == 408 and b"connection: close" in raw.lower()
     assert _gauge_settles(server, 0)
@@ -105,16 +107,17 @@ def test_a_slow_body_is_cut_off_with_408_and_its_bytes_released(
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_beyond_the_in_flight_cap_new_bodies_get_503_before_being_read(
+def test_beyond_the_in_flight_cap_new_bodies_get_503_as_they_outgrow_it(
     server: ServerThread, deliveries: Any
 ) -> None:
-    stalled = _open(server, 60_000, b"{")
+    stalled = _open(server, 60_001, b"{" * 60_000)
+    assert _gauge_settles(server, 60_000)
     body = b'{"zen": "x", "hook_id": 1, "sender": {"login": "a", "id": 1}, "pad": "'
     body += b"x" * 50_000 + b'"}'
     refused = _post(server, body, "d-busy", event="ping")
     assert refused.status_code == 503
     assert int(refused.headers["retry-after"]) >= 1
-    assert _gauge_settles(server, 60_000)  # the refused body was never buffered
+    assert _gauge_settles(server, 60_000)  # the refused body's bytes were dropped
     assert _answer(stalled)[0] == 408
     accepted = _post(server, body, "d-later", event="ping")
     assert accepted.status_code == 202, accepted.text
@@ -125,7 +128,8 @@ def test_beyond_the_in_flight_cap_new_bodies_get_503_before_being_read(
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_chunked_body_is_held_to_the_same_budget(server: ServerThread) -> None:
-    stalled = _open(server, 60_000, b"{")
+    stalled = _open(server, 60_001, b"{" * 60_000)
+    assert _gauge_settles(server, 60_000)
     # No Content-Length: refused when it outgrows what is left (40 KB), not before.
     conn = _open(server, None, b"")
     chunk = b"x" * 30_000

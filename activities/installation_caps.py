@@ -1,0 +1,74 @@
+"""The repair run asks here, before its costly phases, whether its
+installation may start more work now (app/installation_caps.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from activities._support import parse_input
+from app.config import Settings
+from app.engine.activity_context import ActivityContext
+from app.engine.policy import RetryPolicy, Timeouts
+from app.engine.registry import activity
+from app.engine.runtime import Runtime
+from app.installation_caps import release_slot, spent_today, take_slot
+
+DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
+DB_TIMEOUTS = Timeouts(start_to_close=60)
+
+
+class SlotInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    installation_id: int
+
+
+class SlotAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    granted: bool
+    #: Runs of the installation doing costly work now.
+    active: int = 0
+    #: The day's model spend reached its cap: the run must not start work.
+    spend_capped: bool = False
+    spent_usd: float = 0.0
+    cap_usd: float = 0.0
+
+
+class ReleaseResult(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    released: bool = True
+
+
+@activity("caps.take_slot", retry=DB, timeouts=DB_TIMEOUTS)
+async def take_installation_slot(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    asked = parse_input(SlotInput, raw)
+    settings = actx.dep(Settings)
+    store = actx.dep(Runtime).store
+    cap_usd = settings.max_spend_usd_per_day_per_installation
+    if cap_usd > 0:
+        spent = await asyncio.to_thread(spent_today, store, asked.installation_id, time.time())
+        if spent >= cap_usd:
+            await asyncio.to_thread(release_slot, store, actx.run_id)
+            answer = SlotAnswer(granted=False, spend_capped=True, spent_usd=spent, cap_usd=cap_usd)
+            return answer.model_dump(mode="json")
+    cap = settings.max_active_runs_per_installation
+    if cap <= 0:
+        return SlotAnswer(granted=True).model_dump(mode="json")
+    taken = await asyncio.to_thread(take_slot, store, asked.installation_id, actx.run_id, cap)
+    return SlotAnswer(granted=taken.granted, active=taken.active).model_dump(mode="json")
+
+
+@activity("caps.release_slot", retry=DB, timeouts=DB_TIMEOUTS)
+async def release_installation_slot(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    parse_input(SlotInput, raw)
+    await asyncio.to_thread(release_slot, actx.dep(Runtime).store, actx.run_id)
+    return ReleaseResult().model_dump(mode="json")
+
+
+ACTIVITIES = [take_installation_slot, release_installation_slot]

@@ -1,0 +1,83 @@
+"""Who may trigger a run, read before anything is cloned: the repository's
+trigger label and bot allow-list, from ``.github/repairbot.yml`` on the
+default branch through the contents API (one small read, no checkout).
+
+A label added by a bot starts a run like any label (handlers cannot read the
+repository); this answer lets the run end quietly before it builds a
+workspace for a bot the repository never allowed. The run reads the config
+again from its pinned base commit during preparation, so a change between
+the two reads cannot widen who may trigger it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from githubkit.exception import GitHubException
+from pydantic import BaseModel, ConfigDict
+
+from activities._support import parse_input
+from activities.github import API, API_TIMEOUTS, GitHubAccess, RepoInput
+from app.engine.activity_context import ActivityContext
+from app.engine.registry import activity
+from app.github.errors import classify, status_of
+from app.github.repos import RepoRef
+from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config
+
+
+class TriggerConfigInput(RepoInput):
+    #: Branch (or commit) to read the config from.
+    ref: str
+
+
+class TriggerConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    #: False: the file is unusable (invalid, too large, not a file); nobody but
+    #: people with write access counts until it is fixed.
+    valid: bool
+    trigger_label: str = ""
+    allowed_bots: list[str] = []
+
+
+@activity("github.trigger_config", retry=API, timeouts=API_TIMEOUTS)
+async def read_trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    request = parse_input(TriggerConfigInput, raw)
+    gh = actx.dep(GitHubAccess).factory.for_installation(
+        request.installation_id, repository=request.repo
+    )
+    repo = RepoRef.parse(request.repo)
+    try:
+        response = await gh.rest.repos.async_get_content(
+            repo.owner, repo.name, CONFIG_PATH, ref=request.ref
+        )
+    except GitHubException as exc:
+        if status_of(exc) == 404:  # no config file: the defaults
+            return _answer(None)
+        raise classify(exc, mutation=False) from exc
+    found = response.parsed_data
+    content = getattr(found, "content", None)
+    if getattr(found, "type", None) != "file" or not isinstance(content, str):
+        return TriggerConfig(valid=False).model_dump(mode="json")
+    if len(content) > 2 * MAX_CONFIG_BYTES:  # base64 of a file over the cap
+        return TriggerConfig(valid=False).model_dump(mode="json")
+    try:
+        text = base64.b64decode(content, validate=False).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return TriggerConfig(valid=False).model_dump(mode="json")
+    return _answer(text)
+
+
+def _answer(text: str | None) -> dict[str, Any]:
+    try:
+        config = parse_repo_config(text)
+    except RepoConfigError:
+        return TriggerConfig(valid=False).model_dump(mode="json")
+    return TriggerConfig(
+        valid=True, trigger_label=config.trigger_label, allowed_bots=list(config.allowed_bots)
+    ).model_dump(mode="json")
+
+
+ACTIVITIES = [read_trigger_config]
