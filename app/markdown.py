@@ -101,3 +101,11 @@ def _skip_html_comment(lines: list[str], index: int) -> int:
             return index + 1
         index += 1
     return index
+
+
+def code_block(text: str, info: str = "text") -> str:
+    """``text`` as a fenced code block that nothing inside it can close (its
+    fence is longer than any run of backticks in the text)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"

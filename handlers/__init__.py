@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.webhooks.routing import HandlerContext, Router
 from handlers import (
+    config_check,
     installation,
     issue_comment,
     issues,
@@ -15,6 +16,7 @@ from handlers import (
 
 def build_router() -> Router:
     return Router(
+        config_check.router,
         installation.router,
         issues.router,
         issue_comment.router,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from activities import (
     agent,
     approval,
+    config_check,
     github,
     installation_caps,
     onboarding,
@@ -16,6 +17,7 @@ from activities import (
 )
 from activities import example as example_activities
 from app.engine.registry import Registry
+from app.workflows import config_check as config_check_workflow
 from app.workflows import example, repair, slash_command
 from app.workflows import onboarding as onboarding_workflow
 from app.workflows import triage as triage_workflows
@@ -29,6 +31,7 @@ def build_registry() -> Registry:
             *repair.WORKFLOWS,
             *onboarding_workflow.WORKFLOWS,
             *triage_workflows.WORKFLOWS,
+            *config_check_workflow.WORKFLOWS,
         ],
         [
             *example_activities.ACTIVITIES,
@@ -42,5 +45,6 @@ def build_registry() -> Registry:
             *agent.ACTIVITIES,
             *onboarding.ACTIVITIES,
             *approval.ACTIVITIES,
+            *config_check.ACTIVITIES,
         ],
     )

@@ -8,10 +8,9 @@ three always say the same thing.
 
 from __future__ import annotations
 
-import re
-
 from activities.repo_commands import BaselineTests, ReproductionResult
 from activities.test_outcomes import Comparison, named
+from app.markdown import code_block
 from app.repo_config import CONFIG_PATH
 from app.sandbox.runner import CommandResult
 from app.workflows.report import TESTS_GREEN
@@ -23,10 +22,7 @@ _QUOTED_CHARS = 1500
 
 def quoted(result: CommandResult) -> str:
     """The end of the command's output as a code block nothing inside can close."""
-    text = (result.output_tail or result.output_head).strip()[-_QUOTED_CHARS:]
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
+    return code_block((result.output_tail or result.output_head).strip()[-_QUOTED_CHARS:])
 
 
 def _ending(result: CommandResult) -> str:

@@ -46,6 +46,12 @@ async def parked_onboard(ctx: WorkflowContext, request: Any) -> Any:
     return request
 
 
+@workflow("config-check")
+async def parked_config_check(ctx: WorkflowContext, request: Any) -> Any:
+    """Stands in for the config check (which reads GitHub): keeps its input."""
+    return request
+
+
 #: The stand-ins for every workflow a handler starts.
 STAND_INS = [
     parked_repair,
@@ -53,6 +59,7 @@ STAND_INS = [
     parked_label_triage,
     parked_close_triage,
     parked_onboard,
+    parked_config_check,
 ]
 
 
