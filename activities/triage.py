@@ -9,18 +9,15 @@ its checkout, at the base commit it fixes).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
-from githubkit.exception import GitHubException
 from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GitHubAccess
 from app.engine.activity_context import ActivityContext
 from app.engine.registry import activity
-from app.github.errors import classify, status_of
+from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config
 
@@ -43,21 +40,6 @@ class TriggerConfig(BaseModel):
     problem: str | None = None
 
 
-def _file_text(data: Any) -> str | None:
-    """The file's text from a contents answer, None if the path is not a file."""
-    if not isinstance(data, dict) or data.get("type") != "file":
-        return None
-    encoded = data.get("content")
-    if not isinstance(encoded, str) or data.get("encoding") != "base64":
-        raise RepoConfigError(f"{CONFIG_PATH} could not be read through the contents API")
-    if len(encoded) > MAX_CONFIG_BYTES * 2:
-        raise RepoConfigError(f"{CONFIG_PATH} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
-    try:
-        return base64.b64decode(encoded, validate=False).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        raise RepoConfigError(f"{CONFIG_PATH} is not UTF-8 text") from None
-
-
 @activity("triage.trigger_config", retry=API, timeouts=API_TIMEOUTS)
 async def trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The trigger label and bot allow-list of the repository's config at ``ref``."""
@@ -65,19 +47,13 @@ async def trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dict[str
     gh = actx.dep(GitHubAccess).factory.for_installation(
         request.installation_id, repository=request.repo
     )
-    repo = RepoRef.parse(request.repo)
+    found = await file_at(
+        gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
+    )
+    if found.problem is not None:
+        return TriggerConfig(problem=found.problem).model_dump()
     try:
-        response = await gh.arequest(
-            "GET",
-            f"/repos/{repo.owner}/{repo.name}/contents/{CONFIG_PATH}",
-            params={"ref": request.ref},
-        )
-    except GitHubException as exc:
-        if status_of(exc) == 404:  # no config: every default applies
-            return TriggerConfig(trigger_label=parse_repo_config(None).trigger_label).model_dump()
-        raise classify(exc, mutation=False) from exc
-    try:
-        config = parse_repo_config(_file_text(response.json()))
+        config = parse_repo_config(found.text)  # None (no file): every default applies
     except RepoConfigError as exc:
         return TriggerConfig(problem=str(exc)).model_dump()
     return TriggerConfig(

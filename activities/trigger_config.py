@@ -11,18 +11,15 @@ the two reads cannot widen who may trigger it.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
-from githubkit.exception import GitHubException
 from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GitHubAccess, RepoInput
 from app.engine.activity_context import ActivityContext
 from app.engine.registry import activity
-from app.github.errors import classify, status_of
+from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config
 
@@ -48,26 +45,12 @@ async def read_trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dic
     gh = actx.dep(GitHubAccess).factory.for_installation(
         request.installation_id, repository=request.repo
     )
-    repo = RepoRef.parse(request.repo)
-    try:
-        response = await gh.rest.repos.async_get_content(
-            repo.owner, repo.name, CONFIG_PATH, ref=request.ref
-        )
-    except GitHubException as exc:
-        if status_of(exc) == 404:  # no config file: the defaults
-            return _answer(None)
-        raise classify(exc, mutation=False) from exc
-    found = response.parsed_data
-    content = getattr(found, "content", None)
-    if getattr(found, "type", None) != "file" or not isinstance(content, str):
+    found = await file_at(
+        gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
+    )
+    if found.problem is not None:
         return TriggerConfig(valid=False).model_dump(mode="json")
-    if len(content) > 2 * MAX_CONFIG_BYTES:  # base64 of a file over the cap
-        return TriggerConfig(valid=False).model_dump(mode="json")
-    try:
-        text = base64.b64decode(content, validate=False).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return TriggerConfig(valid=False).model_dump(mode="json")
-    return _answer(text)
+    return _answer(found.text)  # None (no file): the defaults
 
 
 def _answer(text: str | None) -> dict[str, Any]:
