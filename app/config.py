@@ -128,7 +128,6 @@ def _agent_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         "REPAIRBOT_AGENT_DEFAULT",
         "REPAIRBOT_AGENT_BUDGET",
         "REPAIRBOT_AGENT_PRICES",
-        "REPAIRBOT_AGENT_TOOL_NETWORK",
         "REPAIRBOT_AGENT_COMMAND_ENV",
         "REPAIRBOT_AGENT_REPOSITORY_COMMANDS",
         "REPAIRBOT_AGENT_COMMAND_MODEL_KEY",

@@ -58,8 +58,6 @@ class AgentPolicy:
     budget: LoopBudget = field(default_factory=LoopBudget)
     #: US dollars per million tokens, by model name (or name prefix).
     prices: Mapping[str, Price] = field(default_factory=dict)
-    #: Whether the built-in agent's commands may reach the network.
-    tool_network: bool = False
     #: The one base URL each offered key may be sent to, by key name; a key
     #: missing here is bound by its name (see :func:`key_binding`).
     key_urls: Mapping[str, str] = field(default_factory=dict)
@@ -120,8 +118,8 @@ class AgentPolicy:
         ``REPAIRBOT_AGENT_BUDGET`` (JSON ``{"attempt": {...}, "run": {...}}``
         with ``turns``, ``tool_calls``, ``tokens``, ``cost_usd``) and
         ``REPAIRBOT_AGENT_PRICES`` (JSON ``{"<model>": {"input_per_mtok": ..,
-        "output_per_mtok": ..}}``) and ``REPAIRBOT_AGENT_TOOL_NETWORK``
-        (``true`` lets the built-in agent's commands reach the network)."""
+        "output_per_mtok": ..}}``). The built-in agent's commands never reach
+        the network: they are code the model chose."""
         entries = [n.strip() for n in env.get("REPAIRBOT_AGENT_API_KEYS", "").split(",")]
         names = [entry.partition("=")[0].strip() for entry in entries]
         key_urls = {
@@ -162,7 +160,6 @@ class AgentPolicy:
             command_model_key=env.get("REPAIRBOT_AGENT_COMMAND_MODEL_KEY") or None,
             proxy_address=env.get("REPAIRBOT_AGENT_PROXY_ADDRESS") or DEFAULT_PROXY_ADDRESS,
             command_env={n: env[n] for n in passed if n and env.get(n)},
-            tool_network=env.get("REPAIRBOT_AGENT_TOOL_NETWORK", "").lower() in ("1", "true"),
             budget=budget,
             prices=prices,
         )
@@ -255,5 +252,6 @@ def build_agent(
         earlier_usage=earlier_usage,
         sandbox=sandbox,
         context=ContextBudget(max_files=config.max_files),
-        network=policy.tool_network,
+        # Model-chosen commands: never any network (docs/security.md, "Egress").
+        network=False,
     )

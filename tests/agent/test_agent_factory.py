@@ -48,6 +48,23 @@ async def test_command_and_builtin_agents_are_built(tmp_path: Path) -> None:
     assert http.name == "builtin:openai/gpt-x"
 
 
+async def test_the_builtin_agents_commands_never_get_the_network(tmp_path: Path) -> None:
+    """They are code the model chose; the old opt-in variable no longer opens it."""
+    env = {
+        "TEAM_OPENAI_KEY": "sk-1",
+        "REPAIRBOT_AGENT_API_KEYS": "TEAM_OPENAI_KEY=https://api.openai.com/v1",
+    }
+    policy = AgentPolicy.from_env(env | {"REPAIRBOT_AGENT_TOOL_NETWORK": "true"})
+    async with httpx.AsyncClient() as client:
+        host = LoopHost(
+            store=FolderEvidenceStore(tmp_path), save=_never_cancelled, beat=_never_cancelled
+        )
+        built = build_agent(
+            config(HTTP), policy=policy, http_client=client, time_limit=5, host=host
+        )
+    assert isinstance(built, BuiltinAgent) and built.network is False
+
+
 async def test_keys_are_only_those_the_operator_offers() -> None:
     async with httpx.AsyncClient() as client:
         with pytest.raises(
