@@ -74,6 +74,9 @@ class _Ctx:
     def set_query(self, name: str, handler: object) -> None:
         pass
 
+    def pending_signals(self, name: str) -> int:
+        return 0  # no repository_moved signal waits
+
 
 def test_the_repositorys_checkout_setting_reaches_every_workspace() -> None:
     from app.workflows.contracts import RunRequest
