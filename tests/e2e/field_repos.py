@@ -25,6 +25,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import app.demo
+
 PY = sys.executable
 STATS = "src/fieldlib/stats.py"
 BUGGY = "    return ordered[n // 2]\n"
@@ -176,5 +178,5 @@ def write_field_repo(folder: Path, wheelhouse: Path, **config_options: object) -
 
 
 def agent_command(new: str = FIXED) -> list[str]:
-    script = Path(__file__).resolve().parents[2] / "examples" / "agents" / "fix_known_bug.py"
+    script = Path(app.demo.__file__).resolve().parent / "agents" / "fix_known_bug.py"
     return [PY, str(script), "--path", STATS, "--old", BUGGY.strip("\n"), "--new", new.strip("\n")]
