@@ -30,7 +30,7 @@ from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
 from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
-from app.github.gitcmd import fetch_commit, git_env, run_git
+from app.github.gitcmd import fetch_commit, git_env, remote_auth, run_git
 from app.github.markers import OpId, strip_markers
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
@@ -622,6 +622,22 @@ async def _fetch_base(
     return bare
 
 
+async def _complete_history(
+    access: GitHubAccess, repo: str, base_sha: str, token: str, bare: Path
+) -> None:
+    """Deepen ``bare``'s shallow fetch of ``base_sha`` to its whole history."""
+    auth = remote_auth(access.clone_url(repo), token)
+    env = git_env(list(auth.config), extra={"GIT_DIR": str(bare)})
+    deepened = await run_git(
+        ["fetch", "--quiet", "--no-tags", "--unshallow", access.clone_url(repo), base_sha],
+        cwd=bare,
+        env=env,
+        secrets=auth.secrets,
+    )
+    if not deepened.ok:
+        raise TransientError(f"cannot fetch the history of {base_sha}: {deepened.stderr.strip()}")
+
+
 async def _intended_commit(
     actx: ActivityContext, request: CommitInput, workdir: Path, *, push: bool = False
 ) -> tuple[Path, str, str]:
@@ -675,6 +691,11 @@ async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
         bare, sha, token = await _intended_commit(actx, request, Path(tmp), push=in_base)
         if sha != request.sha:
             raise PermanentError(f"rebuilt commit {sha} differs from the recorded {request.sha}")
+        if not in_base:
+            # The fork may not have the base's newer commits (the base moved
+            # since it was made): a push sends what it lacks, so the history
+            # the commit stands on must be here whole, not shallow.
+            await _complete_history(_access(actx), request.repo, request.base_sha, token, bare)
         where, token = (
             (request.repo, token)
             if in_base

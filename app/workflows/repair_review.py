@@ -553,7 +553,12 @@ class ReviewPhases(RunBase):
             self.ctx,
             github.push_branch,
             github.PushInput(
-                **commit.model_dump(), branch=self.state.branch, sha=built.sha, expected=expected
+                **commit.model_dump(),
+                branch=self.state.branch,
+                sha=built.sha,
+                expected=expected,
+                # The proposal's home: the fork it was published to (None: the base).
+                head_repo=self.state.head_repo,
             ),
             github.PushResult,
             step=f"push-{label}",
