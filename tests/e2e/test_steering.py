@@ -585,5 +585,7 @@ def _installation_status(stack: LocalStack) -> str:
     assert stack.runtime is not None
     table = Installation.__table__  # type: ignore[attr-defined]
     with stack.runtime.store.engine.connect() as conn:
-        [status] = conn.execute(select(table.c.status)).scalars().all()
+        # The stack repository's installation (the proposal organization has its own).
+        query = select(table.c.status).where(table.c.id == stack.installation_id)
+        [status] = conn.execute(query).scalars().all()
     return str(status)
