@@ -68,8 +68,13 @@ async def test_github_calls_are_counted_with_the_rate_limit(world: World) -> Non
         "repairbot_github_api_calls_total",
         {"method": "GET", "route": "/repos/{owner}/{repo}", "status": "200"},
     )
+    # No HTTP cache: githubkit's is process-wide, and a copy another test
+    # stored would be revalidated (304) instead of fetched (the 200 counted here).
     async with GitHub(
-        TokenAuthStrategy(world.gh.tokens["maya"]), base_url=GITHUB, async_transport=metered
+        TokenAuthStrategy(world.gh.tokens["maya"]),
+        base_url=GITHUB,
+        async_transport=metered,
+        http_cache=False,
     ) as gh:
         await gh.rest.repos.async_get("octo", "widgets")
     after = REGISTRY.get_sample_value(
