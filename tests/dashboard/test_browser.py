@@ -182,6 +182,11 @@ async def test_the_runs_list_fits_a_phone(live: Live) -> None:
             duration = card.locator('td[data-label="Duration"]')
             await expect(duration).to_be_visible()
             await expect(duration).to_contain_text(" s")
+            # The locators above see the DOM as soon as it is parsed; the
+            # stylesheet may still be loading then (a browser shows nothing
+            # before it, but script can measure the unstyled layout). Measure
+            # the page the user sees: after its load event.
+            await page.wait_for_load_state("load")
             width = await page.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, f"the page is {width} px wide on a 390 px screen"
             await shoot(page, live, "runs-phone")
