@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import ActivityContext, RetryPolicy, Timeouts, activity
 
 
 @activity(

@@ -11,10 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
-from app.engine.runtime import Runtime
+from app.engine import ActivityContext, RetryPolicy, Runtime, Timeouts, activity
 from app.installation_caps import release_slot, spent_today, take_slot
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)

@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.app_tables import ApiToken
-from app.engine.store import Store
+from app.engine import Store
 
 api_tokens = ApiToken.__table__  # type: ignore[attr-defined]
 PREFIX = "rbt_"

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 
 from app.app_tables import WebhookDelivery
-from app.engine.store import Store
+from app.engine import Store
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]
 

@@ -40,7 +40,7 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.app_tables import DeliveryScan, Redelivery, WebhookDelivery
-from app.engine.errors import TransientError
+from app.engine import TransientError
 from app.github.client import GitHubClientFactory
 from app.github.errors import classify, status_of
 

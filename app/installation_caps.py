@@ -18,9 +18,7 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from app.app_tables import InstallationRunSlot
-from app.engine.store import Store
-from app.engine.store.schema import runs, tasks
-from app.engine.tables import CLOSED_STATUSES
+from app.engine import CLOSED_STATUSES, Store, schema
 
 slots = InstallationRunSlot.__table__  # type: ignore[attr-defined]
 #: The activity whose results carry the model spend (see app/runs_view.py).
@@ -46,7 +44,9 @@ def take_slot(store: Store, installation_id: int, run_id: str, cap: int) -> Slot
                 if mine is not None:
                     active = conn.execute(select(func.count()).where(held)).scalar_one()
                     return SlotTaken(True, int(active))
-                open_runs = select(runs.c.run_id).where(runs.c.status.not_in(CLOSED_STATUSES))
+                open_runs = select(schema.runs.c.run_id).where(
+                    schema.runs.c.status.not_in(CLOSED_STATUSES)
+                )
                 conn.execute(delete(slots).where(held, slots.c.run_id.not_in(open_runs)))
                 taken = {int(r[0]) for r in conn.execute(select(slots.c.slot).where(held))}
                 free = next((n for n in range(cap) if n not in taken), None)
@@ -71,14 +71,16 @@ def release_slot(store: Store, run_id: str) -> None:
 def spent_today(store: Store, installation_id: int, now: float) -> float:
     """US dollars the installation's runs recorded for model calls since 00:00 UTC."""
     day = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    of_installation = select(runs.c.run_id).where(
-        runs.c.input["installation_id"].as_integer() == installation_id
+    of_installation = select(schema.runs.c.run_id).where(
+        schema.runs.c.input["installation_id"].as_integer() == installation_id
     )
-    query = select(func.coalesce(func.sum(tasks.c.result["cost_usd"].as_float()), 0.0)).where(
-        tasks.c.activity == PRICED_ACTIVITY,
-        tasks.c.status == "completed",
-        tasks.c.closed_at >= day.timestamp(),
-        tasks.c.run_id.in_(of_installation),
+    query = select(
+        func.coalesce(func.sum(schema.tasks.c.result["cost_usd"].as_float()), 0.0)
+    ).where(
+        schema.tasks.c.activity == PRICED_ACTIVITY,
+        schema.tasks.c.status == "completed",
+        schema.tasks.c.closed_at >= day.timestamp(),
+        schema.tasks.c.run_id.in_(of_installation),
     )
     with store.engine.connect() as conn:
         return float(conn.execute(query).scalar_one())

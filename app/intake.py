@@ -25,9 +25,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
-from app.engine.jobs import Job
-from app.engine.registry import Registry
-from app.engine.store import Store, Tx
+from app.engine import Job, Registry, Store, Tx
 from app.intake_statements import (
     FIND_DELIVERIES,
     FIND_DELIVERY,

@@ -1,4 +1,4 @@
-"""The intake's statements, built once (the style of app/engine/store/statements.py).
+"""The intake's statements, built once (the style of app/engine/_store/statements.py).
 
 A statement built per delivery (``insert(t).values(**row)``) coerces every
 value and computes a cache key before SQLAlchemy finds the compiled SQL: about

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
 
 from app.app_tables import Redelivery, WebhookDelivery
-from app.engine.store.schema import STALE_WRITES, attempts, counters, outbox, runs, tasks
+from app.engine import schema
 from app.runs_view import STEP_PHASES, phase_of_step, step_of
 
 #: The values the ``phase`` label takes: the run phases, and ``other``.
@@ -98,22 +98,24 @@ class RecordCollector(Collector):
 
     def _counts(self, conn: Any) -> Iterator[Metric]:
         by_status = GaugeMetricFamily("repairbot_runs", "Runs by status.", labels=["status"])
-        for status, n in conn.execute(select(runs.c.status, func.count()).group_by(runs.c.status)):
+        for status, n in conn.execute(
+            select(schema.runs.c.status, func.count()).group_by(schema.runs.c.status)
+        ):
             by_status.add_metric([status], n)
         yield by_status
-        outcome = runs.c.result["outcome"].as_string()
+        outcome = schema.runs.c.result["outcome"].as_string()
         outcomes = CounterMetricFamily(
             "repairbot_run_outcomes", "Closed runs by outcome.", labels=["status", "outcome"]
         )
         query = (
-            select(runs.c.status, outcome, func.count())
-            .where(runs.c.closed_at.is_not(None))
-            .group_by(runs.c.status, outcome)
+            select(schema.runs.c.status, outcome, func.count())
+            .where(schema.runs.c.closed_at.is_not(None))
+            .group_by(schema.runs.c.status, outcome)
         )
         for status, result, n in conn.execute(query):
             outcomes.add_metric([status, result or ""], n)
         yield outcomes
-        failure_class = attempts.c.error["failure_class"].as_string()
+        failure_class = schema.attempts.c.error["failure_class"].as_string()
         tried = CounterMetricFamily(
             "repairbot_activity_attempts", "Activity attempts.", labels=["activity", "outcome"]
         )
@@ -127,11 +129,17 @@ class RecordCollector(Collector):
         )
         # One expression object, used in both places: PostgreSQL matches the
         # GROUP BY by its text, bound parameters included.
-        is_retry = attempts.c.attempt > 1
+        is_retry = schema.attempts.c.attempt > 1
         query = (
-            select(tasks.c.activity, attempts.c.outcome, failure_class, is_retry, func.count())
-            .join(tasks, tasks.c.id == attempts.c.task_id)
-            .group_by(tasks.c.activity, attempts.c.outcome, failure_class, is_retry)
+            select(
+                schema.tasks.c.activity,
+                schema.attempts.c.outcome,
+                failure_class,
+                is_retry,
+                func.count(),
+            )
+            .join(schema.tasks, schema.tasks.c.id == schema.attempts.c.task_id)
+            .group_by(schema.tasks.c.activity, schema.attempts.c.outcome, failure_class, is_retry)
         )
         retried: dict[str, int] = {}
         failed: dict[tuple[str, str], int] = {}
@@ -150,13 +158,15 @@ class RecordCollector(Collector):
         for (activity, klass), n in sorted(failed.items()):
             failures.add_metric([activity, klass], n)
         yield from (tried, retries, failures)
-        stale = conn.execute(select(counters.c.value).where(counters.c.name == STALE_WRITES))
+        stale = conn.execute(
+            select(schema.counters.c.value).where(schema.counters.c.name == schema.STALE_WRITES)
+        )
         yield CounterMetricFamily(
             "repairbot_stale_writes_rejected",
             "Writes refused for a stale fencing token.",
             value=int(stale.scalar() or 0),
         )
-        depth = conn.execute(select(func.count()).select_from(outbox)).scalar_one()
+        depth = conn.execute(select(func.count()).select_from(schema.outbox)).scalar_one()
         yield GaugeMetricFamily(
             "repairbot_outbox_depth", "Jobs written but not yet consumed.", value=depth
         )
@@ -179,20 +189,22 @@ class RecordCollector(Collector):
 
     def _fold_phases(self, conn: Any) -> None:
         closed = conn.execute(
-            select(runs.c.run_id, runs.c.closed_at).where(runs.c.closed_at.is_not(None))
+            select(schema.runs.c.run_id, schema.runs.c.closed_at).where(
+                schema.runs.c.closed_at.is_not(None)
+            )
         ).all()
         new = [r.run_id for r in closed if r.run_id not in self._runs_seen]
         for chunk in (new[i : i + 200] for i in range(0, len(new), 200)):
             rows = conn.execute(
                 select(
-                    tasks.c.run_id,
-                    tasks.c.operation_id,
-                    tasks.c.activity,
-                    tasks.c.scheduled_at,
-                    tasks.c.closed_at,
+                    schema.tasks.c.run_id,
+                    schema.tasks.c.operation_id,
+                    schema.tasks.c.activity,
+                    schema.tasks.c.scheduled_at,
+                    schema.tasks.c.closed_at,
                 )
-                .where(tasks.c.run_id.in_(chunk))
-                .order_by(tasks.c.run_id, tasks.c.id)
+                .where(schema.tasks.c.run_id.in_(chunk))
+                .order_by(schema.tasks.c.run_id, schema.tasks.c.id)
             ).all()
             spans: dict[tuple[str, str], list[float]] = {}
             for t in rows:
@@ -208,16 +220,16 @@ class RecordCollector(Collector):
 
     def _fold_agent(self, conn: Any) -> None:
         rows = conn.execute(
-            select(tasks.c.id, tasks.c.result, tasks.c.status).where(
-                tasks.c.activity == "agent.propose_fix",
-                tasks.c.id > self._task_mark,
-                tasks.c.status.in_(("completed", "failed", "cancelled")),
+            select(schema.tasks.c.id, schema.tasks.c.result, schema.tasks.c.status).where(
+                schema.tasks.c.activity == "agent.propose_fix",
+                schema.tasks.c.id > self._task_mark,
+                schema.tasks.c.status.in_(("completed", "failed", "cancelled")),
             )
         ).all()
         open_ids = conn.execute(
-            select(func.min(tasks.c.id)).where(
-                tasks.c.activity == "agent.propose_fix",
-                tasks.c.status.in_(("scheduled", "running")),
+            select(func.min(schema.tasks.c.id)).where(
+                schema.tasks.c.activity == "agent.propose_fix",
+                schema.tasks.c.status.in_(("scheduled", "running")),
             )
         ).scalar()
         for row in sorted(rows, key=lambda r: r.id):

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.engine.client import RuntimeClient
-from app.engine.store import RunRow
-from app.engine.tables import CLOSED_STATUSES
+from app.engine import CLOSED_STATUSES, RunRow, RuntimeClient
 
 #: Outcomes after which the fix is on the base branch: a retry would repair
 #: code that no longer has the bug (or fight the revert a human decides on).

@@ -1,5 +1,5 @@
 """What the dashboard and the JSON API show about runs: read-only queries over
-the durable record (runs, tasks, attempts, events) shaped for people.
+the durable record (schema.runs, tasks, attempts, events) shaped for people.
 
 A run's repository is its input's ``repo_id`` (and ``repo``, its name when the
 run started); the visible set of repositories is decided by the caller (see
@@ -19,11 +19,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, false, func, or_, select, true
 
-from app.engine.client import RuntimeClient
-from app.engine.store import RunRow
-from app.engine.store.rows import run_row
-from app.engine.store.schema import runs, tasks
-from app.engine.tables import CLOSED_STATUSES
+from app.engine import CLOSED_STATUSES, RunRow, RuntimeClient, run_row, schema
 
 OPEN_STATUSES = ("running", "cancelling")
 PER_PAGE = 25
@@ -130,12 +126,12 @@ def repo_id_of(run: RunRow) -> int | None:
 
 
 def _repo_column() -> ColumnElement[Any]:
-    column: ColumnElement[Any] = runs.c.input["repo"].as_string()
+    column: ColumnElement[Any] = schema.runs.c.input["repo"].as_string()
     return column
 
 
 def _visible(visible: Visible) -> ColumnElement[bool]:
-    repo_id: ColumnElement[Any] = runs.c.input["repo_id"].as_integer()
+    repo_id: ColumnElement[Any] = schema.runs.c.input["repo_id"].as_integer()
     by_id = repo_id.in_(sorted(visible.ids)) if visible.ids else false()
     # GitHub names are case-insensitive; the visible names are lower case.
     by_name = (
@@ -154,12 +150,12 @@ def _where(filters: RunFilters, visible: Visible | None) -> list[ColumnElement[b
     if filters.repo:
         clauses.append(func.lower(_repo_column()) == filters.repo.lower())
     if filters.status:
-        clauses.append(runs.c.status == filters.status)
+        clauses.append(schema.runs.c.status == filters.status)
     if filters.outcome:
-        clauses.append(runs.c.result["outcome"].as_string() == filters.outcome)
+        clauses.append(schema.runs.c.result["outcome"].as_string() == filters.outcome)
     if filters.phase:
         # Only open runs are in a phase; the phase itself is checked per run.
-        clauses.append(runs.c.status.in_(OPEN_STATUSES))
+        clauses.append(schema.runs.c.status.in_(OPEN_STATUSES))
     return clauses
 
 
@@ -209,19 +205,23 @@ def list_runs(
     where = and_(true(), *_where(filters, visible))
     offset = (max(filters.page, 1) - 1) * PER_PAGE
     # One connection at a time: on SQLite every transaction takes the write
-    # lock (app/engine/db.py), so a query nested inside another would wait on it.
+    # lock (app/engine/_db.py), so a query nested inside another would wait on it.
     if filters.phase:
         with runtime.engine.connect() as conn:
-            rows = conn.execute(select(runs).where(where).order_by(runs.c.created_at.desc())).all()
+            rows = conn.execute(
+                select(schema.runs).where(where).order_by(schema.runs.c.created_at.desc())
+            ).all()
         every = [summarize(runtime, run_row(r)) for r in rows]
         matching = [s for s in every if s.phase == filters.phase]
         return matching[offset : offset + PER_PAGE], len(matching)
     with runtime.engine.connect() as conn:
-        total = conn.execute(select(func.count()).select_from(runs).where(where)).scalar_one()
+        total = conn.execute(
+            select(func.count()).select_from(schema.runs).where(where)
+        ).scalar_one()
         rows = conn.execute(
-            select(runs)
+            select(schema.runs)
             .where(where)
-            .order_by(runs.c.created_at.desc(), runs.c.run_id)
+            .order_by(schema.runs.c.created_at.desc(), schema.runs.c.run_id)
             .offset(offset)
             .limit(PER_PAGE)
         ).all()
@@ -284,7 +284,9 @@ def run_detail(runtime: RuntimeClient, run: RunRow) -> RunDetail:
     summary = summarize(runtime, run, state)
     with runtime.engine.connect() as conn:
         task_rows = conn.execute(
-            select(tasks).where(tasks.c.run_id == run.run_id).order_by(tasks.c.id)
+            select(schema.tasks)
+            .where(schema.tasks.c.run_id == run.run_id)
+            .order_by(schema.tasks.c.id)
         ).all()
     tried = [
         Attempt(

@@ -19,8 +19,7 @@ from typing import Any, TextIO
 
 from sqlalchemy import Engine, select
 
-from app.engine.client import RuntimeClient
-from app.engine.tables import CLOSED_STATUSES, HistoryEvent
+from app.engine import CLOSED_STATUSES, HistoryEvent, RuntimeClient
 from app.runs_view import live_state
 
 _EVENTS = HistoryEvent.__table__  # type: ignore[attr-defined]

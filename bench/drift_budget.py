@@ -54,7 +54,7 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.github.auth import AppCredentials
 from app.github.client import GitHubClientFactory
 from app.github.conditional import DatabaseConditionalStore

@@ -7,7 +7,7 @@ from alembic import context
 
 from app.app_tables import whole_schema
 from app.config import Settings
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or Settings.from_env().database_url

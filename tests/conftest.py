@@ -14,7 +14,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from app.app_tables import whole_schema
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.migrate import upgrade
 
 PG_ADMIN_URL = os.environ.get(

@@ -61,8 +61,8 @@ def test_operator_actions_are_recorded_with_reason_and_who(
 ) -> None:
     import getpass
 
-    from app.engine.db import make_engine
-    from app.engine.store import Store
+    from app.engine._db import make_engine
+    from app.engine._store import Store
 
     assert main(["example", "alpha"]) == 0
     store = Store(make_engine(f"sqlite:///{data_dir / 'repairbot.db'}"))
@@ -197,7 +197,7 @@ def test_database_from_a_newer_version_is_named(
 ) -> None:
     from sqlalchemy import text
 
-    from app.engine.db import make_engine
+    from app.engine._db import make_engine
 
     upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
     with make_engine(f"sqlite:///{data_dir / 'repairbot.db'}").begin() as conn:
@@ -344,8 +344,8 @@ def test_runs_watch_on_a_finished_run_shows_when_things_happened(
     import re
     from datetime import UTC, datetime
 
-    from app.engine.db import make_engine
-    from app.engine.store import Store
+    from app.engine._db import make_engine
+    from app.engine._store import Store
 
     assert main(["example", "alpha"]) == 0
     store = Store(make_engine(f"sqlite:///{data_dir / 'repairbot.db'}"))

@@ -15,7 +15,7 @@ import pytest
 from app import secrets
 from app.config import Settings
 from app.demo.run import WorkerProcess
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.main.worker_process import shared_clients
 
 CHILD = """

@@ -23,8 +23,8 @@ from starlette.routing import Route
 from app.app_tables import WebhookDelivery
 from app.config import Settings
 from app.demo.serve import ServerThread, bind
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 from app.web import create_app
 from app.webhook_proxy import (
     ProxyError,

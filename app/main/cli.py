@@ -18,10 +18,14 @@ import httpx
 
 from app import logs, secrets
 from app.config import ConfigError, Settings
-from app.engine.db import make_engine
-from app.engine.history import export_history
-from app.engine.store import Store
-from app.engine.tables import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES
+from app.engine import (
+    CLOSED_STATUSES,
+    OPEN_STATUSES,
+    PARKED_STATUSES,
+    Store,
+    export_history,
+    make_engine,
+)
 from app.migrate import upgrade
 from app.version import package_version
 
@@ -123,7 +127,7 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
 
 def _phase_of(run: Any, settings: Settings) -> dict[str, Any] | None:
     """The run's own account of where it is, if its workflow answers ``status``."""
-    from app.engine.client import RuntimeClient
+    from app.engine import RuntimeClient
     from app.main.catalog import build_registry
 
     if run.status not in ("running", "cancelling"):
@@ -149,7 +153,7 @@ def _operator() -> str:
 
 
 async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine.client import RuntimeClient
+    from app.engine import RuntimeClient
     from app.main.catalog import build_registry
     from app.run_actions import NotRetryable, RunNotFound, retry_run
 
@@ -157,8 +161,8 @@ async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
     pool = None
     if settings.redis_url:
         # Prompt pickup; without Redis the outbox rows wait for a worker's relay.
-        from app.engine.arq_dispatch import ArqDispatcher
-        from app.engine.redis_channel import connect
+        from app.engine import ArqDispatcher
+        from app.engine import connect_redis as connect
 
         pool = await connect(settings.redis_url)
         runtime.use_dispatcher(ArqDispatcher(pool))
@@ -286,7 +290,7 @@ def cmd_evidence_collect(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_runs_watch(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine.client import RuntimeClient
+    from app.engine import RuntimeClient
     from app.main.catalog import build_registry
     from app.watch import watch
 

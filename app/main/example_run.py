@@ -6,8 +6,7 @@ import asyncio
 import time
 
 from app.config import Settings
-from app.engine.db import make_engine
-from app.engine.runtime import SETTLED, Runtime
+from app.engine import SETTLED, Runtime, make_engine
 from app.main.catalog import build_registry
 from app.migrate import upgrade
 

@@ -15,7 +15,7 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from app.config import Settings
-from app.engine.db import make_engine
+from app.engine import make_engine
 from app.github.auth import AppCredentials, CredentialsError
 from app.migrate import alembic_config
 

@@ -19,11 +19,14 @@ from app.agent.http import AgentHttp
 from app.agent.proxy import ModelProxy
 from app.config import Settings
 from app.delivery_reconciler import DeliveryReconciler
-from app.engine.activity_context import Dependencies
-from app.engine.db import make_engine
-from app.engine.heap import freeze_startup_heap
-from app.engine.runtime import Runtime
-from app.engine.serve import serve_arq, until_stopped
+from app.engine import (
+    Dependencies,
+    Runtime,
+    freeze_startup_heap,
+    make_engine,
+    serve_arq,
+    until_stopped,
+)
 from app.evidence import open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
@@ -189,7 +192,7 @@ async def run_worker(settings: Settings) -> int:
 async def _run_worker(settings: Settings) -> int:
     runtime = build_runtime(settings)
     # Everything long-lived is built: keep it out of the collector's full
-    # passes, which otherwise stall the event loop for 100+ ms (app/engine/heap.py).
+    # passes, which otherwise stall the event loop for 100+ ms (app/engine/_heap.py).
     freeze_startup_heap()
     if not settings.redis_url:
         log.info("no REDIS_URL: running jobs in this process")

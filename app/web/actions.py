@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app import run_actions
-from app.engine.client import RuntimeClient
-from app.engine.store import RunRow
-from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
+from app.engine import CLOSED_STATUSES, PARKED_STATUSES, RunRow, RuntimeClient
 
 ACTIONS = ("cancel", "retry", "resume", "terminate")
 

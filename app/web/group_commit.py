@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import OperationalError
 
-from app.engine.store.async_store import StoreThreads
+from app.engine import StoreThreads
 from app.intake import LOOK, Checked, Intake, IntakeResult
 from app.metrics import instruments
 

@@ -18,8 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.api_tokens import verify_token
 from app.config import Settings
-from app.engine.client import RuntimeClient
-from app.engine.store import Store
+from app.engine import RuntimeClient, Store
 from app.version import package_version
 from app.web.access import Principal
 

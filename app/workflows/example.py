@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from activities.example import measure
-from app.engine.context import WorkflowContext
-from app.engine.registry import workflow
+from app.engine import WorkflowContext, workflow
 
 
 @workflow("example.survey", version=1)

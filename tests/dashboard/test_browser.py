@@ -18,8 +18,8 @@ import pytest
 from playwright.async_api import Page, async_playwright, expect
 
 from app.demo.serve import ServerThread, bind, url_of
-from app.engine.db import make_engine
-from app.engine.runtime import Runtime
+from app.engine._db import make_engine
+from app.engine._runtime import Runtime
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient

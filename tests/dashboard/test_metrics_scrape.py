@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 
 from app.api_tokens import create_token
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 from app.metrics import route_of
 from app.metrics_db import PHASES, metric_phase
 from app.version import package_version

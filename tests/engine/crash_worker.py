@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.activity_context import ActivityContext, Dependencies
-from app.engine.context import WorkflowContext
-from app.engine.db import make_engine
-from app.engine.errors import ActivityCancelled, ActivityError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Absent, Found, Registry, activity, workflow
-from app.engine.runtime import Runtime
+from app.engine._activity_context import ActivityContext, Dependencies
+from app.engine._context import WorkflowContext
+from app.engine._db import make_engine
+from app.engine._errors import ActivityCancelled, ActivityError
+from app.engine._policy import RetryPolicy, Timeouts
+from app.engine._registry import Absent, Found, Registry, activity, workflow
+from app.engine._runtime import Runtime
 from app.workflows.calls import first
 from tests.engine.ticket_service import TicketService
 
@@ -253,7 +253,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         db_patience=args.db_patience,
     )
     # 0: no execution is kept, so every completion and workflow task commits
-    # on its own (the unfused path), never fused (app/engine/store/fused.py).
+    # on its own (the unfused path), never fused (app/engine/_store/fused.py).
     runtime.worker.cache.capacity = args.cache_size
     return runtime
 
@@ -264,7 +264,7 @@ async def run_in_process(runtime: Runtime) -> None:
 
 
 async def run_arq(runtime: Runtime, args: argparse.Namespace) -> None:
-    from app.engine.serve import serve_arq
+    from app.engine._serve import serve_arq
 
     # Wired as app/main/worker_process.py wires it: SIGTERM drains, SIGKILL is a crash.
     await serve_arq(

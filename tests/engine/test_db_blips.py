@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.migrate import upgrade
 from tests.conftest import _truncate_all
 from tests.engine.crash_support import CrashLab

@@ -12,9 +12,9 @@ from sqlalchemy import Engine, update
 
 from app.api_tokens import create_token
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.engine.store import Store
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.engine._store import Store
 from app.evidence import DatabaseEvidenceStore
 from app.evidence.database import blobs
 from app.web import create_app
