@@ -1,5 +1,5 @@
 """What the dashboard and the JSON API show about runs: read-only queries over
-the durable record (schema.runs, tasks, attempts, events) shaped for people.
+the durable record (runs, tasks, attempts, events) shaped for people.
 
 A run's repository is its input's ``repo_id`` (and ``repo``, its name when the
 run started); the visible set of repositories is decided by the caller (see
