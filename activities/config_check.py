@@ -1,6 +1,6 @@
 """Whether a pull request changes ``.github/repairbot.yml``, and its text at
 the pull request's head: two contents reads, no clone (the check itself,
-:func:`app.config_check.check_config`, is pure and runs in the workflow)."""
+:func:`app.operations.config_check.check_config`, is pure and runs in the workflow)."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ from app.github.client import GitHubClientFactory
 from app.github.conditional import DatabaseConditionalStore
 from app.github.merge import read_pull
 from app.github.repos import RepoRef
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from bench.environment import at_start, heading, load
 from emulator.app import Emulator
 from emulator.client import EmulatorClient

@@ -54,7 +54,7 @@ from app.engine._db import make_engine
 from app.engine._runtime import SETTLED, Runtime
 from app.engine._tables import ActivityAttempt, ActivityTask, WorkflowRun
 from app.main.catalog import build_registry
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from app.workflows.ids import repair_workflow_id
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision

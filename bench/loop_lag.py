@@ -33,7 +33,7 @@ from app.engine._heap import freeze_startup_heap
 from app.engine._registry import Registry, activity, workflow
 from app.engine._runtime import Runtime
 from app.engine._tables import CLOSED_STATUSES
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision
 from bench.spec import POSTGRES

@@ -23,7 +23,7 @@ from app.engine._registry import Registry, activity, workflow
 from app.engine._replay import WorkflowTaskResult
 from app.engine._runtime import Runtime
 from app.engine._store import RunRow, Store
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from bench.databases import fresh_database
 from bench.spec import ARQ, ARQ_DISPATCHED, INPROCESS, Case, CaseResult, Stopwatch, Timing
 

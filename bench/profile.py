@@ -266,7 +266,7 @@ def _short(filename: str) -> str:
 @asynccontextmanager
 async def _runtime(case: Case) -> AsyncIterator[Any]:
     from app.engine._db import make_engine
-    from app.migrate import upgrade
+    from app.operations.migrate import upgrade
     from bench import ours
 
     with fresh_database(case.db, admin_url=case.postgres_url) as url:

@@ -43,7 +43,7 @@ from app.engine._db import make_engine
 from app.engine._jobs import DEFAULT_QUEUE, Job, workflow_queue
 from app.engine._reconciler import Reconciler
 from app.engine._redis_channel import connect
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from bench.databases import fresh_database
 from bench.environment import at_start, heading, load
 from bench.fleet_setup import (

@@ -1,4 +1,4 @@
-"""Alembic environment: the URL comes from the caller (``app.migrate``) or,
+"""Alembic environment: the URL comes from the caller (``app.operations.migrate``) or,
 for the alembic CLI, from DATABASE_URL / the default SQLite file."""
 
 from __future__ import annotations

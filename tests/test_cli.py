@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.main.cli import main
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 
 
 @pytest.fixture
@@ -400,7 +400,7 @@ def test_config_check_names_line_and_field_of_each_problem(
 def test_config_check_uses_the_runs_own_validation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from app import config_check
+    from app.operations import config_check
     from app.repo_config import RepoConfigError
 
     def refuse(text: str) -> None:

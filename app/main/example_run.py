@@ -8,7 +8,7 @@ import time
 from app.config import Settings
 from app.engine import SETTLED, Runtime, make_engine
 from app.main.catalog import build_registry
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 
 
 async def run_example(settings: Settings, *, items: list[str]) -> int:

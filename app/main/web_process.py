@@ -15,8 +15,8 @@ from app.engine import connect_redis as connect
 from app.main.catalog import build_registry
 from app.main.startup_line import log_startup
 from app.main.worker_process import background, build_runtime, delivery_reconciler
-from app.migrate import upgrade
-from app.registration import Registrar
+from app.operations.migrate import upgrade
+from app.operations.registration import Registrar
 from app.web import create_app
 from app.web.connections import (
     MAX_HEADER_BYTES,

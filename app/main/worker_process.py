@@ -18,7 +18,6 @@ from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
 from app.agent.proxy import ModelProxy
 from app.config import Settings
-from app.delivery_reconciler import DeliveryReconciler
 from app.engine import (
     Dependencies,
     Runtime,
@@ -30,9 +29,10 @@ from app.engine import (
 from app.evidence import open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
+from app.intake.reconciler import DeliveryReconciler
 from app.main.catalog import build_registry
 from app.main.startup_line import log_startup
-from app.metrics import metered_transport
+from app.operations.metrics import metered_transport
 from app.repo_config import AgentConfig, Command
 from app.sandbox.runner import Sandbox
 from app.secrets import KnownSecrets, RedactingFilter

@@ -26,7 +26,7 @@ import httpx
 from githubkit import GitHub, TokenAuthStrategy
 
 from app.engine import RunRow
-from app.runs_view import Visible, repo_id_of, repo_of
+from app.operations.runs_view import Visible, repo_id_of, repo_of
 from app.web.session import Session
 
 Level = Literal["read", "write"]

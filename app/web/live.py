@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.engine import CLOSED_STATUSES, RunRow, RuntimeClient
-from app.runs_view import summarize
+from app.operations.runs_view import summarize
 from app.web.access import Principal
 from app.web.tally import Tally
 

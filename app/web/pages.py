@@ -22,8 +22,8 @@ from starlette.templating import Jinja2Templates
 from app.config import Settings
 from app.engine import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES, RunRow, RuntimeClient
 from app.evidence import EvidenceError, open_evidence_store
-from app.intake import Intake
-from app.runs_view import (
+from app.intake.pipeline import Intake
+from app.operations.runs_view import (
     PER_PAGE,
     RunFilters,
     known_repositories,

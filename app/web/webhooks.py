@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.engine import RuntimeClient
 from app.logs import log_context
-from app.metrics import instruments
+from app.operations.metrics import instruments
 from app.web.group_commit import GroupCommit
 from app.web.limits import BodyGate, BodyRefused
 

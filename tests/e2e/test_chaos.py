@@ -48,7 +48,7 @@ from app.engine._db import make_engine
 from app.engine._runtime import Runtime
 from app.engine._store.schema import STALE_WRITES, counters, outbox, tasks
 from app.main.catalog import build_registry
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from app.workflows.ids import repair_workflow_id
 from tests.engine.private_services import PrivatePostgres, PrivateRedis, wait_port
 

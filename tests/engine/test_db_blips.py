@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from app.engine._db import make_engine
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from tests.conftest import _truncate_all
 from tests.engine.crash_support import CrashLab
 from tests.engine.private_services import PrivatePostgres

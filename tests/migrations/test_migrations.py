@@ -9,7 +9,7 @@ from sqlalchemy import inspect
 
 from app.app_tables import whole_schema
 from app.engine._db import make_engine
-from app.migrate import downgrade, upgrade
+from app.operations.migrate import downgrade, upgrade
 
 
 def test_migrations_match_the_models(db_url: str) -> None:

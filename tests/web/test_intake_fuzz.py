@@ -36,7 +36,7 @@ from app.config import Settings
 from app.engine._db import make_engine
 from app.engine._registry import Registry
 from app.engine._runtime import Runtime
-from app.intake import delivery_key
+from app.intake.pipeline import delivery_key
 from app.web import create_app
 from app.webhooks.signature import sign
 from handlers import build_router

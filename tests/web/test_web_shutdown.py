@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from app.app_tables import WebhookDelivery
 from app.engine._db import make_engine
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from app.webhooks.signature import sign
 from tests.web.support import SECRET
 

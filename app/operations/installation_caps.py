@@ -21,7 +21,7 @@ from app.app_tables import InstallationRunSlot
 from app.engine import CLOSED_STATUSES, Store, schema
 
 slots = InstallationRunSlot.__table__  # type: ignore[attr-defined]
-#: The activity whose results carry the model spend (see app/runs_view.py).
+#: The activity whose results carry the model spend (see app/operations/runs_view.py).
 PRICED_ACTIVITY = "agent.propose_fix"
 
 

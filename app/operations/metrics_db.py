@@ -1,4 +1,4 @@
-"""Metrics read from the durable record at scrape time (see app/metrics.py).
+"""Metrics read from the durable record at scrape time (see app/operations/metrics.py).
 
 Counts are GROUP BY queries. Phase durations and agent usage come from
 closed runs and finished agent tasks, which never change again: the collector
@@ -23,7 +23,7 @@ from sqlalchemy import Engine, func, select
 
 from app.app_tables import Redelivery, WebhookDelivery
 from app.engine import schema
-from app.runs_view import STEP_PHASES, phase_of_step, step_of
+from app.operations.runs_view import STEP_PHASES, phase_of_step, step_of
 
 #: The values the ``phase`` label takes: the run phases, and ``other``.
 PHASES = frozenset(phase for _, phase in STEP_PHASES)

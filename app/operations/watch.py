@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from sqlalchemy import Engine, select
 
 from app.engine import CLOSED_STATUSES, HistoryEvent, RuntimeClient
-from app.runs_view import live_state
+from app.operations.runs_view import live_state
 
 _EVENTS = HistoryEvent.__table__  # type: ignore[attr-defined]
 

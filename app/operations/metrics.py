@@ -5,7 +5,7 @@
   status, the rate-limit budget GitHub reported. Several processes (web
   workers, arq workers) each write their own files under
   ``PROMETHEUS_MULTIPROC_DIR`` and a scrape merges them.
-- Record metrics (app/metrics_db.py): what the database already knows
+- Record metrics (app/operations/metrics_db.py): what the database already knows
   exactly (runs, outcomes, activity attempts, retries and failures, stale
   writes, outbox depth, phase durations, agent tokens and cost), read at
   scrape time, so they are the same whichever process answers and survive

@@ -10,7 +10,7 @@ recorded as ``malformed`` and answered 400; a signed delivery without a usable
 ``X-GitHub-Delivery`` is recorded under a key derived from what it has. The
 only signed deliveries not recorded are those that arrive while the database
 is down: they get 503, GitHub marks them failed, and the delivery reconciler
-(app/delivery_reconciler.py) has GitHub send them again.
+(app/intake/reconciler.py) has GitHub send them again.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
 from app.engine import Job, Registry, Store, Tx
-from app.intake_statements import (
+from app.intake.statements import (
     FIND_DELIVERIES,
     FIND_DELIVERY,
     HANDLED_AGAIN,
