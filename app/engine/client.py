@@ -145,12 +145,19 @@ class RuntimeClient:
         :class:`InputRejected` and nothing is stored."""
 
         def deliver(tx: Tx) -> bool:
-            run = tx.active_run(workflow_id)
-            declared = self._declared_signal(run, name)
-            checked = payload if declared is None else declared.payload(payload)
+            checked = payload
+            if self._any_declares(name):  # else spare the read
+                declared = self._declared_signal(tx.active_run(workflow_id), name)
+                checked = payload if declared is None else declared.payload(payload)
             return tx.signal(workflow_id, name, checked, dedupe_key)
 
         return await self._write(deliver)
+
+    def _any_declares(self, name: str) -> bool:
+        return any(
+            isinstance(defn, TypedWorkflow) and defn.signal_named(name) is not None
+            for defn in self.registry.workflows.values()
+        )
 
     def _declared_signal(self, run: RunRow | None, name: str) -> SignalDefn[Any] | None:
         if run is None or not self.registry.has_workflow(run.workflow_name, run.workflow_version):

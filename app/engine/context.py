@@ -103,6 +103,9 @@ class WorkflowContext:
     ) -> WorkflowFuture:
         """Schedule an activity; await the returned future for its result.
 
+        The untyped form (dicts in and out, hand-named steps); new code uses
+        :meth:`call` / :meth:`schedule` with a typed activity.
+
         The operation id is ``<run id>:<step>`` unless given. Steps must be
         unique within a run: reusing an operation id with different input is
         an error, never a retry.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,24 @@ async def test_a_malformed_signal_never_reaches_the_workflow(make_runtime: Any) 
     ]
 
 
+@typed_workflow("undeclared")
+async def undeclared(ctx: WorkflowContext, input: Count) -> Count:
+    """Waits for APPROVAL without declaring it: only the typed send checks it."""
+    approval = await ctx.wait_for(APPROVAL)
+    return Count(n=len(approval.by))
+
+
+async def test_a_typed_send_validates_what_no_workflow_declares(make_runtime: Any) -> None:
+    rt = await make_runtime(Registry.of([undeclared]))
+    started = await rt.start(undeclared, Count(n=0), id="undeclared")
+    await rt.wait_for("undeclared", statuses=("running",))
+    with pytest.raises(InputRejected, match="approve: Field required"):
+        await rt.send("undeclared", APPROVAL, {"by": "mallory"}, dedupe_key="bad")  # type: ignore[arg-type]
+    assert await rt.send("undeclared", APPROVAL, Approval(by="ann", approve=True), dedupe_key="ok")
+    assert (await rt.wait_for("undeclared")).result == {"n": 3}
+    assert [s["dedupe_key"] for s in _events(rt, started.run_id, "signal_received")] == ["ok"]
+
+
 def test_method_activities_must_be_registered_through_their_instance() -> None:
     with pytest.raises(TypeError, match="use register_activities"):
         Registry.of([], [Shouter.shout])
@@ -150,6 +169,15 @@ def test_method_activities_must_be_registered_through_their_instance() -> None:
     assert built.register_activities(Shouter("?")) == ["shout"]
     bound = built.activities["shout"]
     assert isinstance(bound, TypedActivity) and bound.bound
+
+
+def test_a_typed_workflows_own_source_is_checked_for_determinism() -> None:
+    @typed_workflow("reads-the-clock")
+    async def reads_the_clock(ctx: WorkflowContext, input: Count) -> Count:
+        return Count(n=int(time.time()))
+
+    with pytest.raises(Exception, match=r"time\.time"):
+        Registry.of([reads_the_clock])
 
 
 def test_declarations_need_model_hints() -> None:
