@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, get_type_hints
@@ -36,6 +37,20 @@ if TYPE_CHECKING:
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 (the input model, as in Temporal)
 R = TypeVar("R", bound=BaseModel)
 M = TypeVar("M", bound=BaseModel)
+
+
+#: Activity names of typed activities: derived step ids (``<name>-<n>``) are
+#: then valid, unescaped, in an operation id and a GitHub marker (no ":").
+_ACTIVITY_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _checked_name(name: str) -> str:
+    if not _ACTIVITY_NAME.fullmatch(name):
+        raise ValueError(
+            f"activity name {name!r}: use letters, digits, '.', '_' and '-' only "
+            "(it becomes part of operation ids and GitHub markers)"
+        )
+    return name
 
 
 class InputRejected(ValueError):
@@ -166,7 +181,7 @@ def typed_activity(
 
     def wrap(fn: Callable[[ActivityContext, I], Awaitable[R]]) -> TypedActivity[I, R]:
         input_type, result_type = _hinted_models(fn, skip=1)
-        activity_name = name or fn.__name__
+        activity_name = _checked_name(name or fn.__name__)
         return TypedActivity(
             name=activity_name,
             fn=_json_activity(fn, input_type, activity_name),
@@ -196,7 +211,7 @@ def typed_activity_method(
 
     def wrap(fn: Callable[[Any, ActivityContext, I], Awaitable[R]]) -> TypedActivity[I, R]:
         input_type, result_type = _hinted_models(fn, skip=2)
-        activity_name = name or fn.__name__
+        activity_name = _checked_name(name or fn.__name__)
 
         async def unbound(_actx: ActivityContext, _raw: Any) -> Any:
             raise RuntimeError(

@@ -180,6 +180,14 @@ def test_a_typed_workflows_own_source_is_checked_for_determinism() -> None:
         Registry.of([reads_the_clock])
 
 
+def test_activity_names_make_marker_safe_step_ids() -> None:
+    with pytest.raises(ValueError, match="becomes part of operation ids and GitHub markers"):
+
+        @typed_activity("github:create pr")
+        async def spaced(actx: ActivityContext, input: Count) -> Count:
+            return input
+
+
 def test_declarations_need_model_hints() -> None:
     with pytest.raises(TypeError, match="its input must be hinted as a pydantic model"):
 
