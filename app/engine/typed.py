@@ -7,6 +7,27 @@ fields left out, see :func:`dump_input`), and hands workflow code the
 validated result, so ``await ctx.call(compose, GreetInput(...))`` is a
 ``GreetResult`` for mypy and at run time. The recorded forms stay plain JSON:
 the store, replay and recorded histories are unchanged.
+
+    APPROVAL = SignalDefn[Approval]("approval")
+
+    class Greeter:                                  # dependencies: attributes
+        def __init__(self, github: GitHub) -> None: self.github = github
+        @typed_activity_method(retry=API)
+        async def compose(self, actx: ActivityContext, input: GreetInput) -> GreetResult: ...
+
+    @typed_workflow("greet", version=1, cancel_phases=("archiving",), signals=(APPROVAL,))
+    async def greet(ctx: WorkflowContext, input: GreetInput) -> GreetResult:
+        text = await ctx.call(Greeter.compose, input)          # step id "compose-1"
+        approval = await ctx.wait_for(APPROVAL)                # an Approval
+        await ctx.start_workflow(follow_up, FollowUp(...), id=f"follow-{ctx.workflow_id}")
+        return text
+
+    registry = Registry.of([greet, follow_up]); registry.register_activities(Greeter(github))
+    await client.start(greet, GreetInput(name="ada"), id="greet-1")
+    await client.send("greet-1", APPROVAL, Approval(by="bob"), dedupe_key=review_id)
+
+Side by side with the untyped API (``ctx.activity``, ``wait_signal``,
+``actx.dep``) until product code has moved.
 """
 
 from __future__ import annotations
