@@ -142,6 +142,27 @@ async def test_a_malformed_signal_never_reaches_the_workflow(make_runtime: Any) 
     ]
 
 
+class Counts(BaseModel):
+    ns: list[int]
+
+
+@typed_workflow("fans-out")
+async def fans_out(ctx: WorkflowContext, input: Count) -> Counts:
+    futures = [ctx.schedule(add_one, Count(n=input.n + i)) for i in range(3)]
+    results: list[Count] = await ctx.gather(*futures)
+    # A typed future is what cancel_activity takes too (here: already ended).
+    await ctx.cancel_activity(futures[0])
+    return Counts(ns=[r.n for r in results])
+
+
+async def test_typed_futures_gather_and_cancel(make_runtime: Any) -> None:
+    rt = await make_runtime(Registry.of([fans_out], [add_one]))
+    started = await rt.start(fans_out, Count(n=10), id="fans-out")
+    run = await rt.wait_for("fans-out")
+    assert (run.status, run.result) == ("completed", {"ns": [11, 12, 13]}), run.error
+    assert sorted(_task_inputs(rt, started.run_id)) == ["add_one-1", "add_one-2", "add_one-3"]
+
+
 @typed_workflow("undeclared")
 async def undeclared(ctx: WorkflowContext, input: Count) -> Count:
     """Waits for APPROVAL without declaring it: only the typed send checks it."""
