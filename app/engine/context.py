@@ -158,7 +158,8 @@ class WorkflowContext:
         records the request, so a crash starts it exactly once or not at all,
         and replay never starts it again. Idempotent by id: if a run of
         ``id`` exists already (open or closed) none is started and the
-        future resolves with that run's id."""
+        future resolves with that run's id. The child is a run of its own:
+        cancelling or ending this run does not cancel it."""
         cmd = self._x.next_command_number()
         recorded_input = workflow.dump(input)
         attrs = {
