@@ -5,7 +5,12 @@ module and ``app.engine.testing``.
 
 What is here, by purpose:
 
-- Declaring work: ``workflow``, ``activity``, ``Registry``; the contexts a
+- Declaring work from type hints (pydantic models in and out):
+  ``typed_workflow``, ``typed_activity``, ``typed_activity_method`` (an
+  activity that is a method of an object holding its dependencies),
+  ``SignalDefn``; ``await ctx.call(activity, Input(...))`` returns the result
+  model. The untyped ``workflow``, ``activity``, ``Signal`` remain while
+  product code moves over. ``Registry``; the contexts a
   workflow (``WorkflowContext``) and an activity (``ActivityContext``) get;
   ``RetryPolicy`` and ``Timeouts``; ``Found`` / ``Absent`` / ``Unknown``, what
   an activity's ``reconcile=`` answers after a lost outcome.
@@ -69,6 +74,16 @@ from app.engine._tables import (
     SignalRecord,
     WorkflowRun,
 )
+from app.engine._typed import (
+    InputRejected,
+    SignalDefn,
+    TypedActivity,
+    TypedFuture,
+    TypedWorkflow,
+    typed_activity,
+    typed_activity_method,
+    typed_workflow,
+)
 
 if TYPE_CHECKING:
     from app.engine._arq_dispatch import ArqDispatcher
@@ -113,6 +128,7 @@ __all__ = [
     "Dependencies",
     "Found",
     "HistoryEvent",
+    "InputRejected",
     "Job",
     "NeedsHuman",
     "PermanentError",
@@ -123,6 +139,7 @@ __all__ = [
     "Runtime",
     "RuntimeClient",
     "Signal",
+    "SignalDefn",
     "SignalRecord",
     "StartResult",
     "Store",
@@ -130,6 +147,9 @@ __all__ = [
     "Timeouts",
     "TransientError",
     "Tx",
+    "TypedActivity",
+    "TypedFuture",
+    "TypedWorkflow",
     "Unknown",
     "WorkflowCancelled",
     "WorkflowContext",
@@ -143,6 +163,9 @@ __all__ = [
     "run_row",
     "schema",
     "serve_arq",
+    "typed_activity",
+    "typed_activity_method",
+    "typed_workflow",
     "until_stopped",
     "workflow",
 ]

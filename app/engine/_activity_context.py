@@ -107,4 +107,7 @@ class ActivityContext:
         self._faults.hit(name, self.activity)
 
     def dep(self, kind: type[T]) -> T:
+        # Deprecated: an activity's dependencies are its instance's attributes
+        # (``typed_activity_method`` + ``Registry.register_activities``), given
+        # explicitly; this type-keyed lookup stays until product code moves.
         return self.deps.get(kind)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import Engine
 
 from app.engine._dispatch import Dispatcher
@@ -27,11 +28,15 @@ from app.engine._store import RunRow, StartResult, Store, Tx
 from app.engine._store.async_store import StoreThreads
 from app.engine._store.resume import resume_run
 from app.engine._tables import CLOSED_STATUSES, PARKED_STATUSES
+from app.engine._typed import SignalDefn, TypedWorkflow
 
 SETTLED = (*CLOSED_STATUSES, *PARKED_STATUSES)
 
 P = ParamSpec("P")
 T = TypeVar("T")
+I = TypeVar("I", bound=BaseModel)  # noqa: E741
+R = TypeVar("R", bound=BaseModel)
+M = TypeVar("M", bound=BaseModel)
 
 
 class RuntimeClient:
@@ -109,8 +114,56 @@ class RuntimeClient:
             )
         )
 
+    async def start(
+        self,
+        workflow: TypedWorkflow[I, R],
+        input: I,
+        *,
+        id: str,
+        deadline_seconds: float | None = None,
+    ) -> StartResult:
+        """Start a typed workflow at its declared version; ``input`` is validated."""
+        return await self.start_workflow(
+            workflow.name,
+            id,
+            workflow.dump(input),
+            version=workflow.version,
+            deadline_seconds=deadline_seconds,
+        )
+
+    async def send(
+        self, workflow_id: str, signal: SignalDefn[M], payload: M, *, dedupe_key: str
+    ) -> bool:
+        """A typed signal: ``payload`` is validated (InputRejected if malformed)."""
+        return await self.signal(
+            workflow_id, signal.name, signal.payload(payload), dedupe_key=dedupe_key
+        )
+
     async def signal(self, workflow_id: str, name: str, payload: Any, *, dedupe_key: str) -> bool:
-        return await self._write(lambda tx: tx.signal(workflow_id, name, payload, dedupe_key))
+        """Deliver a signal once per dedupe key. A signal the run's typed
+        workflow declares is validated first: a malformed payload raises
+        :class:`InputRejected` and nothing is stored."""
+
+        def deliver(tx: Tx) -> bool:
+            checked = payload
+            if self._any_declares(name):  # else spare the read
+                declared = self._declared_signal(tx.active_run(workflow_id), name)
+                checked = payload if declared is None else declared.payload(payload)
+            return tx.signal(workflow_id, name, checked, dedupe_key)
+
+        return await self._write(deliver)
+
+    def _any_declares(self, name: str) -> bool:
+        return any(
+            isinstance(defn, TypedWorkflow) and defn.signal_named(name) is not None
+            for defn in self.registry.workflows.values()
+        )
+
+    def _declared_signal(self, run: RunRow | None, name: str) -> SignalDefn[Any] | None:
+        if run is None or not self.registry.has_workflow(run.workflow_name, run.workflow_version):
+            return None
+        defn = self.registry.workflow(run.workflow_name, run.workflow_version)
+        return defn.signal_named(name) if isinstance(defn, TypedWorkflow) else None
 
     # Operator actions take a run id or a workflow id and act only on the run
     # that is active now; ``by`` (who acted) is recorded with the reason.

@@ -8,34 +8,44 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from pydantic import BaseModel
 
 from app.engine._errors import NondeterminismError
 from app.engine._history_commands import (
     ACTIVITY_CANCEL_REQUESTED,
     ACTIVITY_SCHEDULED,
+    CHILD_WORKFLOW_REQUESTED,
     MARKER_RECORDED,
     TIMER_CANCELLED,
     TIMER_STARTED,
     input_hash,
 )
+from app.engine._registry import (
+    ENGINE_CANCEL_PHASES,
+    LEGACY_CANCEL_PHASES,
+    OPERATOR_RESUME,
+    ActivityDefn,
+)
 from app.engine._scheduler import WorkflowFuture
+from app.engine._typed import SignalDefn, TypedActivity, TypedFuture, TypedWorkflow, dump_input
 
 if TYPE_CHECKING:
-    from app.engine._registry import ActivityDefn
     from app.engine._replay import WorkflowExecution
 
-CANCEL_PHASES = (
-    "cancel-requested",
-    "stopping-active-work",
-    "preserving-evidence",
-    "cleaning-owned-resources",
-)
-#: The signal an operator's ``repairbot runs resume`` sends a needs-human run.
-OPERATOR_RESUME = "operator_resume"
+__all__ = ["CANCEL_PHASES", "OPERATOR_RESUME", "WorkflowContext"]
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741
+R = TypeVar("R", bound=BaseModel)
+M = TypeVar("M", bound=BaseModel)
+
+#: Deprecated: the engine's phases plus repair's. A workflow's allowed phases
+#: are ``defn.allowed_cancel_phases()``; kept for code that imports this name.
+CANCEL_PHASES = (*ENGINE_CANCEL_PHASES, *LEGACY_CANCEL_PHASES)
 _UUID_NAMESPACE = uuid.UUID("6f1d7a52-6a3b-4f0e-9c39-6a1f0e2b9d11")
 
 
@@ -75,6 +85,9 @@ class WorkflowContext:
         self._activities: dict[int, WorkflowFuture] = {}
         self._activity_names: dict[int, str] = {}
         self._uuid_count = 0
+        #: Typed calls without ``step=`` per activity name: their derived step ids.
+        self._step_counts: dict[str, int] = {}
+        self._children: dict[int, WorkflowFuture] = {}
         self.cancel_requested = False
         self.cancel_reason = ""
 
@@ -89,6 +102,9 @@ class WorkflowContext:
         operation_id: str | None = None,
     ) -> WorkflowFuture:
         """Schedule an activity; await the returned future for its result.
+
+        The untyped form (dicts in and out, hand-named steps); new code uses
+        :meth:`call` / :meth:`schedule` with a typed activity.
 
         The operation id is ``<run id>:<step>`` unless given. Steps must be
         unique within a run: reusing an operation id with different input is
@@ -110,7 +126,65 @@ class WorkflowContext:
         self._activity_names[cmd] = defn.name
         return future
 
-    def cancel_activity(self, future: WorkflowFuture) -> WorkflowFuture:
+    def schedule(
+        self, defn: TypedActivity[I, R], input: I, *, step: str | None = None
+    ) -> TypedFuture[R]:
+        """Schedule a typed activity; await the returned future for its result.
+
+        ``input`` is validated and recorded as JSON (late fields left out).
+        Without ``step`` the step id is derived: ``<activity>-<n>`` for the
+        n-th such call of that activity in this run, so it stays the same on
+        replay and does not move when other code is added between calls (it
+        is usable in a GitHub marker). A ``step=`` of that shape would clash:
+        name steps otherwise."""
+        from app.engine._typed import validated  # the one validation path
+
+        checked = validated(defn.input_type, input, f"activity {defn.name} input")
+        if step is None:
+            count = self._step_counts.get(defn.name, 0) + 1
+            self._step_counts[defn.name] = count
+            step = f"{defn.name}-{count}"
+        future = self.activity(defn, dump_input(checked), step=step)
+        return TypedFuture(future, defn.result_type)  # type: ignore[arg-type]
+
+    async def call(self, defn: TypedActivity[I, R], input: I, *, step: str | None = None) -> R:
+        """Run a typed activity and return its validated result (see :meth:`schedule`)."""
+        return await self.schedule(defn, input, step=step)
+
+    def start_workflow(self, workflow: TypedWorkflow[I, R], input: I, *, id: str) -> WorkflowFuture:
+        """Start workflow ``id`` (a child run); resolves with its run id.
+
+        A recorded command: the run starts in the same transaction that
+        records the request, so a crash starts it exactly once or not at all,
+        and replay never starts it again. Idempotent by id: if a run of
+        ``id`` exists already (open or closed) none is started and the
+        future resolves with that run's id. The child is a run of its own:
+        cancelling or ending this run does not cancel it."""
+        cmd = self._x.next_command_number()
+        recorded_input = workflow.dump(input)
+        attrs = {
+            "workflow": workflow.name,
+            "version": workflow.version,
+            "workflow_id": id,
+            "input": recorded_input,
+            "input_hash": input_hash(recorded_input),
+        }
+        self._x.issue(cmd, CHILD_WORKFLOW_REQUESTED, attrs)
+        future = WorkflowFuture(label=f"start {workflow.name} ({id})")
+        self._children[cmd] = future
+        return future
+
+    @overload
+    def wait_for(self, signal: SignalDefn[M]) -> Awaitable[M]: ...
+    @overload
+    def wait_for(self, signal: SignalDefn[M], *, timeout: float) -> Awaitable[M | None]: ...
+    def wait_for(
+        self, signal: SignalDefn[M], *, timeout: float | None = None
+    ) -> Awaitable[M | None]:
+        """The payload of the next ``signal``, validated as its model (None on timeout)."""
+        return _SignalPayload(self.wait_signal(signal.name, timeout=timeout), signal)
+
+    def cancel_activity(self, future: WorkflowFuture | TypedFuture[Any]) -> WorkflowFuture:
         """Ask the activity behind ``future`` to stop; resolves once it has ended.
 
         Recorded in history (so replay issues it at the same point) and
@@ -120,6 +194,8 @@ class WorkflowContext:
         queued one never starts. The returned future never fails: however the
         activity ended (stopped, finished first, failed) is on ``future``.
         """
+        if isinstance(future, TypedFuture):
+            future = future.future
         cmd = next((n for n, f in self._activities.items() if f is future), None)
         if cmd is None:
             raise ValueError(f"{future.label or 'this future'} is not an activity of this run")
@@ -244,8 +320,12 @@ class WorkflowContext:
         code here like anywhere else, so cleanup still runs.
         """
         cmd = self._x.next_command_number()
-        self._x.issue(cmd, MARKER_RECORDED, {"kind": "park", "id": None, "reason": reason})
-        return self.wait_signal(OPERATOR_RESUME)
+        signal = self._x.defn.resume_signal
+        attrs: dict[str, Any] = {"kind": "park", "id": None, "reason": reason}
+        if signal != OPERATOR_RESUME:
+            attrs["resume_signal"] = signal  # not compared on replay: meaning unchanged
+        self._x.issue(cmd, MARKER_RECORDED, attrs)
+        return self.wait_signal(signal)
 
     # -- cancellation ----------------------------------------------------------
 
@@ -255,9 +335,11 @@ class WorkflowContext:
         return _settle_all([f for f in self._activities.values() if not f.done])
 
     def enter_cancel_phase(self, phase: str) -> None:
-        """Record progress through cancellation (preserving-evidence, cleaning-owned-resources)."""
-        if phase not in CANCEL_PHASES:
-            raise ValueError(f"unknown cancel phase {phase!r}; expected one of {CANCEL_PHASES}")
+        """Record progress through cancellation: one of the phases the workflow
+        declared (``cancel_phases``) or the engine's own."""
+        allowed = self._x.defn.allowed_cancel_phases()
+        if phase not in allowed:
+            raise ValueError(f"unknown cancel phase {phase!r}; expected one of {allowed}")
         self._record_cancel_phase(phase)
 
     def _record_cancel_phase(self, phase: str) -> None:
@@ -282,6 +364,12 @@ class WorkflowContext:
             future.set_error(error)
         else:
             future.set_result(value)
+
+    def _resolve_child(self, cmd: int, run_id: str) -> None:
+        future = self._children.get(cmd)
+        if future is None:
+            raise NondeterminismError(cmd, {"child start for": cmd}, {"no child requested": cmd})
+        future.set_result(run_id)
 
     def _fire_timer(self, cmd: int) -> None:
         future = self._timers.get(cmd)
@@ -334,3 +422,20 @@ def _as_coroutine(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
         return await aw
 
     return run()
+
+
+class _SignalPayload(Generic[M]):
+    """Awaits a signal future; answers its payload as the signal's model."""
+
+    __slots__ = ("future", "signal")
+
+    def __init__(self, future: WorkflowFuture, signal: SignalDefn[M]) -> None:
+        self.future = future
+        self.signal = signal
+
+    def __await__(self) -> Generator[WorkflowFuture, None, M | None]:
+        received = yield from self.future.__await__()
+        if received is None:
+            return None
+        # Validated at send time already; this only gives the payload its type.
+        return self.signal.model.model_validate(received.payload)

@@ -20,8 +20,11 @@ TIMER_CANCELLED = "timer_cancelled"
 MARKER_RECORDED = "marker_recorded"
 #: The code asked one activity in flight to stop (``ctx.cancel_activity``).
 ACTIVITY_CANCEL_REQUESTED = "activity_cancel_requested"
+#: The code started another workflow (``ctx.start_workflow``).
+CHILD_WORKFLOW_REQUESTED = "child_workflow_requested"
 COMMAND_TYPES = frozenset(
     {
+        CHILD_WORKFLOW_REQUESTED,
         ACTIVITY_SCHEDULED,
         TIMER_STARTED,
         TIMER_CANCELLED,
@@ -38,6 +41,9 @@ TIMER_FIRED = "timer_fired"
 SIGNAL_RECEIVED = "signal_received"
 CANCEL_REQUESTED = "cancel_requested"
 DEADLINE_EXCEEDED = "deadline_exceeded"
+#: The child a ``child_workflow_requested`` asked for: its run id, and whether
+#: this request created it (False: a run of that id existed).
+CHILD_WORKFLOW_STARTED = "child_workflow_started"
 
 # Terminal events, written by the workflow task that ends the run.
 WORKFLOW_COMPLETED = "workflow_completed"
@@ -57,6 +63,7 @@ COMPARED_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     TIMER_CANCELLED: ("timer",),
     MARKER_RECORDED: ("kind", "id"),
     ACTIVITY_CANCEL_REQUESTED: ("activity", "target"),
+    CHILD_WORKFLOW_REQUESTED: ("workflow", "version", "workflow_id", "input_hash"),
 }
 
 

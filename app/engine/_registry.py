@@ -45,11 +45,28 @@ ReconcileResult = Found | Absent | Unknown
 ReconcileFn = Callable[["ActivityContext", Any], Awaitable[ReconcileResult]]
 
 
+#: The cancel phases every run goes through; the engine records them itself.
+ENGINE_CANCEL_PHASES = ("cancel-requested", "stopping-active-work")
+#: Deprecated: the phases a workflow declared with the untyped ``workflow()``
+#: may enter (repair's). Typed workflows declare their own ``cancel_phases``.
+LEGACY_CANCEL_PHASES = ("preserving-evidence", "cleaning-owned-resources")
+#: The signal an operator's ``repairbot runs resume`` sends a run its code
+#: parked, unless the workflow declares another (``resume_signal``).
+OPERATOR_RESUME = "operator_resume"
+
+
 @dataclass(frozen=True)
 class WorkflowDefn:
     name: str
     version: int
     fn: WorkflowFn
+    #: The workflow's own cancel phases (after the engine's); None: the legacy set.
+    cancel_phases: tuple[str, ...] | None = None
+    resume_signal: str = OPERATOR_RESUME
+
+    def allowed_cancel_phases(self) -> tuple[str, ...]:
+        own = LEGACY_CANCEL_PHASES if self.cancel_phases is None else self.cancel_phases
+        return (*ENGINE_CANCEL_PHASES, *own)
 
     @property
     def key(self) -> str:
@@ -117,7 +134,26 @@ class Registry:
         self.workflows[(defn.name, defn.version)] = defn
 
     def add_activity(self, defn: ActivityDefn) -> None:
+        if not getattr(defn, "bound", True):
+            raise TypeError(f"activity {defn.name} is a method: use register_activities(instance)")
         self.activities[defn.name] = defn
+
+    def register_activities(self, instance: object) -> list[str]:
+        """Register every activity declared with ``typed_activity_method`` on
+        ``instance``'s class, run on ``instance`` (which holds their
+        dependencies, given explicitly instead of looked up by type).
+        Returns their names; an instance with none is an error."""
+        from app.engine._typed import TypedActivity  # typed builds on this module
+
+        names = []
+        for cls in reversed(type(instance).__mro__):
+            for attr in vars(cls).values():
+                if isinstance(attr, TypedActivity) and not attr.bound:
+                    self.add_activity(attr.bind(instance))
+                    names.append(attr.name)
+        if not names:
+            raise TypeError(f"{type(instance).__name__} declares no activity methods")
+        return names
 
     def workflow(self, name: str, version: int) -> WorkflowDefn:
         try:

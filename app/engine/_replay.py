@@ -26,6 +26,7 @@ from app.engine._history_commands import (
     ACTIVITY_COMPLETED,
     ACTIVITY_FAILED,
     CANCEL_REQUESTED,
+    CHILD_WORKFLOW_STARTED,
     DEADLINE_EXCEEDED,
     SIGNAL_RECEIVED,
     TIMER_FIRED,
@@ -63,6 +64,8 @@ class WorkflowTaskResult:
     cancel_boundary: int = 0
     #: The code asked to wait for an operator (``ctx.wait_for_operator``): why.
     park_reason: str | None = None
+    #: The signal that operator's resume must send (the workflow's ``resume_signal``).
+    resume_signal: str | None = None
 
 
 def json_problem(value: Any) -> str | None:
@@ -176,6 +179,7 @@ class WorkflowExecution:
                 ),
                 None,
             ),
+            resume_signal=self.defn.resume_signal,
         )
 
     def _apply_one(self, event: RecordedEvent) -> None:
@@ -194,6 +198,8 @@ class WorkflowExecution:
                 details=data.get("details") or {},
             )
             self.ctx._resolve_activity(int(data["cmd"]), error=failure)
+        elif event.type == CHILD_WORKFLOW_STARTED:
+            self.ctx._resolve_child(int(data["cmd"]), str(data["run_id"]))
         elif event.type == TIMER_FIRED:
             self.ctx._fire_timer(int(data["cmd"]))
         elif event.type == SIGNAL_RECEIVED:

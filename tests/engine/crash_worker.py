@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from app.engine._activity_context import ActivityContext, Dependencies
 from app.engine._context import WorkflowContext
 from app.engine._db import make_engine
@@ -35,6 +37,7 @@ from app.engine._errors import ActivityCancelled, ActivityError
 from app.engine._policy import RetryPolicy, Timeouts
 from app.engine._registry import Absent, Found, Registry, activity, workflow
 from app.engine._runtime import Runtime
+from app.engine._typed import typed_workflow
 from app.workflows.calls import first
 from tests.engine.ticket_service import TicketService
 
@@ -224,8 +227,45 @@ async def ticket_flow(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, A
     return {"ticket_id": ticket["id"]}
 
 
+class ChildInput(BaseModel):
+    n: int
+
+
+class ChildResult(BaseModel):
+    n: int
+
+
+@typed_workflow("crash_child")
+async def crash_child(ctx: WorkflowContext, input: ChildInput) -> ChildResult:
+    return ChildResult(n=input.n)
+
+
+class ParentInput(BaseModel):
+    child_id: str
+
+
+class ParentResult(BaseModel):
+    child_run: str
+
+
+@typed_workflow("crash_parent")
+async def crash_parent(ctx: WorkflowContext, input: ParentInput) -> ParentResult:
+    """Starts one child (``ctx.start_workflow``, a recorded command) and ends."""
+    child_run: str = await ctx.start_workflow(crash_child, ChildInput(n=7), id=input.child_id)
+    return ParentResult(child_run=child_run)
+
+
 REGISTRY = Registry.of(
-    [crash_pipeline, crash_heartbeat, crash_stale, ticket_flow, crash_long_hold, crash_stop_one],
+    [
+        crash_pipeline,
+        crash_heartbeat,
+        crash_stale,
+        ticket_flow,
+        crash_long_hold,
+        crash_stop_one,
+        crash_parent,
+        crash_child,
+    ],
     [square, chunked, gated, open_ticket, open_ticket_reconciled, long_hold, until_stopped],
 )
 

@@ -25,9 +25,9 @@ from typing import Any
 from sqlalchemy import select, update
 
 from app.engine import _history_commands as ev
-from app.engine._context import OPERATOR_RESUME
 from app.engine._jobs import activity_job
 from app.engine._policy import ActivityOptions
+from app.engine._registry import OPERATOR_RESUME
 from app.engine._store.schema import events, runs, tasks, timers
 from app.engine._store.tx import Tx
 from app.engine._tables import PARKED_STATUSES
@@ -41,6 +41,8 @@ def resume_run(tx: Tx, key: str, reason: str, *, by: str | None = None) -> bool:
     if run is None or run.status not in PARKED_STATUSES:
         return False
     parked_as = run.status
+    # The workflow may declare its own resume signal (recorded when it parked).
+    resume_signal = str((run.error or {}).get("resume_signal") or OPERATOR_RESUME)
     tx.conn.execute(
         update(runs)
         .where(runs.c.run_id == run.run_id)
@@ -51,7 +53,7 @@ def resume_run(tx: Tx, key: str, reason: str, *, by: str | None = None) -> bool:
     seq = tx.append_event(run.run_id, ev.RUN_RESUMED, data)
     if parked_as == "needs-human":
         _reschedule_parked_activities(tx, run.run_id)
-        tx.signal(run.workflow_id, OPERATOR_RESUME, data, f"{OPERATOR_RESUME}:{run.run_id}:{seq}")
+        tx.signal(run.workflow_id, resume_signal, data, f"{resume_signal}:{run.run_id}:{seq}")
     return True
 
 

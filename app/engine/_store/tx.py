@@ -120,6 +120,16 @@ class Tx:
         row = self.conn.execute(select(runs).where(runs.c.active_key == workflow_id)).first()
         return run_row(row) if row else None
 
+    def newest_run(self, workflow_id: str) -> RunRow | None:
+        """The newest run of ``workflow_id``, open or closed."""
+        row = self.conn.execute(
+            select(runs)
+            .where(runs.c.workflow_id == workflow_id)
+            .order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
+            .limit(1)
+        ).first()
+        return run_row(row) if row else None
+
     def target(self, key: str) -> RunRow | None:
         """The open or parked run that ``key`` names: a run id (only while that
         very run is the active one) or a workflow id (its active run)."""

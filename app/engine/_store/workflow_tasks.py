@@ -10,6 +10,7 @@ from app.engine import _history_commands as ev
 from app.engine._history_commands import HistoryCommand
 from app.engine._jobs import Job, activity_job, timer_job
 from app.engine._policy import ActivityOptions
+from app.engine._registry import OPERATOR_RESUME
 from app.engine._replay import Outcome, WorkflowTaskResult
 from app.engine._store.eager import EagerClaims, EagerOffer
 from app.engine._store.rows import RunRow
@@ -125,6 +126,9 @@ class WorkflowTasks(EagerClaims):
             # The code waits for an operator: parked, holding no worker.
             values["status"] = "needs-human"
             values["error"] = {"type": WAITING_FOR_OPERATOR, "message": step.park_reason}
+            if step.resume_signal and step.resume_signal != OPERATOR_RESUME:
+                # What ``resume_run`` sends: the signal this workflow waits for.
+                values["error"]["resume_signal"] = step.resume_signal
         if outcome is not None:
             # The run ends (or parks) in this same statement (``_write_outcome``).
             values |= closing_values(outcome.status, outcome.result, outcome.error, tx.now)
@@ -177,10 +181,30 @@ class WorkflowTasks(EagerClaims):
             )
             ref = f"{run.run_id}|{attrs['timer']}"
             tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
+        elif command.type == ev.CHILD_WORKFLOW_REQUESTED:
+            follow_ups.append(self._start_child(tx, command))
         elif command.type == ev.ACTIVITY_CANCEL_REQUESTED:
             # One activity, in this same transaction: a crash after the commit
             # cannot lose the request (the attempt's next heartbeat reads it).
             follow_ups.extend(self._stop_tasks(tx, run.run_id, tasks.c.cmd == attrs["target"]))
+
+    def _start_child(self, tx: Tx, command: HistoryCommand) -> tuple[str, dict[str, Any]]:
+        """Start the child in the transaction that records its request: no
+        crash can leave a request without its start, or start it twice."""
+        attrs = command.attrs
+        existing = tx.newest_run(attrs["workflow_id"])
+        if existing is not None:
+            run_id, created = existing.run_id, False  # a workflow id names one child
+        else:
+            started = tx.start_run(
+                workflow_name=attrs["workflow"],
+                workflow_version=int(attrs["version"]),
+                workflow_id=attrs["workflow_id"],
+                input=attrs["input"],
+            )
+            run_id, created = started.run_id, started.created
+        data = {"cmd": command.cmd, "workflow_id": attrs["workflow_id"], "run_id": run_id}
+        return ev.CHILD_WORKFLOW_STARTED, data | {"created": created}
 
     def _schedule_activity(
         self, tx: Tx, run: RunRow, command: HistoryCommand, offer: EagerOffer | None
