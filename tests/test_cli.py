@@ -23,7 +23,7 @@ def test_example_then_runs_list_show_export(
     assert main(["example", "alpha", "beta"]) == 0
     assert main(["runs", "list"]) == 0
     listing = capsys.readouterr().out
-    assert "example.survey@1" in listing and "completed" in listing
+    assert "example.survey@2" in listing and "completed" in listing
     run_id = next(line.split()[0] for line in listing.splitlines() if "example.survey" in line)
     assert main(["runs", "show", run_id]) == 0
     shown = capsys.readouterr().out

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine import CLOSED_STATUSES, RunRow, RuntimeClient
+from app.workflows.ids import REPAIR_WORKFLOW
 
 #: Outcomes after which the fix is on the base branch: a retry would repair
 #: code that no longer has the bug (or fight the revert a human decides on).
@@ -77,8 +78,8 @@ async def retry_run(runtime: RuntimeClient, run_id: str, *, reason: str, by: str
     if by:
         operator["by"] = by
     request = original_request(runtime, old)
-    if isinstance(request, dict):
-        # The new run reads the issue as it is now (it may have been edited since).
+    if old.workflow_name == REPAIR_WORKFLOW and isinstance(request, dict):
+        # The new repair reads the issue as it is now (it may have been edited since).
         request = {**request, "reread_issue": True}
     started = await runtime.start_workflow(
         old.workflow_name, old.workflow_id, request, operator=operator
