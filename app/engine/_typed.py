@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
+from app.engine._errors import PermanentError
 from app.engine._policy import ActivityOptions, RetryPolicy, Timeouts
 from app.engine._registry import (
     ActivityDefn,
@@ -163,7 +164,13 @@ def _json_activity(
     name: str,
 ) -> Callable[[ActivityContext, Any], Awaitable[Any]]:
     async def run(actx: ActivityContext, raw: Any) -> Any:
-        result = await fn(actx, validated(input_type, raw, f"activity {name} input"))
+        try:
+            input = validated(input_type, raw, f"activity {name} input")
+        except InputRejected as exc:
+            # A malformed input never heals: no retry (an untyped caller's
+            # payload is checked here; a typed ``ctx.call`` checked it already).
+            raise PermanentError(str(exc)) from None
+        result = await fn(actx, input)
         return result.model_dump(mode="json")
 
     return run

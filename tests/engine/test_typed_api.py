@@ -115,6 +115,25 @@ async def test_an_invalid_activity_input_fails_the_call_not_the_worker(
     assert _events(rt, started.run_id, "activity_scheduled") == []
 
 
+@workflow("untyped-caller")
+async def untyped_caller(ctx: WorkflowContext, _: Any) -> Any:
+    return await ctx.activity(add_one, {"n": "not a number"}, step="add")
+
+
+async def test_a_malformed_untyped_payload_fails_the_typed_activity_at_once(
+    make_runtime: Any,
+) -> None:
+    """A payload an untyped caller sends is checked by the activity itself, and
+    a malformed one is permanent: one attempt, no retries."""
+    rt = await make_runtime(Registry.of([untyped_caller], [add_one]))
+    started = await rt.start_workflow("untyped-caller", "untyped-caller", None)
+    run = await rt.wait_for("untyped-caller")
+    assert run.status == "failed"
+    [attempt] = rt.store.activity_attempts(started.run_id)
+    assert attempt["outcome"].startswith("failed:permanent")
+    assert "activity add_one input: not a valid Count" in attempt["error"]["message"]
+
+
 async def test_an_invalid_workflow_input_is_refused_before_the_run_starts(
     make_runtime: Any,
 ) -> None:
