@@ -49,6 +49,7 @@ from app.agent.budget import Caps, Usage, price_of
 from app.agent.proxy import ModelProxy
 from app.engine import (
     ActivityContext,
+    ActivityDefn,
     PermanentError,
     RetryPolicy,
     Timeouts,
@@ -368,4 +369,4 @@ def _feedback(store: EvidenceStore, item: FeedbackInput) -> Feedback:
     return Feedback(kind=item.kind, text=text)
 
 
-ACTIVITIES = [propose_fix]
+ACTIVITIES: list[ActivityDefn] = [propose_fix]

@@ -6,7 +6,7 @@ import asyncio
 
 from pydantic import BaseModel
 
-from app.engine import ActivityContext, RetryPolicy, Timeouts, typed_activity
+from app.engine import ActivityContext, ActivityDefn, RetryPolicy, Timeouts, typed_activity
 
 
 class Item(BaseModel):
@@ -30,4 +30,4 @@ async def measure(actx: ActivityContext, input: Item) -> Measurement:
     return Measurement(item=input.item, length=len(input.item))
 
 
-ACTIVITIES = [measure]
+ACTIVITIES: list[ActivityDefn] = [measure]
