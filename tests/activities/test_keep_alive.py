@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from activities._support import keep_alive
-from app.engine.errors import ActivityCancelled
+from app.engine._errors import ActivityCancelled
 from tests.activities.support import RecordingContext
 
 

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from app.engine.errors import StaleLease
-from app.engine.jobs import activity_job
-from app.engine.policy import ActivityOptions, RetryPolicy, Timeouts
-from app.engine.store import STALE_WRITES, Store
-from app.engine.store.rows import Claim, Failure
-from app.engine.store.schema import tasks
-from app.engine.store.statements import SCHEDULE_ACTIVITY
+from app.engine._errors import StaleLease
+from app.engine._jobs import activity_job
+from app.engine._policy import ActivityOptions, RetryPolicy, Timeouts
+from app.engine._store import STALE_WRITES, Store
+from app.engine._store.rows import Claim, Failure
+from app.engine._store.schema import tasks
+from app.engine._store.statements import SCHEDULE_ACTIVITY
 
 OPTIONS = ActivityOptions(timeouts=Timeouts(start_to_close=60.0), retry=RetryPolicy(max_attempts=5))
 LEASE_LOST = Failure("transient", "HeartbeatTimeout", "attempt lease expired")
