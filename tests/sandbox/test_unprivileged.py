@@ -12,14 +12,10 @@ first subordinate uid outside (app/sandbox/userns.py): not the worker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import secrets
 import shutil
 import subprocess
-import sys
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,37 +25,12 @@ from typing import Any
 import pytest
 
 from tests.sandbox import probes
+from tests.unprivileged_user import PYTHON, UNAVAILABLE, as_user, python_env, throwaway_user
 
-ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("unprivileged_driver.py")
 KEY = "unprivileged-worker-private-key-5d2c"
 
-
-def _reachable_by_others(path: str) -> bool:
-    """Every directory on the way may be crossed, and the file run, by any user."""
-    real = Path(os.path.realpath(path))
-    if not real.is_file() or not real.stat().st_mode & 0o001:
-        return False
-    return all(parent.stat().st_mode & 0o001 for parent in real.parents)
-
-
-def _python_for_others() -> str:
-    """This interpreter if another user can run it, else the system's of the same version
-    (the test's own may live under a 0700 home, like pyenv's under /root)."""
-    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (sys.executable, system):
-        if _reachable_by_others(candidate):
-            return os.path.realpath(candidate)
-    return ""
-
-
-PYTHON = _python_for_others()
-
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not PYTHON or shutil.which("setpriv") is None,
-    reason="needs root (to become a throwaway user), setpriv, and a Python "
-    f"{sys.version_info.major}.{sys.version_info.minor} other users can run",
-)
+pytestmark = pytest.mark.skipif(bool(UNAVAILABLE), reason=UNAVAILABLE)
 
 
 @dataclass
@@ -70,30 +41,6 @@ class Worker:
     exposed_key: Path  # 0600, the worker's, in that directory, not masked
     hidden_key: Path  # 0600, the worker's, outside anything the sandbox shows
     workspace: Path
-
-
-def free_uid() -> int:
-    taken = {int(line.split(":")[2]) for line in Path("/etc/passwd").read_text().splitlines()}
-    while True:
-        uid = 20000 + secrets.randbelow(20000)
-        if uid not in taken:
-            return uid
-
-
-@contextlib.contextmanager
-def throwaway_user(*, subordinate_ids: bool = True) -> Iterator[int]:
-    """A user of its own (uid = gid), with a subordinate range unless told not."""
-    uid = free_uid()
-    name = f"rbsandbox{uid}"
-    no_range = [] if subordinate_ids else ["-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0"]
-    subprocess.run(["groupadd", "-g", str(uid), name], check=True)
-    useradd = ["useradd", "-M", "-N", "-u", str(uid), "-g", str(uid), *no_range, name]
-    subprocess.run(useradd, check=True)
-    try:
-        yield uid
-    finally:
-        subprocess.run(["userdel", name], check=False)  # its ranges go with it
-        subprocess.run(["groupdel", name], check=False, stderr=subprocess.DEVNULL)  # if left
 
 
 def make_worker(uid: int) -> Worker:
@@ -134,20 +81,10 @@ async def as_worker(worker: Worker, mode: str, commands: dict[str, Any], **spec:
         "commands": commands,
         **spec,
     }
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(worker.home),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]]),
-    }
-    # No capability; the bounding set stays, as in a container started without
-    # --cap-drop: the setuid newuidmap/newgidmap need CAP_SETUID/CAP_SETGID from it.
-    setpriv = [
-        "setpriv", f"--reuid={worker.uid}", f"--regid={worker.uid}", "--clear-groups",
-        "--inh-caps=-all",
-    ]  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
-        *setpriv, PYTHON, str(DRIVER), json.dumps(payload),
-        cwd=worker.home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        *as_user(worker.uid), PYTHON, str(DRIVER), json.dumps(payload),
+        cwd=worker.home, env=python_env(worker.home),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode == 0, err.decode()
