@@ -164,6 +164,23 @@ class UserNamespace:
                 os.close(self.fd)
 
 
+def reclaim(paths: Sequence[Path]) -> str | None:
+    """Give the worker back what the sandbox user owns under ``paths``: a
+    workspace a worker killed during a command left behind (its hand-back
+    never ran). ``None``, or why not (nothing to do for a root worker)."""
+    if os.geteuid() == 0:
+        return None
+    ids = subordinate()
+    if isinstance(ids, str):
+        return ids
+    try:
+        userns = UserNamespace.create(ids, [])  # the same mapping, nothing handed over
+    except SandboxUnavailable as exc:
+        return str(exc)
+    userns.writable = [str(p) for p in paths]
+    return userns.release()
+
+
 def _map(pid: int, ids: Subordinate) -> None:
     for helper, own, sub in (
         ("newuidmap", os.getuid(), ids.uid),

@@ -157,6 +157,27 @@ async def test_the_sandbox_writes_the_workspace_and_the_worker_gets_it_back(
     assert os.stat("/etc/passwd").st_uid == 0  # the link was not followed
 
 
+async def test_a_workspace_a_killed_worker_left_behind_is_still_removed(
+    worker: Worker, mode: str
+) -> None:
+    """The worker died during the command, so nothing handed the files back:
+    removing the workspace reclaims them in a namespace of the same mapping."""
+    shell = (
+        "mkdir -m 0700 left && echo x > left/f && chmod 0000 left/f "
+        "&& mkdir -m 0000 left/locked && echo ok"
+    )
+    got = await as_worker(
+        worker,
+        mode,
+        {"write": {"shell": shell}},
+        killed_before_hand_back=True,
+        remove_workspace=".",  # the command's directory: handed over, never back
+    )
+    assert got["write"]["output"].strip() == "ok", got["write"]
+    assert got["left_owner"] not in (worker.uid, 0)  # the sandbox user's, outside
+    assert got["workspace_removed"] is True, got
+
+
 async def test_without_a_subordinate_range_nothing_runs(mode: str) -> None:
     """No range in /etc/subuid: the sandbox user would be the worker's own uid,
     so repository code is refused, with one line that says why."""

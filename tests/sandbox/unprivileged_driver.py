@@ -6,7 +6,9 @@ worker is not root, as the Dockerfile runs it. Prints one JSON object:
 ``{name: {"exit_code": int, "output": str, "backend": str}}``, then, when the
 spec asks, what the worker finds afterwards: ``"read_back"`` (each named
 workspace file's text and owner, or the error) and ``"removed"`` (whether
-the worker could remove a directory the commands made); or
+the worker could remove a directory the commands made), ``"left_owner"`` and
+``"workspace_removed"`` (a directory left as a killed worker leaves it,
+then removed with :func:`app.workspace.remove_workspace`); or
 ``{"unavailable": reason}`` when no sandbox was built.
 """
 
@@ -25,6 +27,8 @@ from app.repo_config import Command
 from app.sandbox import Isolation, SandboxUnavailable, seccomp
 from app.sandbox.egress import EgressPolicy
 from app.sandbox.runner import Sandbox, run_command
+from app.sandbox.userns import UserNamespace
+from app.workspace import remove_workspace
 
 
 def _allow_all(machine: str | None = None) -> bytes:
@@ -35,6 +39,9 @@ def _allow_all(machine: str | None = None) -> bytes:
 async def main(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("without_seccomp"):
         seccomp.program = _allow_all  # type: ignore[assignment]
+    hand_back = UserNamespace.hand_back
+    if spec.get("killed_before_hand_back"):
+        UserNamespace.hand_back = _not_handed_back  # type: ignore[method-assign]
     isolation = Isolation(
         mode=spec["mode"],
         read_only=tuple(Path(p) for p in spec.get("read_only", [])),
@@ -62,7 +69,17 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
             out["removed"] = True
         except OSError as exc:
             out["removed"] = str(exc)
+    UserNamespace.hand_back = hand_back  # type: ignore[method-assign]
+    if "remove_workspace" in spec:
+        left = ws / spec["remove_workspace"]
+        out["left_owner"] = os.lstat(left).st_uid
+        remove_workspace(left)
+        out["workspace_removed"] = not os.path.lexists(left)
     return out
+
+
+def _not_handed_back(self: UserNamespace) -> None:
+    """What a worker killed during the command leaves: no hand-back."""
 
 
 def _read(path: Path) -> dict[str, Any]:
