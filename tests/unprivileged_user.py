@@ -72,7 +72,7 @@ def throwaway_user(*, subordinate_ids: bool = True) -> Iterator[int]:
     try:
         yield uid
     finally:
-        subprocess.run(["userdel", name], check=False)  # its ranges go with it
+        subprocess.run(["userdel", name], check=True)  # its ranges go with it; fails if in use
         subprocess.run(["groupdel", name], check=False, stderr=subprocess.DEVNULL)  # if left
 
 
