@@ -51,9 +51,13 @@ async def app(db_engine: Engine) -> AsyncIterator[tuple[Poster, GroupCommit]]:
     settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
     runtime = Runtime(db_engine, Registry.of(STAND_INS))
     web = create_app(settings, runtime, router=Router(build_router(), failing))
+    writer = web.state.intake_writer
+    # One writer, so that what queues behind the first delivery forms one
+    # group on PostgreSQL too (its several writers: test_writers_at_once).
+    writer.writers = 1
     transport = httpx.ASGITransport(app=web)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:
-        yield Poster(client, SECRET), web.state.intake_writer
+        yield Poster(client, SECRET), writer
 
 
 @contextmanager
