@@ -33,7 +33,6 @@ from app.intake_statements import (
     FIND_DELIVERY,
     HANDLED_AGAIN,
     RECORD_DELIVERIES,
-    RECORD_DELIVERY,
 )
 from app.webhooks.events import ParsedEvent, PayloadError, UnknownEvent, parse_event
 from app.webhooks.routing import HandlerContext, Router
@@ -348,7 +347,10 @@ class Intake:
     ) -> bool:
         """Record ``delivery``; False if a copy is recorded already."""
         values = self._row(tx, delivery, action, status, detail)
-        return bool(tx.conn.execute(RECORD_DELIVERY[tx.conn.dialect.name], values).rowcount)
+        # RETURNING, not ``rowcount``: SQLAlchemy 2.1 reports -1 for a Core
+        # INSERT on psycopg, which read as "written" even when a copy was there.
+        statement = RECORD_DELIVERIES[tx.conn.dialect.name]
+        return tx.conn.execute(statement, values).first() is not None
 
     @staticmethod
     def _row(

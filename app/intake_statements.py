@@ -36,9 +36,9 @@ RECORD_DELIVERY: dict[str, Insert] = {
     "sqlite": sqlite_insert(deliveries).on_conflict_do_nothing(),
 }
 
-#: Record a group's deliveries in one statement (executemany: SQLAlchemy sends
-#: it as one multi-row INSERT), naming those it wrote: an id missing from the
-#: answer had a copy recorded by a concurrent transaction.
+#: The same, naming the deliveries it wrote (an id missing from the answer had
+#: a copy recorded already). For a group, executemany: SQLAlchemy sends it as
+#: one multi-row INSERT.
 RECORD_DELIVERIES: dict[str, Insert] = {
     name: stmt.returning(deliveries.c.delivery_id) for name, stmt in RECORD_DELIVERY.items()
 }
