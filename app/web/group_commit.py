@@ -22,10 +22,15 @@ in SQLite's sleeping busy handler.
 What each delivery is promised does not change:
 
 - it is answered only after the transaction that recorded it committed;
-- it affects only itself: :meth:`Intake.record` leaves the transaction as it
-  found it but for its own record (a copy recorded already is a no-op
-  ``INSERT``, a failing handler's writes are rolled back to its savepoint and
-  the failure recorded), so a duplicate or a broken handler costs the others
+- it affects only itself. The group goes first through
+  :meth:`Intake.record_group` (no savepoint per delivery, one ``INSERT`` for
+  all the records); whatever would need one delivery's writes taken back
+  alone (a failing handler, a copy committed meanwhile, a failed delivery
+  handled again) rolls that attempt back whole, and the group is recorded
+  again with :meth:`Intake.record`, which leaves the transaction as it found
+  it but for its own record (a copy recorded already is a no-op ``INSERT``,
+  a failing handler's writes are rolled back to its savepoint and the
+  failure recorded), so a duplicate or a broken handler costs the others
   nothing;
 - anything else (an error from one delivery's statements, a failed commit)
   rolls the whole transaction back, and then every delivery of it is recorded
