@@ -36,6 +36,13 @@ RECORD_DELIVERY: dict[str, Insert] = {
     "sqlite": sqlite_insert(deliveries).on_conflict_do_nothing(),
 }
 
+#: The same, naming the deliveries it wrote (an id missing from the answer had
+#: a copy recorded already). For a group, executemany: SQLAlchemy sends it as
+#: one multi-row INSERT.
+RECORD_DELIVERIES: dict[str, Insert] = {
+    name: stmt.returning(deliveries.c.delivery_id) for name, stmt in RECORD_DELIVERY.items()
+}
+
 #: A recorded delivery handled again (a redelivery of a failed one, or a retry).
 HANDLED_AGAIN: Update = (
     update(deliveries)
