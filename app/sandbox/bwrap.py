@@ -48,6 +48,7 @@ def bwrap_argv(
     as_root: bool,
     seccomp_fd: int,
     sockets: Sequence[tuple[str, Path]] = (),
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
     """The full command line: ``bwrap <options> -- [setpriv ... --] <argv>``.
 
@@ -63,7 +64,7 @@ def bwrap_argv(
         # No nested user namespace (and its fresh capability set). The root
         # path has no user namespace to limit: its seccomp filter denies them.
         out.append("--disable-userns")
-    for step in plan(isolation, writable, sockets):
+    for step in plan(isolation, writable, sockets, tmpfs_bytes=tmpfs_bytes):
         out += _render(step)
     out += ["--chdir", os.path.realpath(cwd)]
     if as_root:
@@ -85,7 +86,8 @@ def _render(step: Step) -> list[str]:
     if kind == "dir":
         return ["--perms", "0755", "--dir", path]
     if kind == "tmpfs":
-        return ["--perms", step[2], "--tmpfs", path]
+        size = ["--size", step[3]] if len(step) > 3 else []
+        return ["--perms", step[2], *size, "--tmpfs", path]
     if kind == "sock":
         return ["--bind", step[2], path]
     if kind == "null":

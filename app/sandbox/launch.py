@@ -79,6 +79,9 @@ def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
         writable=[],
         as_root=as_root,
         seccomp_fd=fd,
+        # Commands get size-limited tmpfs (the disk quota): bwrap before
+        # 0.5 has no --size, and must not pass the probe.
+        tmpfs_bytes=1 << 20,
     )
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=[fd])
@@ -178,6 +181,7 @@ def prepare(
     max_tasks: int | None,
     apply_rlimits: Callable[[], None],
     forwards: Sequence[PortForward] = (),
+    tmpfs_bytes: int | None = None,
 ) -> Launch:
     """What to execute for ``argv``; the caller must call ``cleanup`` afterwards.
 
@@ -206,6 +210,7 @@ def prepare(
             as_root=as_root,
             seccomp_fd=pass_fds[0],
             sockets=sockets,
+            tmpfs_bytes=tmpfs_bytes,
         )
     else:
         mount_point = Path(tempfile.mkdtemp(prefix="repairbot-root-"))
@@ -218,6 +223,7 @@ def prepare(
             as_root=as_root,
             mount_point=mount_point,
             sockets=sockets,
+            tmpfs_bytes=tmpfs_bytes,
         )
     cgroup = CommandCgroup.create(memory_bytes=memory_bytes, max_tasks=max_tasks)
 
@@ -247,6 +253,7 @@ def unshare_argv(
     as_root: bool,
     mount_point: Path,
     sockets: Sequence[tuple[str, Path]] = (),
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
     """``unshare <namespaces> -- python enter.py <spec>``: the fallback backend."""
     out = [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts", "--net"]
@@ -254,7 +261,7 @@ def unshare_argv(
         out += ["--user", "--map-root-user"]
     spec = {
         "root": str(mount_point),
-        "mounts": plan(isolation, writable, sockets),
+        "mounts": plan(isolation, writable, sockets, tmpfs_bytes=tmpfs_bytes),
         "cwd": os.path.realpath(cwd),
         "uid": isolation.uid,
         "gid": isolation.gid,
