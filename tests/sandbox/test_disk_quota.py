@@ -19,10 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from app.agent import AgentRequest, CommandAgent
+from app.agent.base import ProposalRefused
 from app.repo_config import Command
 from app.sandbox import Isolation
 from app.sandbox.quota import DiskQuota, QuotaWatch, measure
 from app.sandbox.runner import CommandRun, ResourceLimits, Sandbox, run_command
+from app.workspace import Workspace
+from tests.sandbox.conftest import Worker
 
 PY = sys.executable
 MiB = 1024 * 1024
@@ -132,6 +136,27 @@ async def test_other_commands_run_on_while_one_is_stopped(place: Place, tmp_path
     assert filler.result.quota_exceeded is not None
     assert neighbour.result.passed, neighbour.output
     assert neighbour.result.quota_exceeded is None
+
+
+async def test_a_command_agent_stopped_at_the_quota_is_refused_at_once(
+    worker: Worker, workspace: Workspace
+) -> None:
+    """Not "exited with status -9" and retried: what it left is refused with the reason."""
+    sandbox = replace(worker.sandbox, limits=ResourceLimits(disk_quota=QUOTA))
+    agent = CommandAgent(Command(shell=FILL_HOME), time_limit=60, sandbox=sandbox)
+    request = AgentRequest(
+        workspace=workspace,
+        issue_title="t",
+        issue_body="b",
+        reproduction=["true"],
+        reproduction_output="",
+    )
+    with pytest.raises(ProposalRefused) as refused:
+        await agent.propose(request)
+    assert refused.value.message == (
+        "the agent was stopped: the workspace exceeded its 16 MiB disk quota"
+    )
+    assert not refused.value.retryable
 
 
 async def test_a_command_within_its_quota_is_not_touched(place: Place) -> None:
