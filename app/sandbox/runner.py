@@ -182,12 +182,13 @@ class CommandResult(BaseModel):
     #: (base setup commands, when the config allows).
     network: bool = False
     #: Why the disk quota stopped it ("the workspace exceeded its N MiB disk
-    #: quota"), or None: then it neither passed nor showed the bug.
+    #: quota"), or None. Such a command was killed (or died of SIGXFSZ), so it
+    #: never passed, and it never showed the bug either.
     quota_exceeded: str | None = None
 
     @property
     def passed(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out and self.quota_exceeded is None
+        return self.exit_code == 0 and not self.timed_out
 
 
 @dataclass(frozen=True)
