@@ -179,12 +179,14 @@ def test_measure_counts_blocks_and_entries_never_following_links(tmp_path: Path)
     inside.mkdir()
     outside.mkdir()
     (outside / "big").write_bytes(bytes(4 * MiB))
-    (inside / "data").write_bytes(bytes(MiB))
-    os.link(inside / "data", inside / "again")  # one file, two names
+    (inside / "sub").mkdir()
+    (inside / "sub" / "data").write_bytes(bytes(MiB))
+    os.link(inside / "sub" / "data", inside / "again")  # one file, two names
     (inside / "link").symlink_to(outside)
-    usage = measure([inside, inside / "data"], DiskQuota(bytes=1 << 40))
+    # Writable paths nest ($HOME inside the checkout, say): each tree once.
+    usage = measure([inside, inside / "sub"], DiskQuota(bytes=1 << 40))
     assert MiB <= usage.bytes < 2 * MiB
-    assert usage.entries == 3
+    assert usage.entries == 4
 
 
 async def test_the_watcher_reports_the_first_limit_passed(tmp_path: Path) -> None:
