@@ -26,6 +26,7 @@ import os
 import stat
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +106,9 @@ class QuotaWatch:
 
     The pause between walks is at least ``quota.interval`` and at least four
     times the last walk's duration, so the watcher uses at most a fifth of a
-    core however large the tree is.
+    core however large the tree is. Walks run on a thread of the watch's own:
+    a long walk must never hold a thread of the loop's default executor,
+    which starts and cleans up every other command.
     """
 
     def __init__(self, paths: Sequence[Path], quota: DiskQuota) -> None:
@@ -115,6 +118,7 @@ class QuotaWatch:
         #: Why, once ``exceeded`` is set.
         self.reason: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._watch())
@@ -124,11 +128,14 @@ class QuotaWatch:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        # A walk under way finishes by itself (it stops at the quota).
+        self._thread.shutdown(wait=False, cancel_futures=True)
 
     async def _watch(self) -> None:
         while True:
             started = time.monotonic()
-            usage = await asyncio.to_thread(measure, self.paths, self.quota)
+            loop = asyncio.get_running_loop()
+            usage = await loop.run_in_executor(self._thread, measure, self.paths, self.quota)
             self.reason = self.quota.exceeded_by(usage)
             if self.reason is not None:
                 self.exceeded.set()

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -197,3 +199,23 @@ async def test_the_watcher_reports_the_first_limit_passed(tmp_path: Path) -> Non
     await asyncio.wait_for(watch.exceeded.wait(), 10)
     await watch.stop()
     assert watch.reason == "the workspace exceeded its quota of 10 files and directories"
+
+
+async def test_the_watcher_needs_no_thread_of_the_default_executor(tmp_path: Path) -> None:
+    """Every thread of the loop's executor busy (other commands starting and
+    cleaning up), the watcher still measures on its own thread."""
+    loop = asyncio.get_running_loop()
+    executor = ThreadPoolExecutor(max_workers=1)
+    loop.set_default_executor(executor)
+    busy = threading.Event()
+    blocked = loop.run_in_executor(None, busy.wait)
+    (tmp_path / "big").write_bytes(bytes(2 * MiB))
+    watch = QuotaWatch([tmp_path], DiskQuota(bytes=MiB, interval=0.01))
+    watch.start()
+    try:
+        await asyncio.wait_for(watch.exceeded.wait(), 10)
+    finally:
+        await watch.stop()
+        busy.set()
+        await blocked
+        executor.shutdown()
