@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from app.engine.errors import ActivityCancelled
 from app.repo_config import Command
@@ -185,6 +185,15 @@ class CommandResult(BaseModel):
     #: quota"), or None. Such a command was killed (or died of SIGXFSZ), so it
     #: never passed, and it never showed the bug either.
     quota_exceeded: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when None: results recorded before the field existed are
+        # part of later activities' inputs, whose hashes replay compares.
+        data: dict[str, Any] = handler(self)
+        if data.get("quota_exceeded", "") is None:
+            del data["quota_exceeded"]
+        return data
 
     @property
     def passed(self) -> bool:
