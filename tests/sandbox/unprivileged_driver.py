@@ -3,7 +3,7 @@
 ``python unprivileged_driver.py '<spec json>'``; started by
 tests/sandbox/test_unprivileged.py under ``setpriv --reuid`` so that the
 worker is not root, as the Dockerfile runs it. Prints one JSON object:
-``{name: {"exit_code": int, "output": str, "backend": str}}``.
+``{name: {"exit_code": int, "output": str, "backend": str, "quota_exceeded": str | None}}``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 from app.repo_config import Command
 from app.sandbox import Isolation, seccomp
 from app.sandbox.egress import EgressPolicy
-from app.sandbox.runner import Sandbox, run_command
+from app.sandbox.quota import DiskQuota
+from app.sandbox.runner import ResourceLimits, Sandbox, run_command
 
 
 def _allow_all(machine: str | None = None) -> bytes:
@@ -35,7 +36,11 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
         hidden=tuple(Path(p) for p in spec.get("hidden", [])),
     )
     egress = EgressPolicy(allow=(), allow_private=tuple(spec.get("allow_private", [])))
-    sandbox = Sandbox(isolation=isolation, egress=egress, heartbeat_interval=0.5)
+    limits = ResourceLimits()
+    if spec.get("quota_mib"):
+        quota = DiskQuota(bytes=spec["quota_mib"] << 20, interval=0.05)
+        limits = ResourceLimits(disk_quota=quota, tmpfs_bytes=spec["quota_mib"] << 19)
+    sandbox = Sandbox(isolation=isolation, egress=egress, limits=limits, heartbeat_interval=0.5)
     ws = Path(spec["workspace"])
     out = {}
     for name, command in spec["commands"].items():
@@ -52,6 +57,7 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
             "exit_code": run.result.exit_code,
             "output": run.output.decode(errors="replace"),
             "backend": run.result.sandbox,
+            "quota_exceeded": run.result.quota_exceeded,
         }
     return out
 
