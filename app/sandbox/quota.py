@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import stat
 import time
@@ -48,6 +49,8 @@ class DiskQuota:
         """Why ``usage`` is over this quota (one line), or None."""
         if usage.bytes > self.bytes:
             return self.bytes_message()
+        if usage.too_long:
+            return "the workspace holds a path too long for its disk quota to be measured"
         if usage.entries > self.entries:
             return f"the workspace exceeded its quota of {self.entries} files and directories"
         return None
@@ -60,6 +63,9 @@ class DiskQuota:
 class Usage:
     bytes: int
     entries: int
+    #: A path too long to open (nested past PATH_MAX with relative mkdir and
+    #: chdir): what lies below it cannot be measured, so it counts as over.
+    too_long: bool = False
 
 
 def measure(paths: Sequence[Path], quota: DiskQuota) -> Usage:
@@ -70,11 +76,19 @@ def measure(paths: Sequence[Path], quota: DiskQuota) -> Usage:
     stack = [str(p) for p in _outermost(paths)]
     while stack:
         directory = stack.pop()
-        with contextlib.suppress(OSError), os.scandir(directory) as listing:
+        try:
+            listing = os.scandir(directory)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return Usage(used, entries, too_long=True)
+            continue  # removed meanwhile
+        with listing:
             for entry in listing:
                 try:
                     info = entry.stat(follow_symlinks=False)
-                except OSError:
+                except OSError as exc:
+                    if exc.errno == errno.ENAMETOOLONG:
+                        return Usage(used, entries, too_long=True)
                     continue  # removed meanwhile
                 entries += 1
                 if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):

@@ -106,6 +106,28 @@ async def test_millions_of_empty_files_are_stopped_at_the_entry_quota(place: Pla
     assert len(os.listdir(place.tmp)) < 10 * QUOTA.entries
 
 
+#: Nests directories past PATH_MAX (relative mkdir and chdir), then fills the
+#: bottom with 1 MiB files: a walk by path names could not see them.
+FILL_TOO_DEEP = """
+import os, time
+for _ in range(30):
+    os.mkdir("d" * 200)
+    os.chdir("d" * 200)
+for i in range(64):
+    with open(f"f{i}", "wb") as out:
+        out.write(bytes(1 << 20))
+time.sleep(60)
+"""
+
+
+async def test_files_below_a_path_too_long_to_open_do_not_hide(place: Place) -> None:
+    run = await place.run(f"cd \"$HOME\" && {PY} -c '{FILL_TOO_DEEP}'")
+    assert run.result.quota_exceeded == (
+        "the workspace holds a path too long for its disk quota to be measured"
+    ), run.output
+    assert not run.result.timed_out
+
+
 async def test_one_sparse_file_cannot_grow_past_the_quota(place: Place) -> None:
     """A sparse file uses no blocks the watcher could see; RLIMIT_FSIZE refuses it."""
     run = await place.run('truncate -s 1G "$HOME/sparse"')
