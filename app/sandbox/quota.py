@@ -49,8 +49,8 @@ class DiskQuota:
         """Why ``usage`` is over this quota (one line), or None."""
         if usage.bytes > self.bytes:
             return self.bytes_message()
-        if usage.too_long:
-            return "the workspace holds a path too long for its disk quota to be measured"
+        if usage.unmeasurable is not None:
+            return f"the workspace holds {usage.unmeasurable}"
         if usage.entries > self.entries:
             return f"the workspace exceeded its quota of {self.entries} files and directories"
         return None
@@ -63,9 +63,18 @@ class DiskQuota:
 class Usage:
     bytes: int
     entries: int
-    #: A path too long to open (nested past PATH_MAX with relative mkdir and
-    #: chdir): what lies below it cannot be measured, so it counts as over.
-    too_long: bool = False
+    #: Why part of the tree could not be measured, or None. What cannot be
+    #: measured counts as over the quota (fail closed): a path nested past
+    #: PATH_MAX (relative mkdir and chdir), or a directory its own user made
+    #: unlistable (``chmod 300``: still writable) where the worker is that
+    #: user (the unprivileged path; root reads everything).
+    unmeasurable: str | None = None
+
+
+_UNMEASURABLE = {
+    errno.ENAMETOOLONG: "a path too long for its disk quota to be measured",
+    errno.EACCES: "a directory its disk quota cannot read",
+}
 
 
 def measure(paths: Sequence[Path], quota: DiskQuota) -> Usage:
@@ -79,16 +88,18 @@ def measure(paths: Sequence[Path], quota: DiskQuota) -> Usage:
         try:
             listing = os.scandir(directory)
         except OSError as exc:
-            if exc.errno == errno.ENAMETOOLONG:
-                return Usage(used, entries, too_long=True)
+            why = _UNMEASURABLE.get(exc.errno or 0)
+            if why is not None:
+                return Usage(used, entries, unmeasurable=why)
             continue  # removed meanwhile
         with listing:
             for entry in listing:
                 try:
                     info = entry.stat(follow_symlinks=False)
                 except OSError as exc:
-                    if exc.errno == errno.ENAMETOOLONG:
-                        return Usage(used, entries, too_long=True)
+                    why = _UNMEASURABLE.get(exc.errno or 0)
+                    if why is not None:
+                        return Usage(used, entries, unmeasurable=why)
                     continue  # removed meanwhile
                 entries += 1
                 if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):

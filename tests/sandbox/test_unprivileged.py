@@ -231,3 +231,16 @@ async def test_the_disk_quota_holds_for_an_unprivileged_worker(worker: Worker, m
     assert "No space left on device" in out["tmp"]["output"]
     assert "refused" in out["tmp"]["output"]
     assert out["after"]["quota_exceeded"] == reason
+
+
+async def test_a_directory_hidden_from_the_quota_stops_the_command(
+    worker: Worker, mode: str
+) -> None:
+    """Unprivileged, the worker is the sandbox user to the kernel: ``chmod 300``
+    leaves a directory writable by the command but unlistable by the watcher.
+    What cannot be measured counts as over (fail closed)."""
+    hide = 'mkdir "$HOME/hidden" && chmod 300 "$HOME/hidden" && sleep 60'
+    out = await as_worker(worker, mode, {"hide": {"shell": hide}}, quota_mib=16)
+    assert out["hide"]["quota_exceeded"] == (
+        "the workspace holds a directory its disk quota cannot read"
+    ), out["hide"]
