@@ -250,7 +250,9 @@ def combined_log(runs: list[tuple[str, CommandRun]], *, reused: bool = False) ->
         )
     for label, run in runs:
         result = run.result
-        if result.timed_out:
+        if result.quota_exceeded is not None:
+            ending = f"[killed: {result.quota_exceeded}]"
+        elif result.timed_out:
             ending = f"[killed: time limit reached after {result.duration_seconds:.1f}s]"
         else:
             ending = f"[exit {result.exit_code} after {result.duration_seconds:.1f}s]"
@@ -289,6 +291,8 @@ async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
         step.status == "failed"
         and failing is not None
         and (failing.timed_out or failing.exit_code not in _NOT_RUN)
+        # Stopped by the disk quota: the command never got to show the bug.
+        and failing.quota_exceeded is None
     )
     if request.baseline_test is not None:  # the caller tells broken commands apart
         reproduced = reproduced and problem is None

@@ -33,6 +33,8 @@ _NO_MODULE = re.compile(r"No module named '?(pytest|unittest)'?")
 
 def cannot_run(result: CommandResult) -> str | None:
     """Why ``result``'s command did not really run (a sentence), or None if it did."""
+    if result.quota_exceeded is not None:
+        return f"it was stopped: {result.quota_exceeded}"
     if result.timed_out or result.exit_code == 0:
         return None
     program = result.command.to_argv()[0]

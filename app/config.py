@@ -17,6 +17,7 @@ from typing import Any
 
 from app.sandbox.egress import DEFAULT_ALLOW, EgressPolicy, parse_destinations
 from app.sandbox.policy import Isolation, parse_mode
+from app.sandbox.quota import DiskQuota
 
 
 class ConfigError(ValueError):
@@ -232,6 +233,10 @@ class Settings:
     #: REPAIRBOT_SANDBOX_READ_ONLY: extra paths (os.pathsep-separated) commands
     #: may read, e.g. a toolchain outside /usr.
     sandbox_read_only: tuple[Path, ...] = ()
+    #: REPAIRBOT_WORKSPACE_QUOTA_MIB: what a command's writable paths (the
+    #: checkout, $HOME, $TMPDIR) may hold; enforced while it runs
+    #: (app/sandbox/quota.py) and before a proposal is taken.
+    workspace_quota_mib: int = 4096
     #: GITHUB_PRIVATE_KEY_FILE: where the key was read from (hidden from commands).
     github_private_key_file: Path | None = None
     #: REPAIRBOT_EGRESS_ALLOW: where a networked sandbox step (the base's setup
@@ -378,6 +383,10 @@ class Settings:
             hidden=tuple(hidden),
         )
 
+    def disk_quota(self) -> DiskQuota:
+        """The workspace's disk quota commands run under (app/sandbox/quota.py)."""
+        return DiskQuota(bytes=self.workspace_quota_mib * 1024 * 1024)
+
     def egress_policy(self) -> EgressPolicy:
         """Where networked sandbox steps may connect (the operator's allow-list)."""
         return EgressPolicy(allow=self.egress_allow, allow_private=self.egress_allow_private)
@@ -459,6 +468,7 @@ class Settings:
             "REPAIRBOT_AGENT_NETWORK": str(self.agent_network).lower(),
             "REPAIRBOT_SANDBOX": self.sandbox,
             "REPAIRBOT_SANDBOX_READ_ONLY": os.pathsep.join(map(str, self.sandbox_read_only)),
+            "REPAIRBOT_WORKSPACE_QUOTA_MIB": str(self.workspace_quota_mib),
             "REPAIRBOT_EGRESS_ALLOW": ",".join(self.egress_allow) or "none",
             "REPAIRBOT_EGRESS_ALLOW_PRIVATE": ",".join(self.egress_allow_private),
         }
@@ -572,8 +582,11 @@ class Settings:
                 Path(p) for p in env.get("REPAIRBOT_SANDBOX_READ_ONLY", "").split(os.pathsep) if p
             ),
             "github_private_key_file": Path(key_path) if key_path else None,
+            "workspace_quota_mib": _int(env, "REPAIRBOT_WORKSPACE_QUOTA_MIB", 4096),
             **_egress(env),
         }
+        if kwargs["workspace_quota_mib"] <= 0:
+            raise ConfigError("REPAIRBOT_WORKSPACE_QUOTA_MIB must be a positive number of MiB")
         if kwargs["arq_poll_delay"] <= 0:
             raise ConfigError("REPAIRBOT_ARQ_POLL_DELAY must be a positive number of seconds")
         secret = kwargs["session_secret"]

@@ -442,7 +442,7 @@ def workspace_usage(ws: Workspace, *, limit: int) -> int:
             with contextlib.suppress(OSError):
                 used += os.lstat(os.path.join(directory, name)).st_blocks * 512
         if used > limit:
-            raise QuotaExceeded(f"the workspace holds more than its quota of {limit} bytes")
+            raise QuotaExceeded(f"the workspace exceeded its {limit // (1 << 20)} MiB disk quota")
     return used
 
 

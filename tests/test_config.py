@@ -98,3 +98,15 @@ def test_the_sandbox_hides_the_data_dir_key_file_database_and_home(tmp_path: Pat
     assert isolation.read_only == (Path("/opt/tools"), Path("/srv/sdk"))
     with pytest.raises(ConfigError, match="REPAIRBOT_SANDBOX"):
         Settings.from_env({"REPAIRBOT_SANDBOX": "chroot"})
+
+
+def test_the_workspace_quota_is_set_in_mib_and_must_be_positive() -> None:
+    assert Settings.from_env({}).disk_quota().bytes == 4096 << 20
+    settings = Settings.from_env({"REPAIRBOT_WORKSPACE_QUOTA_MIB": "64"})
+    assert settings.disk_quota().bytes == 64 << 20
+    assert Settings.from_env(settings.to_env()).workspace_quota_mib == 64
+    for bad in ("0", "-5"):
+        with pytest.raises(ConfigError, match="REPAIRBOT_WORKSPACE_QUOTA_MIB must be a positive"):
+            Settings.from_env({"REPAIRBOT_WORKSPACE_QUOTA_MIB": bad})
+    with pytest.raises(ConfigError, match="REPAIRBOT_WORKSPACE_QUOTA_MIB must be an integer"):
+        Settings.from_env({"REPAIRBOT_WORKSPACE_QUOTA_MIB": "4G"})

@@ -122,13 +122,14 @@ REFUSED_WORKSPACES = (DiffTooLarge, NestedGitRefused, QuotaExceeded)
 
 
 async def proposal_diff(
-    ws: Workspace, baseline: str, *, transcript: bytes = b""
+    ws: Workspace, baseline: str, *, transcript: bytes = b"", quota_bytes: int | None = None
 ) -> tuple[str, list[str]]:
     """The diff the agent left and the paths it changes; raises
     :class:`ProposalRefused` when the workspace is over its disk quota,
     holds a nested ``.git`` or makes a diff over the cap."""
     try:
-        await asyncio.to_thread(workspace_usage, ws, limit=LIMITS.quota_bytes)
+        limit = LIMITS.quota_bytes if quota_bytes is None else quota_bytes
+        await asyncio.to_thread(workspace_usage, ws, limit=limit)
         patch = await diff_from(ws, baseline)
     except REFUSED_WORKSPACES as exc:
         raise ProposalRefused(f"the proposal was refused: {exc}", transcript=transcript) from None

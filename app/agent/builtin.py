@@ -171,7 +171,12 @@ class BuiltinAgent(Agent):
                 continue
             self._check(journal)
             await self._model_turn(journal)
-        patch, changed = await proposal_diff(ws, baseline, transcript=self._transcript(journal))
+        patch, changed = await proposal_diff(
+            ws,
+            baseline,
+            transcript=self._transcript(journal),
+            quota_bytes=self.sandbox.limits.quota_bytes,
+        )
         return AgentProposal(
             patch=patch,
             summary=done.output,

@@ -36,7 +36,14 @@ from typing import Any
 
 import httpx
 
-from app.agent.base import Agent, AgentFailed, AgentProposal, AgentRequest, proposal_diff
+from app.agent.base import (
+    Agent,
+    AgentFailed,
+    AgentProposal,
+    AgentRequest,
+    ProposalRefused,
+    proposal_diff,
+)
 from app.agent.prompt import feedback_for_model
 from app.agent.proxy import ModelProxy, Upstream
 from app.agent.untrusted import DATA_NOTICE, issue_for_model, strip_invisible, visible_text
@@ -102,6 +109,12 @@ class CommandAgent(Agent):
             network=self.network,
             **forwards,
         )
+        if run.result.quota_exceeded is not None:
+            # Stopped at the limit: what it left is refused, and another try
+            # would fill the disk again.
+            raise ProposalRefused(
+                f"the agent was stopped: {run.result.quota_exceeded}", transcript=run.output
+            )
         if run.result.timed_out:
             raise AgentFailed(
                 f"the agent did not finish within {self.time_limit:g}s", transcript=run.output
@@ -111,7 +124,10 @@ class CommandAgent(Agent):
                 f"the agent exited with status {run.result.exit_code}", transcript=run.output
             )
         report = await _read_report(Path(env["REPAIRBOT_RESULT_FILE"]))
-        patch, changed = await proposal_diff(ws, request.diff_base, transcript=run.output)
+        quota = (self.sandbox or Sandbox()).limits.quota_bytes
+        patch, changed = await proposal_diff(
+            ws, request.diff_base, transcript=run.output, quota_bytes=quota
+        )
         return AgentProposal(
             patch=patch,
             summary=str(report.get("summary") or "").strip(),

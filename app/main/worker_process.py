@@ -34,7 +34,7 @@ from app.main.catalog import build_registry
 from app.main.startup_line import log_startup
 from app.operations.metrics import metered_transport
 from app.repo_config import AgentConfig, Command
-from app.sandbox.runner import Sandbox
+from app.sandbox.runner import ResourceLimits, Sandbox
 from app.secrets import KnownSecrets, RedactingFilter
 from app.workspace import sweep_workspaces
 
@@ -57,7 +57,11 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     deps = Dependencies(
         settings,
         open_evidence_store(settings, engine),
-        Sandbox(isolation=settings.isolation(), egress=settings.egress_policy()),
+        Sandbox(
+            isolation=settings.isolation(),
+            egress=settings.egress_policy(),
+            limits=ResourceLimits(disk_quota=settings.disk_quota()),
+        ),
         policy,
         agent_http,
         known,

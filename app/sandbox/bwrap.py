@@ -49,6 +49,7 @@ def bwrap_argv(
     seccomp_fd: int,
     userns_fd: int | None,
     sockets: Sequence[tuple[str, Path]] = (),
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
     """The full command line: ``bwrap <options> -- setpriv ... -- <argv>``.
 
@@ -62,7 +63,7 @@ def bwrap_argv(
     out += ["--seccomp", str(seccomp_fd)]
     if userns_fd is not None:
         out += ["--userns", str(userns_fd)]
-    for step in plan(isolation, writable, sockets):
+    for step in plan(isolation, writable, sockets, tmpfs_bytes=tmpfs_bytes):
         out += _render(step)
     out += ["--chdir", os.path.realpath(cwd)]
     out += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
@@ -81,7 +82,8 @@ def _render(step: Step) -> list[str]:
     if kind == "dir":
         return ["--perms", "0755", "--dir", path]
     if kind == "tmpfs":
-        return ["--perms", step[2], "--tmpfs", path]
+        size = ["--size", step[3]] if len(step) > 3 else []
+        return ["--perms", step[2], *size, "--tmpfs", path]
     if kind == "sock":
         return ["--bind", step[2], path]
     if kind == "null":

@@ -18,6 +18,7 @@ import ctypes
 import fcntl
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -90,7 +91,8 @@ def build(spec: dict) -> None:  # type: ignore[type-arg]
             bind(path, target, read_only=kind == "ro")
         elif kind == "tmpfs":
             os.makedirs(target, exist_ok=True)
-            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={item[2]}")
+            size = f",size={item[3]}" if len(item) > 3 else ""
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={item[2]}{size}")
         elif kind == "null":
             bind("/dev/null", target, read_only=True)
         elif kind == "sock":
@@ -158,6 +160,11 @@ def main() -> None:
         print(f"repairbot sandbox (unshare): {exc}", file=sys.stderr)
         sys.exit(125)
     argv = spec["argv"]
+    # Python ignores SIGXFSZ and SIGPIPE and an ignored signal survives exec:
+    # the command must die of SIGXFSZ at RLIMIT_FSIZE (the disk quota), as
+    # under bwrap, and of SIGPIPE like any program.
+    for number in (signal.SIGXFSZ, signal.SIGPIPE):
+        signal.signal(number, signal.SIG_DFL)
     try:
         os.execvp(argv[0], argv)  # noqa: S606 (argv, never a shell string)
     except OSError as exc:

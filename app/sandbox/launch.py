@@ -107,6 +107,9 @@ def _probe_bwrap(bwrap: str, ids: Subordinate | None, uid: int, gid: int) -> str
         writable=[],
         seccomp_fd=fd,
         userns_fd=userns.fd if userns else None,
+        # Commands get size-limited tmpfs (the disk quota): bwrap before
+        # 0.5 has no --size, and must not pass the probe.
+        tmpfs_bytes=1 << 20,
     )
     fds = [fd, userns.fd] if userns else [fd]
     try:
@@ -224,6 +227,7 @@ def prepare(
     max_tasks: int | None,
     apply_rlimits: Callable[[], None],
     forwards: Sequence[PortForward] = (),
+    tmpfs_bytes: int | None = None,
 ) -> Launch:
     """What to execute for ``argv``; the caller must call ``cleanup`` afterwards.
 
@@ -231,7 +235,7 @@ def prepare(
     :mod:`app.sandbox.forward`) are its only ways out.
     """
     backend = backend_for(isolation)
-    limits = _Limits(memory_bytes, max_tasks, apply_rlimits)
+    limits = _Limits(memory_bytes, max_tasks, apply_rlimits, tmpfs_bytes)
     userns = None
     if backend != "none" and _as_root():
         for path in writable:
@@ -251,6 +255,8 @@ class _Limits:
     memory_bytes: int | None
     max_tasks: int | None
     apply_rlimits: Callable[[], None]
+    #: The size of the sandbox's own /tmp and /dev/shm (the disk quota).
+    tmpfs_bytes: int | None = None
 
 
 def _launch(
@@ -282,6 +288,7 @@ def _launch(
             seccomp_fd=seccomp_fd,
             userns_fd=userns.fd if userns is not None else None,
             sockets=sockets,
+            tmpfs_bytes=limits.tmpfs_bytes,
         )
     else:
         mount_point = Path(tempfile.mkdtemp(prefix="repairbot-root-"))
@@ -294,6 +301,7 @@ def _launch(
             mount_point=mount_point,
             userns_fd=userns.fd if userns is not None else None,
             sockets=sockets,
+            tmpfs_bytes=limits.tmpfs_bytes,
         )
     cgroup = CommandCgroup.create(memory_bytes=limits.memory_bytes, max_tasks=limits.max_tasks)
 
@@ -324,6 +332,7 @@ def unshare_argv(
     mount_point: Path,
     userns_fd: int | None,
     sockets: Sequence[tuple[str, Path]] = (),
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
     """``[nsenter --user] unshare <namespaces> -- python enter.py <spec>``: the
     fallback backend. ``userns_fd``: an unprivileged worker's user namespace
@@ -334,7 +343,7 @@ def unshare_argv(
     out += [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts", "--net"]
     spec = {
         "root": str(mount_point),
-        "mounts": plan(isolation, writable, sockets),
+        "mounts": plan(isolation, writable, sockets, tmpfs_bytes=tmpfs_bytes),
         "cwd": os.path.realpath(cwd),
         "uid": isolation.uid,
         "gid": isolation.gid,

@@ -10,6 +10,7 @@ writable paths last. Steps are tuples so they travel as JSON::
     ("symlink", path, target)  /bin -> usr/bin on merged-/usr systems
     ("dir", path)              a world-readable directory leading to a mount
     ("tmpfs", path, mode)      an empty tmpfs
+    ("tmpfs", path, mode, n)   an empty tmpfs of at most n bytes
     ("null", path)             /dev/null over a hidden file
     ("proc", path), ("dev", path)
     ("sock", path, source)     a unix socket from outside (a port forward)
@@ -27,9 +28,14 @@ Step = tuple[str, ...]
 
 
 def plan(
-    isolation: Isolation, writable: Sequence[Path], sockets: Sequence[tuple[str, Path]] = ()
+    isolation: Isolation,
+    writable: Sequence[Path],
+    sockets: Sequence[tuple[str, Path]] = (),
+    *,
+    tmpfs_bytes: int | None = None,
 ) -> list[Step]:
-    """The mount steps; ``sockets`` are (path inside, socket outside) pairs."""
+    """The mount steps; ``sockets`` are (path inside, socket outside) pairs;
+    ``tmpfs_bytes`` bounds the sandbox's writable tmpfs (``/tmp``, ``/dev/shm``)."""
     mounts = _Mounts()
     for system in SYSTEM_PATHS:
         path = Path(system)
@@ -41,8 +47,8 @@ def plan(
     mounts.add(("dev", "/dev"), Path("/dev"), tmpfs=False)
     # POSIX semaphores and shared memory (multiprocessing's locks and queues)
     # live in /dev/shm; the sandbox user must be able to create them there.
-    mounts.tmpfs(Path("/dev/shm"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
-    mounts.tmpfs(Path("/tmp"), mode="1777")  # noqa: S108 (the sandbox's own, empty)
+    mounts.tmpfs(Path("/dev/shm"), mode="1777", size=tmpfs_bytes)  # noqa: S108 (its own, empty)
+    mounts.tmpfs(Path("/tmp"), mode="1777", size=tmpfs_bytes)  # noqa: S108 (its own, empty)
     for path in isolation.visible_paths():  # after /tmp: one may lie under it
         mounts.bind("ro", path)
     for hidden in isolation.hidden:
@@ -84,8 +90,9 @@ class _Mounts:
     def bind(self, kind: str, path: Path) -> None:
         self.add((kind, str(path)), path, tmpfs=False)
 
-    def tmpfs(self, path: Path, *, mode: str = "0755") -> None:
-        self.add(("tmpfs", str(path), mode), path, tmpfs=True)
+    def tmpfs(self, path: Path, *, mode: str = "0755", size: int | None = None) -> None:
+        step = ("tmpfs", str(path), mode) if size is None else ("tmpfs", str(path), mode, str(size))
+        self.add(step, path, tmpfs=True)
 
     def mask(self, path: Path) -> None:
         """Hide ``path`` if something mounted so far shows it."""

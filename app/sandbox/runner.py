@@ -48,9 +48,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from app.engine import ActivityCancelled
 from app.repo_config import Command
@@ -58,6 +58,7 @@ from app.sandbox import Isolation, Launch, prepare
 from app.sandbox.egress import EgressPolicy, egress, proxy_env
 from app.sandbox.forward import PortForward
 from app.sandbox.mounts import plan, shows
+from app.sandbox.quota import DiskQuota, QuotaWatch
 
 log = logging.getLogger("repairbot.sandbox")
 
@@ -101,13 +102,28 @@ class ResourceLimits:
     #: Tasks (processes and threads) of the whole command tree (cgroup
     #: ``pids.max``): stops a fork bomb whatever the user id.
     tasks: int | None = 1024
+    #: What the writable paths may hold together, enforced while the command
+    #: runs (:mod:`app.sandbox.quota`); also caps every single file.
+    disk_quota: DiskQuota | None = field(default_factory=lambda: DiskQuota(bytes=4 * _GiB))
+    #: Size of each of the sandbox's own tmpfs (``/tmp``, ``/dev/shm``): memory.
+    tmpfs_bytes: int | None = 512 * 1024 * 1024
+
+    @property
+    def quota_bytes(self) -> int | None:
+        return self.disk_quota.bytes if self.disk_quota is not None else None
+
+    @property
+    def file_size_limit(self) -> int | None:
+        """``RLIMIT_FSIZE``: no single file may outgrow the disk quota either."""
+        known = [size for size in (self.file_size_bytes, self.quota_bytes) if size is not None]
+        return min(known) if known else None
 
     def apply(self) -> None:
         """Lower the limits of the calling process (runs in the child, pre-exec)."""
         for kind, value in (
             (resource.RLIMIT_CPU, self.cpu_seconds),
             (resource.RLIMIT_AS, self.address_space_bytes),
-            (resource.RLIMIT_FSIZE, self.file_size_bytes),
+            (resource.RLIMIT_FSIZE, self.file_size_limit),
             (resource.RLIMIT_NPROC, self.processes),
             (resource.RLIMIT_NOFILE, self.open_files),
             (resource.RLIMIT_CORE, self.core_file_bytes),
@@ -170,6 +186,19 @@ class CommandResult(BaseModel):
     #: Whether it could reach the allow-listed hosts through the egress proxy
     #: (base setup commands, when the config allows).
     network: bool = False
+    #: Why the disk quota stopped it ("the workspace exceeded its N MiB disk
+    #: quota"), or None. Such a command was killed (or died of SIGXFSZ), so it
+    #: never passed, and it never showed the bug either.
+    quota_exceeded: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when None: results recorded before the field existed are
+        # part of later activities' inputs, whose hashes replay compares.
+        data: dict[str, Any] = handler(self)
+        if data.get("quota_exceeded", "") is None:
+            del data["quota_exceeded"]
+        return data
 
     @property
     def passed(self) -> bool:
@@ -388,9 +417,12 @@ async def _launch(
         memory_bytes=sandbox.limits.memory_bytes,
         max_tasks=sandbox.limits.tasks,
         apply_rlimits=sandbox.limits.apply,
+        tmpfs_bytes=sandbox.limits.tmpfs_bytes,
     )
     try:
-        return await _run(command, launch, cwd, env, time_limit, network, sandbox, heartbeat)
+        return await _run(
+            command, launch, cwd, env, writable, time_limit, network, sandbox, heartbeat
+        )
     finally:
         problem = await asyncio.to_thread(launch.cleanup)
         if problem is not None:
@@ -403,6 +435,7 @@ async def _run(
     launch: Launch,
     cwd: Path,
     env: dict[str, str],
+    writable: Sequence[Path],
     time_limit: float,
     network: bool,
     sandbox: Sandbox,
@@ -428,10 +461,15 @@ async def _run(
         # What a shell would report (127 / 126): the repository's command is
         # wrong, which is a result to show, not an infrastructure failure.
         return _not_started(command, exc, 127 if isinstance(exc, FileNotFoundError) else 126)
+    quota = sandbox.limits.disk_quota
+    watch = QuotaWatch(writable, quota) if quota is not None else None
     timed_out = False
     try:
-        timed_out = await _supervise(
+        if watch is not None:
+            watch.start()
+        ending = await _supervise(
             protocol.exited,
+            stop=watch.exceeded if watch is not None else None,
             deadline=started + time_limit,
             interval=sandbox.heartbeat_interval,
             heartbeat=heartbeat,
@@ -441,7 +479,10 @@ async def _run(
                 "output_bytes": capture.total,
             },
         )
+        timed_out = ending == "timed-out"
     finally:
+        if watch is not None:
+            await watch.stop()
         # Always: a command that exited may have left children behind, and an
         # exception (cancellation, lost lease) must not leave anything running.
         _kill_group(transport.get_pid())
@@ -453,6 +494,9 @@ async def _run(
     if launch.backend == "bwrap" and 128 < exit_code <= 128 + 64:
         # bwrap reports a command killed by signal N as 128 + N, like a shell.
         exit_code = 128 - exit_code
+    over_quota = _over_quota(ending, watch, exit_code, quota)
+    if over_quota is not None:
+        capture.feed(f"\n[repairbot: stopped: {over_quota}]\n".encode())
     head, tail = capture.excerpts(
         sandbox.output.excerpt_head_bytes, sandbox.output.excerpt_tail_bytes
     )
@@ -467,8 +511,22 @@ async def _run(
         output_tail=tail,
         sandbox=launch.backend,
         network=network,
+        quota_exceeded=over_quota,
     )
     return CommandRun(result=result, output=capture.captured())
+
+
+def _over_quota(
+    ending: str, watch: QuotaWatch | None, exit_code: int, quota: DiskQuota | None
+) -> str | None:
+    """Why the disk quota ended the command, or None: the watcher killed it,
+    or the command died of SIGXFSZ (a file grew past ``RLIMIT_FSIZE``, which
+    is never above the quota), directly or as a shell reports its child's."""
+    if ending == "quota" and watch is not None:
+        return watch.reason
+    if quota is not None and exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        return quota.bytes_message()
+    return None
 
 
 def _missing_program(program: str, *, cwd: Path, path: str) -> OSError | None:
@@ -531,24 +589,38 @@ def _not_started(command: Command, exc: OSError, code: int) -> CommandRun:
     return CommandRun(result=result, output=message.encode())
 
 
+Ending = Literal["exited", "timed-out", "quota"]
+
+
 async def _supervise(
     exited: asyncio.Future[None],
     *,
+    stop: asyncio.Event | None,
     deadline: float,
     interval: float,
     heartbeat: Heartbeat | None,
     progress: Callable[[], dict[str, Any]],
-) -> bool:
-    """Wait for exit; heartbeat meanwhile. True if the time limit passed first."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return True
-        done, _ = await asyncio.wait({exited}, timeout=min(interval, remaining))
-        if done:
-            return False
-        if heartbeat is not None and await heartbeat(progress()):
-            raise ActivityCancelled("cancellation requested while a command was running")
+) -> Ending:
+    """Wait for exit, the time limit, or ``stop`` (the disk quota); heartbeat meanwhile."""
+    stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timed-out"
+            waited: set[asyncio.Future[Any]] = {exited} if stopped is None else {exited, stopped}
+            done, _ = await asyncio.wait(
+                waited, timeout=min(interval, remaining), return_when=asyncio.FIRST_COMPLETED
+            )
+            if exited in done:
+                return "exited"
+            if stopped is not None and stopped in done:
+                return "quota"
+            if heartbeat is not None and await heartbeat(progress()):
+                raise ActivityCancelled("cancellation requested while a command was running")
+    finally:
+        if stopped is not None:
+            stopped.cancel()
 
 
 def _make_dirs(*directories: Path) -> None:

@@ -13,6 +13,8 @@ from activities.workspace import WorkspaceSpec
 from app.engine._errors import ActivityCancelled
 from app.evidence import EvidenceStore
 from app.repo_config import Command
+from app.sandbox.quota import DiskQuota
+from app.sandbox.runner import ResourceLimits, Sandbox
 from tests.activities.support import PY, REPRO, TESTS, RecordingContext, call, with_patch
 from tests.agent.sample_repo import FIX_DIFF, REPRO_ARGV
 
@@ -230,6 +232,25 @@ async def test_a_reproduction_that_cannot_run_is_not_a_reproduced_bug(
     result = await call(run_reproduction, actx, payload)
     assert result["reproduced"] is False
     assert says in result["cannot_run"]
+
+
+async def test_a_reproduction_stopped_by_the_disk_quota_is_not_a_reproduced_bug(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """Killed at the quota, the command never got to show the bug: not
+    reproduced (even with no test command to tell broken ones apart), and
+    the log and ``cannot_run`` say why."""
+    limits = ResourceLimits(disk_quota=DiskQuota(bytes=8 << 20, interval=0.05))
+    actx.deps.add(Sandbox(limits=limits, heartbeat_interval=0.05))
+    fill = Command(
+        shell='i=0; while :; do head -c 1048576 /dev/zero > "$HOME/f$i"; i=$((i+1)); done'
+    )
+    result = await call(run_reproduction, actx, step(spec, fill))
+    assert (result["status"], result["reproduced"]) == ("failed", False)
+    reason = "the workspace exceeded its 8 MiB disk quota"
+    assert result["cannot_run"] == f"it was stopped: {reason}"
+    assert result["results"][0]["quota_exceeded"] == reason
+    assert evidence.get(result["log"]["sha256"]).endswith(f"[killed: {reason}]\n".encode())
 
 
 async def test_a_test_command_that_cannot_run_is_told(

@@ -256,3 +256,39 @@ async def test_a_networked_step_reaches_the_registry_and_nothing_else(
     assert "registry-ok" in got["fetch"]["output"], got["fetch"]
     assert got["direct"]["output"].split().count("blocked") == 3, got["direct"]
     assert len(got_requests) == 1
+
+
+async def test_the_disk_quota_holds_for_an_unprivileged_worker(worker: Worker, mode: str) -> None:
+    """The Dockerfile's worker: no root, so no loop device or project quota,
+    yet the watcher, RLIMIT_FSIZE and the tmpfs size all hold."""
+    fill = 'i=0; while :; do head -c 1048576 /dev/zero > "$HOME/f$i"; i=$((i+1)); done'
+    out = await as_worker(
+        worker,
+        mode,
+        {  # in this order: a workspace over its quota stops every later command at once
+            "tmp": {"shell": "head -c 33554432 /dev/zero > /tmp/x || echo refused"},
+            "sparse": {"shell": 'truncate -s 1G "$TMPDIR/sparse"'},
+            "fill": {"shell": fill},
+            "after": {"shell": "true"},
+        },
+        quota_mib=16,
+    )
+    reason = "the workspace exceeded its 16 MiB disk quota"
+    assert out["fill"]["quota_exceeded"] == reason, out["fill"]
+    assert out["sparse"]["quota_exceeded"] == reason, out["sparse"]
+    assert "No space left on device" in out["tmp"]["output"]
+    assert "refused" in out["tmp"]["output"]
+    assert out["after"]["quota_exceeded"] == reason
+
+
+async def test_a_directory_hidden_from_the_quota_stops_the_command(
+    worker: Worker, mode: str
+) -> None:
+    """Unprivileged, the worker is the sandbox user to the kernel: ``chmod 300``
+    leaves a directory writable by the command but unlistable by the watcher.
+    What cannot be measured counts as over (fail closed)."""
+    hide = 'mkdir "$HOME/hidden" && chmod 300 "$HOME/hidden" && sleep 60'
+    out = await as_worker(worker, mode, {"hide": {"shell": hide}}, quota_mib=16)
+    assert out["hide"]["quota_exceeded"] == (
+        "the workspace holds a directory its disk quota cannot read"
+    ), out["hide"]

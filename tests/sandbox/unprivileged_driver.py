@@ -3,7 +3,8 @@
 ``python unprivileged_driver.py '<spec json>'``; started by
 tests/sandbox/test_unprivileged.py under ``setpriv --reuid`` so that the
 worker is not root, as the Dockerfile runs it. Prints one JSON object:
-``{name: {"exit_code": int, "output": str, "backend": str}}``, then, when the
+``{name: {"exit_code": int, "output": str, "backend": str, "quota_exceeded":
+str | None}}``, then, when the
 spec asks, what the worker finds afterwards: ``"read_back"`` (each named
 workspace file's text and owner, or the error) and ``"removed"`` (whether
 the worker could remove a directory the commands made), ``"left_owner"`` and
@@ -26,7 +27,8 @@ from typing import Any
 from app.repo_config import Command
 from app.sandbox import Isolation, SandboxUnavailable, seccomp
 from app.sandbox.egress import EgressPolicy
-from app.sandbox.runner import Sandbox, run_command
+from app.sandbox.quota import DiskQuota
+from app.sandbox.runner import ResourceLimits, Sandbox, run_command
 from app.sandbox.userns import UserNamespace
 from app.workspace import remove_workspace
 
@@ -48,7 +50,11 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
         hidden=tuple(Path(p) for p in spec.get("hidden", [])),
     )
     egress = EgressPolicy(allow=(), allow_private=tuple(spec.get("allow_private", [])))
-    sandbox = Sandbox(isolation=isolation, egress=egress, heartbeat_interval=0.5)
+    limits = ResourceLimits()
+    if spec.get("quota_mib"):
+        quota = DiskQuota(bytes=spec["quota_mib"] << 20, interval=0.05)
+        limits = ResourceLimits(disk_quota=quota, tmpfs_bytes=spec["quota_mib"] << 19)
+    sandbox = Sandbox(isolation=isolation, egress=egress, limits=limits, heartbeat_interval=0.5)
     ws = Path(spec["workspace"])
     out: dict[str, Any] = {}
     for name, command in spec["commands"].items():
@@ -60,6 +66,7 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
             "exit_code": run.result.exit_code,
             "output": run.output.decode(errors="replace"),
             "backend": run.result.sandbox,
+            "quota_exceeded": run.result.quota_exceeded,
         }
     if "read_back" in spec:
         out["read_back"] = {rel: _read(ws / rel) for rel in spec["read_back"]}

@@ -1,0 +1,169 @@
+"""The workspace's disk quota, enforced while a sandboxed command runs.
+
+Three mechanisms, each for what the others cannot see (docs/security.md):
+
+- ``RLIMIT_FSIZE`` at the quota (:class:`~app.sandbox.runner.ResourceLimits`):
+  the kernel refuses to grow any one file past it, sparse files included
+  (``EFBIG`` / ``SIGXFSZ``), at once and whatever the write rate.
+- Size-limited tmpfs for the sandbox's own ``/tmp`` and ``/dev/shm``
+  (:mod:`app.sandbox.mounts`): they are memory, not the workspace, and
+  ``ENOSPC`` stops a command that fills them.
+- This module's watcher: the writable paths (checkout, ``$HOME``,
+  ``$TMPDIR``, scratch) are measured while the command runs (blocks
+  actually used and entries, links never followed) and the whole sandbox is
+  killed when either passes its limit. It catches many small files and
+  millions of empty ones (inode exhaustion), which no per-file limit sees.
+  It polls, so a fast writer can overshoot by what it writes in one period;
+  the period adapts to the cost of a walk so a big tree does not eat the
+  worker's CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import stat
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+_MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiskQuota:
+    """What the writable paths of one command may hold together."""
+
+    bytes: int
+    #: Files, directories and links (a command creating millions of empty
+    #: files uses no blocks but exhausts the host's inodes).
+    entries: int = 1_000_000
+    #: Seconds between two measurements, at least (see :class:`QuotaWatch`).
+    interval: float = 0.2
+
+    def exceeded_by(self, usage: Usage) -> str | None:
+        """Why ``usage`` is over this quota (one line), or None."""
+        if usage.bytes > self.bytes:
+            return self.bytes_message()
+        if usage.unmeasurable is not None:
+            return f"the workspace holds {usage.unmeasurable}"
+        if usage.entries > self.entries:
+            return f"the workspace exceeded its quota of {self.entries} files and directories"
+        return None
+
+    def bytes_message(self) -> str:
+        return f"the workspace exceeded its {self.bytes // _MiB} MiB disk quota"
+
+
+@dataclass(frozen=True)
+class Usage:
+    bytes: int
+    entries: int
+    #: Why part of the tree could not be measured, or None. What cannot be
+    #: measured counts as over the quota (fail closed): a path nested past
+    #: PATH_MAX (relative mkdir and chdir), or a directory its own user made
+    #: unlistable (``chmod 300``: still writable) where the worker is that
+    #: user (the unprivileged path; root reads everything).
+    unmeasurable: str | None = None
+
+
+_UNMEASURABLE = {
+    errno.ENAMETOOLONG: "a path too long for its disk quota to be measured",
+    errno.EACCES: "a directory its disk quota cannot read",
+}
+
+
+def measure(paths: Sequence[Path], quota: DiskQuota) -> Usage:
+    """Blocks used and entries under ``paths`` (links not followed, hard
+    links counted once); stops as soon as either passes ``quota``."""
+    used = entries = 0
+    seen: set[tuple[int, int]] = set()
+    stack = [str(p) for p in _outermost(paths)]
+    while stack:
+        directory = stack.pop()
+        try:
+            listing = os.scandir(directory)
+        except OSError as exc:
+            why = _UNMEASURABLE.get(exc.errno or 0)
+            if why is not None:
+                return Usage(used, entries, unmeasurable=why)
+            continue  # removed meanwhile
+        with listing:
+            for entry in listing:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError as exc:
+                    why = _UNMEASURABLE.get(exc.errno or 0)
+                    if why is not None:
+                        return Usage(used, entries, unmeasurable=why)
+                    continue  # removed meanwhile
+                entries += 1
+                if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+                    key = (info.st_dev, info.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                used += info.st_blocks * 512
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(entry.path)
+                if used > quota.bytes or entries > quota.entries:
+                    return Usage(used, entries)
+    return Usage(used, entries)
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """Each tree once: a path inside another one listed is already counted."""
+    real = sorted({Path(os.path.realpath(p)) for p in paths}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in real:
+        if not any(k == path or k in path.parents for k in kept):
+            kept.append(path)
+    return kept
+
+
+class QuotaWatch:
+    """Measures ``paths`` in a thread until stopped; ``exceeded`` is set (and
+    awaitable) once they hold more than ``quota`` allows.
+
+    The pause between walks is at least ``quota.interval`` and at least four
+    times the last walk's duration, so the watcher uses at most a fifth of a
+    core however large the tree is. Walks run on a thread of the watch's own:
+    a long walk must never hold a thread of the loop's default executor,
+    which starts and cleans up every other command.
+    """
+
+    def __init__(self, paths: Sequence[Path], quota: DiskQuota) -> None:
+        self.paths = list(paths)
+        self.quota = quota
+        self.exceeded = asyncio.Event()
+        #: Why, once ``exceeded`` is set.
+        self.reason: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # A walk under way finishes by itself (it stops at the quota).
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    async def _watch(self) -> None:
+        while True:
+            started = time.monotonic()
+            loop = asyncio.get_running_loop()
+            usage = await loop.run_in_executor(self._thread, measure, self.paths, self.quota)
+            self.reason = self.quota.exceeded_by(usage)
+            if self.reason is not None:
+                self.exceeded.set()
+                return
+            took = time.monotonic() - started
+            await asyncio.sleep(max(self.quota.interval, 4 * took))
