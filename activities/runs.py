@@ -13,11 +13,14 @@ from app.engine.policy import RetryPolicy, Timeouts
 from app.engine.registry import activity
 from app.engine.runtime import Runtime
 from app.engine.tables import OPEN_STATUSES, PARKED_STATUSES
+from app.run_actions import landed
 from app.workflows.contracts import RunRequest
 from app.workflows.ids import REPAIR_WORKFLOW, request_workflow_id
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
 DB_TIMEOUTS = Timeouts(start_to_close=60)
+#: :class:`StartResult` ``reason`` of a retry refused because the run's fix was merged.
+MERGED = "merged"
 
 
 class CancelInput(BaseModel):
@@ -39,6 +42,7 @@ class StartResult(BaseModel):
 
     run_id: str
     created: bool
+    #: Why no run was started: ``still running`` or ``merged``.
     reason: str | None = None
 
 
@@ -85,13 +89,20 @@ async def cancel_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
 
 @activity("runs.retry_repair", retry=DB, timeouts=DB_TIMEOUTS)
 async def retry_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    """Start a fresh run after one that ended or was parked; never beside an active one."""
+    """Start a fresh run after one that ended or was parked; never beside an
+    active one, nor after one whose fix was merged (the dashboard's rule too)."""
     request = parse_input(RetryInput, raw)
     runtime = actx.dep(Runtime)
     workflow_id = _workflow_id(request.request)
     latest = await runtime.read(runtime.store.find_run, workflow_id)
     if latest is not None and latest.status in OPEN_STATUSES:
         return StartResult(run_id=latest.run_id, created=False, reason="still running").model_dump(
+            mode="json"
+        )
+    if latest is not None and landed(latest):
+        # The fix is on the base branch: another run would repair code that no
+        # longer has the bug (or fight a revert a human decides on).
+        return StartResult(run_id=latest.run_id, created=False, reason=MERGED).model_dump(
             mode="json"
         )
     if latest is not None and latest.status in PARKED_STATUSES:

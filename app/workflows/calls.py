@@ -3,6 +3,15 @@
 The engine records activity inputs and results as JSON. ``call`` dumps the
 activity's ``Input`` model on the way in and validates its ``Result`` model on
 the way out, so workflow code never indexes a dict.
+
+It also waits out a suspended installation: GitHub refuses every call of a
+suspended installation (403 "This installation has been suspended"), which
+the activity reports as :class:`InstallationSuspended` without retrying.
+The run then parks on a durable signal (holding no worker) until
+``installation.unsuspend`` sends :data:`INSTALLATION_RESUMED`, and calls the
+activity again under a new step (its operation markers, in the activity's
+input, stay the same, so a mutation that did land is found, not repeated).
+A lost unsuspend delivery costs at most :data:`SUSPENDED_RECHECK_SECONDS`.
 """
 
 from __future__ import annotations
@@ -12,10 +21,17 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from app.engine.context import WorkflowContext
+from app.engine.errors import ActivityError
 from app.engine.registry import ActivityDefn
 from app.engine.scheduler import WorkflowFuture
+from app.github.errors import InstallationSuspended
+from app.workflows.triage_contracts import INSTALLATION_RESUMED
 
 R = TypeVar("R", bound=BaseModel)
+#: Runs recorded before this change ended the call in error after its retries.
+SUSPENSION_WAITS = "suspended-installation-waits"
+#: How long a run waits for the unsuspend before it tries again anyway.
+SUSPENDED_RECHECK_SECONDS = 3600.0
 
 
 def activity_input(model: BaseModel) -> dict[str, Any]:
@@ -42,9 +58,24 @@ def schedule(
 async def call(
     ctx: WorkflowContext, defn: ActivityDefn, input: BaseModel, result: type[R], *, step: str
 ) -> R:
-    """Run ``defn`` with ``input``; its result as ``result``."""
-    raw = await schedule(ctx, defn, input, step=step)
-    return result.model_validate(raw)
+    """Run ``defn`` with ``input``; its result as ``result``. While the
+    installation is suspended, wait for it to be unsuspended and call again."""
+    waits = 0
+    while True:
+        try:
+            raw = await schedule(ctx, defn, input, step=step if not waits else f"{step}~{waits}")
+        except ActivityError as error:
+            if not suspended(error) or not ctx.patched(SUSPENSION_WAITS):
+                raise
+            waits += 1
+            await ctx.wait_signal(INSTALLATION_RESUMED, timeout=SUSPENDED_RECHECK_SECONDS)
+            continue
+        return result.model_validate(raw)
+
+
+def suspended(error: ActivityError) -> bool:
+    """Whether the activity stopped because the installation is suspended."""
+    return error.error_type == InstallationSuspended.__name__
 
 
 def first(*futures: WorkflowFuture) -> WorkflowFuture:
