@@ -18,6 +18,7 @@ from githubkit.exception import GitHubException
 from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
+from activities.suspension import suspension_checked
 from app.config import Settings
 from app.engine.activity_context import ActivityContext
 from app.engine.errors import PermanentError, TransientError
@@ -65,6 +66,10 @@ class GitHubAccess:
 
 def _access(actx: ActivityContext) -> GitHubAccess:
     return actx.dep(GitHubAccess)
+
+
+#: For activities that run git: its bare 401/403 may be a suspended installation.
+_git_suspension = suspension_checked(lambda actx: _access(actx).factory)
 
 
 # -- contracts ------------------------------------------------------------------
@@ -432,6 +437,7 @@ CONFIG_PATH = ".github/repairbot.yml"
 
 
 @activity("github.policy_digest", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def policy_digest(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The policy in force now: the build's policy version and the repository's
     config as it is at the branch's head (read from git, not from the run)."""
@@ -478,6 +484,7 @@ async def read_pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[
 
 
 @activity("github.observe", retry=API, timeouts=API_TIMEOUTS)
+@_git_suspension
 async def observe(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The drift check's read: what humans may have changed while the run waited."""
     request = parse_input(ObserveInput, raw)
@@ -659,6 +666,7 @@ async def _intended_commit(
 
 
 @activity("github.build_commit", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def build_intended_commit(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """The commit we mean to publish, built deterministically; recorded before any push."""
     request = parse_input(CommitInput, raw)
@@ -683,6 +691,7 @@ async def _branch_state(actx: ActivityContext, raw: dict[str, Any]) -> Reconcile
 
 
 @activity("github.push_branch", retry=API, timeouts=GIT_TIMEOUTS, reconcile=_branch_state)
+@_git_suspension
 async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
     request = parse_input(PushInput, raw)
@@ -715,6 +724,7 @@ async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
 
 
 @activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def delete_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """Delete our branch only if it is still at the commit we put there (``sha``).
 
@@ -861,6 +871,7 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
 
 
 @activity("github.propose_revert", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def propose_revert(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     """A revert of the merge commit, proposed for a human to approve: a commit on
     ``merge_sha`` with its first parent's tree (built deterministically), pushed to
