@@ -63,19 +63,35 @@ async def call(
     waits = 0
     while True:
         try:
-            raw = await schedule(ctx, defn, input, step=step if not waits else f"{step}~{waits}")
+            raw = await schedule(ctx, defn, input, step=again(step, waits))
         except ActivityError as error:
-            if not suspended(error) or not ctx.patched(SUSPENSION_WAITS):
+            if not waits_out(ctx, error):
                 raise
-            waits += 1
-            await ctx.wait_signal(INSTALLATION_RESUMED, timeout=SUSPENDED_RECHECK_SECONDS)
-            continue
-        return result.model_validate(raw)
+        else:
+            return result.model_validate(raw)
+        waits += 1
+        await unsuspended(ctx)
 
 
 def suspended(error: ActivityError) -> bool:
     """Whether the activity stopped because the installation is suspended."""
     return error.error_type == InstallationSuspended.__name__
+
+
+def waits_out(ctx: WorkflowContext, error: ActivityError) -> bool:
+    """Whether the run waits ``error`` out (the installation's suspension)
+    and calls again; False: the error stands."""
+    return suspended(error) and ctx.patched(SUSPENSION_WAITS)
+
+
+def unsuspended(ctx: WorkflowContext) -> WorkflowFuture:
+    """Resolves on ``installation.unsuspend`` (or after the recheck time)."""
+    return ctx.wait_signal(INSTALLATION_RESUMED, timeout=SUSPENDED_RECHECK_SECONDS)
+
+
+def again(step: str, waits: int) -> str:
+    """The step of the call made after the ``waits``-th suspension (steps are unique)."""
+    return f"{step}~{waits}" if waits else step
 
 
 def first(*futures: WorkflowFuture) -> WorkflowFuture:
