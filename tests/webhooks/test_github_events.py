@@ -9,8 +9,10 @@ stand-ins that keep what they were given (tests/web/support.py).
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from app.app_tables import InstallationRepository
@@ -177,7 +179,12 @@ async def test_repository_deletion_ends_its_runs_only(web: Any) -> None:  # noqa
     assert runtime.store.load_run(kept.run_id).status == "running"
 
 
-async def test_uninstalling_ends_the_installations_runs(web: Any) -> None:  # noqa: F811
+async def test_uninstalling_ends_the_installations_runs(
+    web: Any,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing of the runs can be cleaned without the installation: they end
+    at once, their records say why, and the delivery's log line names them."""
     poster, runtime = web
     payload = _labeled()
     run = await runtime.start_workflow("repair", _key(payload), _request(payload))
@@ -186,8 +193,11 @@ async def test_uninstalling_ends_the_installations_runs(web: Any) -> None:  # no
     kept = await runtime.start_workflow("repair", _key(other), _request(other, installation=7))
     deleted = example("installation", "deleted")
     deleted["installation"]["id"] = INSTALLATION
-    response = await poster.post("installation", deleted)
+    with caplog.at_level(logging.INFO, "repairbot.web"):
+        response = await poster.post("installation", deleted, delivery="uninstall-1")
     assert response.status_code == 202
+    [line] = [r.getMessage() for r in caplog.records if "uninstall-1" in r.getMessage()]
+    assert f"{_key(payload)}: ended (the app was uninstalled" in line
     ended = runtime.store.load_run(run.run_id)
     assert ended.status == "terminated"
     assert "uninstalled" in ended.error["reason"]
