@@ -199,8 +199,9 @@ async def test_a_suspended_installation_mints_no_token_and_says_so(world: World)
     assert err.value.response.json()["message"] == "This installation has been suspended"
     seen = (await app_gh.rest.apps.async_get_installation(world.installation_id)).parsed_data
     assert seen.suspended_at is not None
+    assert seen.suspended_by is not None and seen.suspended_by.login == seen.account.login
     await world.client.suspend_installation(world.installation_id, suspended=False)
     minted = await app_gh.rest.apps.async_create_installation_access_token(world.installation_id)
     assert minted.status_code == 201
     seen = (await app_gh.rest.apps.async_get_installation(world.installation_id)).parsed_data
-    assert seen.suspended_at is None
+    assert seen.suspended_at is None and seen.suspended_by is None
