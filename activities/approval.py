@@ -17,9 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import ActivityContext, RetryPolicy, Timeouts, activity
 from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceRef, EvidenceStore
 
 STORE = RetryPolicy(initial_interval=0.5, max_attempts=10)

@@ -1,6 +1,6 @@
 """Whether a pull request changes ``.github/repairbot.yml``, and its text at
 the pull request's head: two contents reads, no clone (the check itself,
-:func:`app.config_check.check_config`, is pure and runs in the workflow)."""
+:func:`app.operations.config_check.check_config`, is pure and runs in the workflow)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GitHubAccess, RepoInput
-from app.engine.activity_context import ActivityContext
-from app.engine.registry import activity
+from app.engine import ActivityContext, activity
 from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES

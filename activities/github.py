@@ -20,10 +20,18 @@ from pydantic import BaseModel, ConfigDict
 from activities._support import parse_input
 from activities.suspension import suspension_checked
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Absent, Found, ReconcileResult, Unknown, activity
+from app.engine import (
+    Absent,
+    ActivityContext,
+    Found,
+    PermanentError,
+    ReconcileResult,
+    RetryPolicy,
+    Timeouts,
+    TransientError,
+    Unknown,
+    activity,
+)
 from app.evidence import EvidenceStore
 from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, Conclusion, ensure_check_run

@@ -1,5 +1,5 @@
 """The repair run asks here, before its costly phases, whether its
-installation may start more work now (app/installation_caps.py)."""
+installation may start more work now (app/operations/installation_caps.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
-from app.engine.runtime import Runtime
-from app.installation_caps import release_slot, spent_today, take_slot
+from app.engine import ActivityContext, RetryPolicy, Runtime, Timeouts, activity
+from app.operations.installation_caps import release_slot, spent_today, take_slot
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
 DB_TIMEOUTS = Timeouts(start_to_close=60)

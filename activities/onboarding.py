@@ -18,9 +18,15 @@ from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GIT_TIMEOUTS, GitHubAccess, RepoInput
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
-from app.engine.registry import Absent, Found, ReconcileResult, activity
+from app.engine import (
+    Absent,
+    ActivityContext,
+    Found,
+    PermanentError,
+    ReconcileResult,
+    TransientError,
+    activity,
+)
 from app.evidence import EvidenceStore
 from app.github.errors import classified, classify, github_message, status_of
 from app.github.gitcmd import fetch_commit, git_env, run_git

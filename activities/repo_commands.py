@@ -31,10 +31,7 @@ from activities.workspace import (
     open_workspace,
 )
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import ActivityContext, PermanentError, RetryPolicy, Timeouts, activity
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import Command
 from app.sandbox.runner import CommandResult, CommandRun, run_command

@@ -8,12 +8,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
-from app.engine.runtime import Runtime
-from app.engine.tables import OPEN_STATUSES, PARKED_STATUSES
-from app.run_actions import landed
+from app.engine import (
+    OPEN_STATUSES,
+    PARKED_STATUSES,
+    ActivityContext,
+    RetryPolicy,
+    Runtime,
+    Timeouts,
+    activity,
+)
+from app.operations.run_actions import landed
 from app.workflows.contracts import RunRequest
 from app.workflows.ids import REPAIR_WORKFLOW, request_workflow_id
 

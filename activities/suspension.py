@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import ActivityFailure
-from app.engine.registry import ActivityFn
+from app.engine import ActivityContext, ActivityFailure
 from app.github.client import GitHubClientFactory
 from app.github.errors import SUSPENDED, InstallationSuspended
 
@@ -32,6 +30,7 @@ async def suspended(factory: GitHubClientFactory, installation_id: int) -> bool:
 
 
 FactoryOf = Callable[[ActivityContext], GitHubClientFactory]
+ActivityFn = Callable[[ActivityContext, Any], Awaitable[Any]]
 
 
 def suspension_checked(factory_of: FactoryOf) -> Callable[[ActivityFn], ActivityFn]:

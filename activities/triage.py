@@ -15,8 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GitHubAccess
-from app.engine.activity_context import ActivityContext
-from app.engine.registry import activity
+from app.engine import ActivityContext, activity
 from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config

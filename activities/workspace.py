@@ -30,10 +30,14 @@ from activities._support import (
 )
 from app.checkout import UnsafePath, read_in_checkout
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import (
+    ActivityContext,
+    PermanentError,
+    RetryPolicy,
+    Timeouts,
+    TransientError,
+    activity,
+)
 from app.evidence import EvidenceRef, EvidenceStore
 from app.github.errors import SUSPENDED, InstallationSuspended
 from app.repo_config import (

@@ -49,7 +49,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.engine.errors import ActivityCancelled
+from app.engine import ActivityCancelled
 from app.repo_config import Command
 from app.sandbox import Isolation, Launch, prepare
 from app.sandbox.egress import EgressPolicy, egress, proxy_env

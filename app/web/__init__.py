@@ -27,10 +27,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from app.config import Settings
-from app.engine.client import RuntimeClient
-from app.engine.runtime import Runtime
+from app.engine import Runtime, RuntimeClient
 from app.evidence import open_evidence_store
-from app.intake import Intake
+from app.intake.pipeline import Intake
 from app.web.access import RepoAccess
 from app.web.api import Api
 from app.web.group_commit import GroupCommit

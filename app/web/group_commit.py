@@ -34,9 +34,9 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import OperationalError
 
-from app.engine.store.async_store import StoreThreads
-from app.intake import LOOK, Checked, Intake, IntakeResult
-from app.metrics import instruments
+from app.engine import StoreThreads
+from app.intake.pipeline import LOOK, Checked, Intake, IntakeResult
+from app.operations.metrics import instruments
 
 log = logging.getLogger("repairbot.intake")
 

@@ -20,10 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError
-from app.engine.registry import ActivityDefn
-from app.engine.scheduler import WorkflowFuture
+from app.engine import ActivityDefn, ActivityError, WorkflowContext, WorkflowFuture
 from app.github.errors import InstallationSuspended
 from app.workflows.triage_contracts import INSTALLATION_RESUMED
 

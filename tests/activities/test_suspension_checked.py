@@ -8,8 +8,7 @@ from typing import Any, cast
 import pytest
 
 from activities.suspension import suspension_checked
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
+from app.engine import ActivityContext, PermanentError, TransientError
 from app.github.client import GitHubClientFactory
 from app.github.errors import InstallationSuspended
 

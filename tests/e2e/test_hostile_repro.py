@@ -21,7 +21,7 @@ import pytest
 
 from app.demo.project import ISSUE_BODY, fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.engine.history import export_history
+from app.engine._history import export_history
 from app.evidence import EvidenceStore
 from tests.e2e.scenario import (
     github_state,

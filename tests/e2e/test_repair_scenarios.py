@@ -115,7 +115,7 @@ async def test_retry_reads_the_issue_as_it_is_now(stack: LocalStack) -> None:
     The maintainer edits the block out and an operator retries: the new run
     reads the issue again and runs the configured reproduction instead of
     replaying the old body."""
-    from app import run_actions
+    from app.operations import run_actions
 
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
     repro = shlex.join([sys.executable, "-m", "unittest", "tests.test_slugify"])
@@ -667,7 +667,7 @@ async def test_base_fast_forward_rebuilds_the_proposal_on_the_new_tip(stack: Loc
     assert _tree_of(stack, merged["merge_commit_sha"])[0] == _tree_of(stack, rebuilt)[0]
     assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
     # A merged run offers no retry: not on the dashboard, not through the CLI's path.
-    from app import run_actions
+    from app.operations import run_actions
     from app.web import actions
 
     assert actions.available(run) == []

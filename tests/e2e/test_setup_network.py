@@ -19,7 +19,7 @@ import pytest
 
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.engine.history import export_history
+from app.engine._history import export_history
 from app.evidence import EvidenceStore
 from tests.e2e.scenario import open_labelled_issue, wait_phase, workflow_id
 

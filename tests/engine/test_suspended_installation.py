@@ -10,12 +10,16 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.errors import PermanentError
-from app.engine.policy import RetryPolicy
-from app.engine.registry import Registry, activity, workflow
-from app.engine.store.schema import tasks
+from app.engine import (
+    ActivityContext,
+    PermanentError,
+    Registry,
+    RetryPolicy,
+    WorkflowContext,
+    activity,
+    workflow,
+)
+from app.engine._store.schema import tasks
 from app.github.errors import SUSPENDED, InstallationSuspended
 from app.workflows.calls import call
 from app.workflows.triage_contracts import INSTALLATION_RESUMED

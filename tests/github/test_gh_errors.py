@@ -14,7 +14,7 @@ from githubkit.exception import (
 )
 from githubkit.response import Response
 
-from app.engine.errors import AmbiguousError, PermanentError, TransientError
+from app.engine._errors import AmbiguousError, PermanentError, TransientError
 from app.github.errors import (
     InstallationSuspended,
     classified,

@@ -22,9 +22,9 @@ from sqlalchemy import Engine, func, select, text
 
 from app.app_tables import WebhookDelivery
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.engine.store.schema import runs
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.engine._store.schema import runs
 from app.web import create_app
 from app.web.group_commit import GroupCommit
 from app.webhooks.routing import HandlerContext, Router
@@ -60,7 +60,7 @@ async def app(db_engine: Engine) -> AsyncIterator[tuple[Poster, GroupCommit]]:
 def writers_held(engine: Engine) -> Iterator[None]:
     """No other connection can write a delivery until the block ends."""
     with engine.connect() as conn:
-        tx = conn.begin()  # SQLite: BEGIN IMMEDIATE, the write lock (app/engine/db.py)
+        tx = conn.begin()  # SQLite: BEGIN IMMEDIATE, the write lock (app/engine/_db.py)
         if conn.dialect.name == "postgresql":
             conn.execute(text("LOCK TABLE webhook_deliveries IN EXCLUSIVE MODE"))
         try:

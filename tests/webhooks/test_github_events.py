@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from app.app_tables import InstallationRepository
-from app.engine.store.schema import signals
+from app.engine._store.schema import signals
 from app.workflows.ids import legacy_repair_workflow_id, repair_workflow_id
 from app.workflows.triage_contracts import INSTALLATION_RESUMED, ISSUE_DELETED, REPOSITORY_MOVED
 from tests.web.conftest import web  # noqa: F401 (the fixture)
