@@ -627,6 +627,7 @@ async def test_a_run_mid_call_when_suspended_parks_and_goes_on_after_unsuspend(
     assert _suspended_calls(stack, run.run_id) == 1  # one stop, no retries burned
     pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=owner)
     assert len(pulls) == 1
+    record_history(stack, number, "repair_v2_suspended_mid_call")
 
 
 def _suspended_calls(stack: LocalStack, run_id: str) -> int:
