@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from githubkit.exception import GitHubException
 from pydantic import BaseModel, ConfigDict
 
+from activities.suspension import suspension_checked
 from app.config import Settings
 from app.engine import (
     Absent,
@@ -73,6 +74,10 @@ class GitHubAccess:
 
 def _access(actx: ActivityContext) -> GitHubAccess:
     return actx.dep(GitHubAccess)
+
+
+#: For activities that run git: its bare 401/403 may be a suspended installation.
+_git_suspension = suspension_checked(lambda actx: _access(actx).factory)
 
 
 # -- contracts ------------------------------------------------------------------
@@ -435,6 +440,7 @@ CONFIG_PATH = ".github/repairbot.yml"
 
 
 @typed_activity("github.policy_digest", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def policy_digest(actx: ActivityContext, request: PolicyInput) -> PolicyResult:
     """The policy in force now: the build's policy version and the repository's
     config as it is at the branch's head (read from git, not from the run)."""
@@ -477,6 +483,7 @@ async def read_pull_request(actx: ActivityContext, request: PullInput) -> PullVi
 
 
 @typed_activity("github.observe", retry=API, timeouts=API_TIMEOUTS)
+@_git_suspension
 async def observe(actx: ActivityContext, request: ObserveInput) -> ObserveResult:
     """The drift check's read: what humans may have changed while the run waited."""
     access = _access(actx)
@@ -653,6 +660,7 @@ async def _intended_commit(
 
 
 @typed_activity("github.build_commit", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def build_intended_commit(actx: ActivityContext, request: CommitInput) -> CommitResult:
     """The commit we mean to publish, built deterministically; recorded before any push."""
     with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
@@ -675,6 +683,7 @@ async def _branch_state(actx: ActivityContext, request: PushInput) -> ReconcileR
 
 
 @typed_activity("github.push_branch", retry=API, timeouts=GIT_TIMEOUTS, reconcile=_branch_state)
+@_git_suspension
 async def push_branch(actx: ActivityContext, request: PushInput) -> PushResult:
     """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
     with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
@@ -704,6 +713,7 @@ async def push_branch(actx: ActivityContext, request: PushInput) -> PushResult:
 
 
 @typed_activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def delete_branch(actx: ActivityContext, request: DeleteBranchInput) -> DeleteBranchResult:
     """Delete our branch only if it is still at the commit we put there (``sha``).
 
@@ -844,6 +854,7 @@ async def pull_request(actx: ActivityContext, request: PullRequestInput) -> Pull
 
 
 @typed_activity("github.propose_revert", retry=API, timeouts=GIT_TIMEOUTS)
+@_git_suspension
 async def propose_revert(actx: ActivityContext, request: RevertInput) -> RevertResult:
     """A revert of the merge commit, proposed for a human to approve: a commit on
     ``merge_sha`` with its first parent's tree (built deterministically), pushed to

@@ -17,11 +17,14 @@ from app.engine import (
     Timeouts,
     typed_activity,
 )
+from app.operations.run_actions import landed
 from app.workflows.contracts import RunRequest
 from app.workflows.ids import REPAIR_WORKFLOW, request_workflow_id
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
 DB_TIMEOUTS = Timeouts(start_to_close=60)
+#: :class:`StartResult` ``reason`` of a retry refused because the run's fix was merged.
+MERGED = "merged"
 
 
 class CancelInput(BaseModel):
@@ -43,6 +46,7 @@ class StartResult(BaseModel):
 
     run_id: str
     created: bool
+    #: Why no run was started: ``still running`` or ``merged``.
     reason: str | None = None
 
 
@@ -87,12 +91,17 @@ async def cancel_repair(actx: ActivityContext, request: CancelInput) -> CancelRe
 
 @typed_activity("runs.retry_repair", retry=DB, timeouts=DB_TIMEOUTS)
 async def retry_repair(actx: ActivityContext, request: RetryInput) -> StartResult:
-    """Start a fresh run after one that ended or was parked; never beside an active one."""
+    """Start a fresh run after one that ended or was parked; never beside an
+    active one, nor after one whose fix was merged (the dashboard's rule too)."""
     runtime = actx.dep(Runtime)
     workflow_id = _workflow_id(request.request)
     latest = await runtime.read(runtime.store.find_run, workflow_id)
     if latest is not None and latest.status in OPEN_STATUSES:
         return StartResult(run_id=latest.run_id, created=False, reason="still running")
+    if latest is not None and landed(latest):
+        # The fix is on the base branch: another run would repair code that no
+        # longer has the bug (or fight a revert a human decides on).
+        return StartResult(run_id=latest.run_id, created=False, reason=MERGED)
     if latest is not None and latest.status in PARKED_STATUSES:
         # A parked run holds the issue; retiring it records why, then a new run may start.
         await runtime.terminate(workflow_id, f"retried by @{request.author}")

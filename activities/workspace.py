@@ -39,6 +39,7 @@ from app.engine import (
     typed_activity,
 )
 from app.evidence import EvidenceRef, EvidenceStore
+from app.github.errors import SUSPENDED, InstallationSuspended
 from app.repo_config import (
     CONFIG_PATH,
     MAX_CONFIG_BYTES,
@@ -102,6 +103,11 @@ class GitCredentials:
         """Extra git settings for fetching ``spec.clone_url`` (a proxy, a protocol)."""
         return ()
 
+    async def suspended(self, spec: WorkspaceSpec) -> bool:
+        """Whether a failed fetch was the installation's suspension (git
+        answers it with a bare 401/403)."""
+        return False
+
 
 #: Reading the code is all a fetch needs.
 FETCH_PERMISSIONS = {"contents": "read"}
@@ -111,13 +117,23 @@ class InstallationGit(GitCredentials):
     """An installation token for the one repository, read-only, from
     ``token_for(installation_id, repo, permissions)``."""
 
-    def __init__(self, token_for: Callable[[int, str, Mapping[str, str]], Awaitable[str]]) -> None:
+    def __init__(
+        self,
+        token_for: Callable[[int, str, Mapping[str, str]], Awaitable[str]],
+        is_suspended: Callable[[int], Awaitable[bool]] | None = None,
+    ) -> None:
         self._token_for = token_for
+        self._is_suspended = is_suspended
 
     async def token(self, spec: WorkspaceSpec) -> str | None:
         if spec.installation_id is None:
             return None
         return await self._token_for(spec.installation_id, spec.repo, FETCH_PERMISSIONS)
+
+    async def suspended(self, spec: WorkspaceSpec) -> bool:
+        if spec.installation_id is None or self._is_suspended is None:
+            return False
+        return await self._is_suspended(spec.installation_id)
 
 
 class PatchRejectedError(PermanentError):
@@ -156,6 +172,8 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
             doing=f"fetching {spec.repo}@{spec.base_sha[:12]}",
         )
     except FetchFailed as exc:
+        if await credentials.suspended(spec):
+            raise InstallationSuspended(f"{exc} ({SUSPENDED})") from None
         raise TransientError(str(exc)) from None
     except (CommitNotFound, CheckoutRefused) as exc:
         raise PermanentError(str(exc)) from None

@@ -133,6 +133,7 @@ def set_suspended(emu: Emulator, inst: Installation, suspended: bool, sender: Us
     if (inst.suspended_at is not None) == suspended:
         return
     inst.suspended_at = store.now() if suspended else None
+    inst.suspended_by = sender if suspended else None
     inst.updated_at = store.now()
     body: dict[str, Any] = {
         "action": "suspend" if suspended else "unsuspend",

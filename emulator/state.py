@@ -103,6 +103,8 @@ class Installation:
     created_at: datetime
     updated_at: datetime
     suspended_at: datetime | None = None
+    #: Who suspended it (GitHub shows the account in ``suspended_by``).
+    suspended_by: User | None = None
 
     @property
     def repository_selection(self) -> str:

@@ -11,12 +11,23 @@ from app.workflows.ids import repair_workflow_ids
 
 def issue_run(ctx: HandlerContext, repository: Repository, issue_number: int) -> str:
     """The workflow id that holds the issue's run: the repository-id key, or
-    the legacy name key while a run started before the 0009 migration (its
-    input lacked the id) is still active under it."""
+    the legacy name key while a run started before the 0009 migration is
+    still active under it. A run under the name key that recorded a
+    repository id (the older of two the migration found on one key) belongs
+    to that id only: a different repository that took the name reaches nothing."""
     key, legacy = repair_workflow_ids(repository.id, repository.full_name, issue_number)
-    if ctx.tx.active_run(key) is None and ctx.tx.active_run(legacy) is not None:
+    if ctx.tx.active_run(key) is not None:
+        return key
+    old = ctx.tx.active_run(legacy)
+    if old is not None and recorded_repository_id(old.input) in (None, repository.id):
         return legacy
     return key
+
+
+def recorded_repository_id(run_input: object) -> int | None:
+    """The repository id a run's input recorded (None in runs of older builds)."""
+    value = run_input.get("repo_id") if isinstance(run_input, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def clone_url(git_url: str, full_name: str) -> str:

@@ -11,7 +11,8 @@ from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
 from app.webhooks.routing import HandlerContext, Router
 from app.workflows.onboarding import ONBOARDING_WORKFLOW, OnboardRequest, onboarding_workflow_id
-from handlers.moves import end_runs, installation_runs
+from app.workflows.triage_contracts import INSTALLATION_RESUMED
+from handlers.moves import end_runs, installation_open_runs, installation_runs
 
 router = Router()
 installations = Installation.__table__  # type: ignore[attr-defined]
@@ -117,13 +118,17 @@ def installation(event: InstallationEvent, ctx: HandlerContext) -> None:
     if event.action == "created":
         _set_repositories(ctx, event.installation.id, event.repositories, active=True)
         _onboard(ctx, event.installation.id, event.repositories)
-    elif event.action in ("suspend", "unsuspend"):
-        # Nothing to change in the runs: while suspended every GitHub call
-        # answers 403 "This installation has been suspended", which their
-        # activities wait out (app/github/errors.py); after unsuspend the
-        # next retry goes through.
-        waiting = len(list(installation_runs(ctx, event.installation.id)))
-        ctx.notes.append(f"{waiting} open runs {'wait' if status == 'suspended' else 'go on'}")
+    elif event.action == "suspend":
+        # Nothing to change in the runs: their next GitHub call answers 403
+        # "This installation has been suspended" and the run parks there
+        # (app/workflows/calls.py) until the unsuspend below.
+        waiting = len(installation_open_runs(ctx, event.installation.id))
+        ctx.notes.append(f"{waiting} open runs wait for the unsuspend")
+    elif event.action == "unsuspend":
+        keys = installation_open_runs(ctx, event.installation.id)
+        for key in keys:
+            ctx.signal(key, INSTALLATION_RESUMED, {}, dedupe_key=f"unsuspend:{ctx.delivery_id}")
+        ctx.notes.append(f"{len(keys)} open runs go on")
     elif event.action == "deleted":
         ctx.tx.conn.execute(
             _DEACTIVATE_REPOSITORIES, {"p_installation": event.installation.id, "p_now": ctx.tx.now}

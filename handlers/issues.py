@@ -21,7 +21,7 @@ from app.workflows.ids import (
     LABEL_TRIAGE_WORKFLOW,
     triage_workflow_id,
 )
-from app.workflows.triage_contracts import CloseTriage, LabelTriage
+from app.workflows.triage_contracts import ISSUE_DELETED, CloseTriage, LabelTriage
 from handlers.inputs import issue_run, repair_request
 from handlers.moves import move_run
 
@@ -102,12 +102,17 @@ def closed(event: IssuesEvent, ctx: HandlerContext) -> None:
 @router.on("issues", "deleted")
 def deleted(event: IssuesEvent, ctx: HandlerContext) -> None:
     """The issue is gone: its run is cancelled (it closes its pull request and
-    deletes its branch, which are still there; a status comment has nowhere
-    to go, and the run records that as its only leftover)."""
-    ctx.cancel(
-        issue_run(ctx, event.repository, event.issue.number),
-        f"the issue was deleted by @{event.sender.login}",
+    deletes its branch, which are still there). The signal first, in the same
+    transaction: the run's cleanup then knows its status comment went with the
+    issue and reports the end on its check run only."""
+    workflow_id = issue_run(ctx, event.repository, event.issue.number)
+    ctx.signal(
+        workflow_id,
+        ISSUE_DELETED,
+        {"by": event.sender.login},
+        dedupe_key=f"issue-deleted:{ctx.delivery_id}",
     )
+    ctx.cancel(workflow_id, f"the issue was deleted by @{event.sender.login}")
 
 
 @router.on("issues", "transferred")

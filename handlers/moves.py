@@ -83,6 +83,29 @@ def installation_runs(ctx: HandlerContext, installation_id: int) -> Iterator[str
             yield str(row.active_key)
 
 
+def installation_open_runs(ctx: HandlerContext, installation_id: int) -> list[str]:
+    """The active keys of every open run of the installation, whatever its
+    workflow (repair runs, and the command, triage, onboarding and check runs
+    that act for it): the installation is in each run's recorded input, or in
+    the run request it carries."""
+    columns = schema.runs.c
+    rows = ctx.tx.conn.execute(
+        select(columns.active_key, columns.input).where(columns.active_key.is_not(None))
+    )
+    return sorted(
+        str(row.active_key) for row in rows if _installation_of(row.input) == installation_id
+    )
+
+
+def _installation_of(data: object) -> object:
+    if not isinstance(data, dict):
+        return None
+    nested = data.get("request")
+    if "installation_id" not in data and isinstance(nested, dict):
+        return nested.get("installation_id")
+    return data.get("installation_id")
+
+
 def end_runs(ctx: HandlerContext, keys: list[str], why: str) -> None:
     """End each run at once, without running its cleanup: what it would clean
     (branch, pull request, comments) is gone with ``why``."""

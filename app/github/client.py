@@ -186,6 +186,14 @@ class GitHubClientFactory:
             self._bot_login = f"{app.slug}[bot]"
         return self._bot_login
 
+    async def installation_suspended(self, installation_id: int) -> bool:
+        """Whether the owner suspended the installation (asked with the App's
+        JWT, which a suspension does not refuse). Git answers a suspended
+        installation's token with a bare 401/403; this tells that apart."""
+        with classified(mutation=False):
+            response = await self._app.rest.apps.async_get_installation(installation_id)
+        return response.parsed_data.suspended_at is not None
+
     async def installation_token(
         self,
         installation_id: int,

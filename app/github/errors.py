@@ -13,6 +13,10 @@ activity's reconcile first). The rules:
 - 401: permanent. The client's auth already refreshed the installation token
   once and retried; a fresh token refused means the installation is gone or
   the key is wrong, which no retry fixes.
+- 403 "This installation has been suspended": :class:`InstallationSuspended`
+  (permanent for the activity: no retry burns time on it; the workflow waits
+  for ``installation.unsuspend`` and calls again, see
+  :func:`app.workflows.calls.call`).
 - Other 4xx: permanent, with GitHub's message.
 - No answer (timeout, dropped connection): ambiguous after a request that may
   have mutated something, transient otherwise. A connection that was never
@@ -66,9 +70,14 @@ def no_answer(exc: BaseException) -> bool:
     return isinstance(inner, httpx.TransportError) and not isinstance(inner, _NOT_SENT)
 
 
-#: GitHub's answer to any call with a suspended installation's credentials.
+#: GitHub's answer to any call with a suspended installation's credentials
+#: (its token mint included).
 SUSPENDED = "This installation has been suspended"
-SUSPENDED_RETRY_SECONDS = 60.0
+
+
+class InstallationSuspended(PermanentError):
+    """The owner suspended the installation: every call fails until they
+    unsuspend it. The activity stops at once; the run waits for the unsuspend."""
 
 
 def github_message(exc: RequestFailed) -> str:
@@ -182,10 +191,9 @@ def _classify_status(exc: RequestFailed, what: str, now: Clock) -> ActivityFailu
     if status == 401:
         return PermanentError(f"GitHub refused our credentials for {what} after a token refresh")
     if status == 403 and message.startswith(SUSPENDED):
-        # The owner suspended the installation: every call fails until they
-        # unsuspend it, so the call waits (retried a minute apart, holding no
-        # worker) and goes through after the unsuspend.
-        return TransientError(f"{what}: {message}", next_retry_delay=SUSPENDED_RETRY_SECONDS)
+        # Retrying only burns attempts (and ends the run in error when they
+        # run out): the run parks until the unsuspend instead.
+        return InstallationSuspended(f"{what}: {message}")
     return PermanentError(f"GitHub answered {status} to {what}: {message}")
 
 

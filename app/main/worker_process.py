@@ -13,6 +13,7 @@ import httpx
 from sqlalchemy import Engine
 
 from activities.github import GitHubAccess
+from activities.suspension import suspended
 from activities.workspace import InstallationGit
 from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
@@ -81,7 +82,10 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
             known.add_short_lived(token.token)
             return token.token
 
-        deps.add(InstallationGit(token_for))
+        async def is_suspended(installation_id: int) -> bool:
+            return await suspended(factory, installation_id)
+
+        deps.add(InstallationGit(token_for, is_suspended))
     return deps
 
 

@@ -242,7 +242,9 @@ def step_of(run_id: str, operation_id: str) -> str:
 
 
 def phase_of_step(step: str, activity: str) -> str | None:
-    """The phase a step belongs to; None for bookkeeping (status comments)."""
+    """The phase a step belongs to; None for bookkeeping (status comments).
+    A call made again after a suspension (``<step>~<n>``) is its step's."""
+    step = step.partition("~")[0]
     if step.startswith("status-"):
         return None
     for pattern, phase in STEP_PHASES:

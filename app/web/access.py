@@ -8,10 +8,11 @@ installations they can reach (``GET /user/installations`` and
 ``permissions``). The answer is cached for a short while per token, so a page
 load costs no GitHub call and a revoked permission stops counting soon.
 
-Runs are authorized by repository id (GitHub's, recorded in the run's input
-when it started), not by name: names move with renames and transfers, and a
-new repository can take a freed name. Only runs recorded without an id (older
-builds) fall back to the name.
+Runs and webhook deliveries are authorized by repository id (GitHub's,
+recorded in the run's input when it started, and in every delivery's body),
+not by name: names move with renames and transfers, and a new repository can
+take a freed name. Only records without an id (runs of older builds) fall
+back to the name.
 """
 
 from __future__ import annotations
@@ -75,10 +76,6 @@ class Principal:
         if self.kind == "token":
             return "read" in self.scopes
         return self.level(repo, repo_id) is not None
-
-    def may_read(self, repo: str | None) -> bool:
-        """By name: for records that carry no repository id (deliveries)."""
-        return self.can_view_repository(None, repo)
 
     def may_act(self, repo: str | None, repo_id: int | None = None) -> bool:
         if self.kind == "token":

@@ -1,6 +1,10 @@
 """The deliveries page's data: recent webhook deliveries with the repository
 each one concerns (read from its recorded body), so people see only those of
-repositories they can read, and re-run only those they can act on."""
+repositories they can read, and re-run only those they can act on.
+
+Authorized by the repository's id in the body, like runs: the name a
+delivery recorded is the name at the time, which a rename or transfer
+changes and a new repository can take once it is free."""
 
 from __future__ import annotations
 
@@ -46,8 +50,23 @@ def _name(payload: dict[str, object], key: str, field: str) -> str | None:
     return str(name) if name else None
 
 
-def repo_in(body: bytes) -> str | None:
-    return _name(_payload(body), "repository", "full_name")
+def _repo_id(payload: dict[str, object]) -> int | None:
+    value = payload.get("repository")
+    found = value.get("id") if isinstance(value, dict) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+@dataclass(frozen=True)
+class DeliveryRepository:
+    """The repository a recorded delivery concerns (None: none, e.g. ``installation``)."""
+
+    name: str | None
+    id: int | None
+
+
+def repo_in(body: bytes) -> DeliveryRepository:
+    payload = _payload(body)
+    return DeliveryRepository(_name(payload, "repository", "full_name"), _repo_id(payload))
 
 
 def recorded_events(store: Store) -> list[str]:
@@ -78,9 +97,9 @@ def recent(
     out = []
     for r in rows:
         payload = _payload(r.body)
-        repo = _name(payload, "repository", "full_name")
+        repo, repo_id = _name(payload, "repository", "full_name"), _repo_id(payload)
         sender = _name(payload, "sender", "login")
-        if not principal.may_read(repo):
+        if not principal.can_view_repository(repo_id, repo):
             continue
         if hide_sender and sender == hide_sender:
             continue
@@ -93,17 +112,17 @@ def recent(
                 r.detail,
                 r.received_at,
                 repo,
-                r.status in RERUNNABLE and principal.may_act(repo),
+                r.status in RERUNNABLE and principal.may_act(repo, repo_id),
                 sender,
             )
         )
     return out
 
 
-def repo_of_delivery(store: Store, delivery_id: str) -> tuple[bool, str | None]:
-    """(exists, repository) of one recorded delivery."""
+def repo_of_delivery(store: Store, delivery_id: str) -> DeliveryRepository | None:
+    """The repository of one recorded delivery; None when there is no such delivery."""
     with store.engine.connect() as conn:
         row = conn.execute(
             select(deliveries.c.body).where(deliveries.c.delivery_id == delivery_id)
         ).first()
-    return (False, None) if row is None else (True, repo_in(row.body))
+    return None if row is None else repo_in(row.body)

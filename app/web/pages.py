@@ -298,12 +298,12 @@ class Pages:
         if not self.guard.csrf_ok(request, principal, csrf if isinstance(csrf, str) else None):
             return self.message(request, principal, "Refused", "Missing or wrong CSRF token.", 403)
         delivery_id = request.path_params["delivery_id"]
-        exists, repo = await asyncio.to_thread(
+        repo = await asyncio.to_thread(
             deliveries_view.repo_of_delivery, self.runtime.store, delivery_id
         )
-        if not exists or not principal.may_read(repo):
+        if repo is None or not principal.can_view_repository(repo.id, repo.name):
             return self.message(request, principal, "Not found", "No such delivery.", 404)
-        if not principal.may_act(repo):
+        if not principal.may_act(repo.name, repo.id):
             return self.message(
                 request, principal, "Refused", "Re-runs need write access to the repository.", 403
             )

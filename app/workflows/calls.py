@@ -3,6 +3,15 @@
 The engine records activity inputs and results as JSON. ``call`` dumps the
 activity's ``Input`` model on the way in and validates its ``Result`` model on
 the way out, so workflow code never indexes a dict.
+
+It also waits out a suspended installation: GitHub refuses every call of a
+suspended installation (403 "This installation has been suspended"), which
+the activity reports as :class:`InstallationSuspended` without retrying.
+The run then parks on a durable signal (holding no worker) until
+``installation.unsuspend`` sends :data:`INSTALLATION_RESUMED`, and calls the
+activity again under a new step (its operation markers, in the activity's
+input, stay the same, so a mutation that did land is found, not repeated).
+A lost unsuspend delivery costs at most :data:`SUSPENDED_RECHECK_SECONDS`.
 """
 
 from __future__ import annotations
@@ -11,9 +20,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.engine import ActivityDefn, WorkflowContext, WorkflowFuture
+from app.engine import ActivityDefn, ActivityError, WorkflowContext, WorkflowFuture
+from app.github.errors import InstallationSuspended
+from app.workflows.triage_contracts import INSTALLATION_RESUMED
 
 R = TypeVar("R", bound=BaseModel)
+#: Runs recorded before this change ended the call in error after its retries.
+SUSPENSION_WAITS = "suspended-installation-waits"
+#: How long a run waits for the unsuspend before it tries again anyway.
+SUSPENDED_RECHECK_SECONDS = 3600.0
 
 
 def activity_input(model: BaseModel) -> dict[str, Any]:
@@ -40,9 +55,40 @@ def schedule(
 async def call(
     ctx: WorkflowContext, defn: ActivityDefn, input: BaseModel, result: type[R], *, step: str
 ) -> R:
-    """Run ``defn`` with ``input``; its result as ``result``."""
-    raw = await schedule(ctx, defn, input, step=step)
-    return result.model_validate(raw)
+    """Run ``defn`` with ``input``; its result as ``result``. While the
+    installation is suspended, wait for it to be unsuspended and call again."""
+    waits = 0
+    while True:
+        try:
+            raw = await schedule(ctx, defn, input, step=again(step, waits))
+        except ActivityError as error:
+            if not waits_out(ctx, error):
+                raise
+        else:
+            return result.model_validate(raw)
+        waits += 1
+        await unsuspended(ctx)
+
+
+def suspended(error: ActivityError) -> bool:
+    """Whether the activity stopped because the installation is suspended."""
+    return error.error_type == InstallationSuspended.__name__
+
+
+def waits_out(ctx: WorkflowContext, error: ActivityError) -> bool:
+    """Whether the run waits ``error`` out (the installation's suspension)
+    and calls again; False: the error stands."""
+    return suspended(error) and ctx.patched(SUSPENSION_WAITS)
+
+
+def unsuspended(ctx: WorkflowContext) -> WorkflowFuture:
+    """Resolves on ``installation.unsuspend`` (or after the recheck time)."""
+    return ctx.wait_signal(INSTALLATION_RESUMED, timeout=SUSPENDED_RECHECK_SECONDS)
+
+
+def again(step: str, waits: int) -> str:
+    """The step of the call made after the ``waits``-th suspension (steps are unique)."""
+    return f"{step}~{waits}" if waits else step
 
 
 def first(*futures: WorkflowFuture) -> WorkflowFuture:

@@ -35,6 +35,7 @@ from app.workflows.installation_slots import InstallationSlot
 from app.workflows.repair_base import Finished, Next
 from app.workflows.repair_review import ReviewPhases
 from app.workflows.repair_work import WorkPhases
+from app.workflows.triage_contracts import ISSUE_DELETED
 from app.workflows.trigger_check import bot_may_trigger
 
 #: Outcomes that park the run (it holds the issue until a human retries it).
@@ -207,10 +208,13 @@ class Repair(WorkPhases, ReviewPhases):
         await self.final_report()
 
     async def final_report(self) -> None:
-        try:
-            await self.report()
-        except ActivityError as error:
-            self.state.leftovers.append(f"the final status comment: {error.message}")
+        # After ``issues.deleted`` the status comment went with the issue: the
+        # check run alone says how the run ended.
+        if not self.issue_deleted():
+            try:
+                await self.report()
+            except ActivityError as error:
+                self.state.leftovers.append(f"the final status comment: {error.message}")
         sha = self.state.proposed_sha or self.state.base_sha
         if sha is None and self.ctx.patched("verified-check-on-base-head"):
             # The run ended before it read its base (the trigger check failed):
@@ -222,6 +226,14 @@ class Repair(WorkPhases, ReviewPhases):
             await self.check(sha, final=True, step="check-final")
         except ActivityError as error:
             self.state.leftovers.append(f"the check run on {sha[:12]}: {error.message}")
+
+    def issue_deleted(self) -> bool:
+        """Whether ``issues.deleted`` came for the run's issue (signalled just
+        before its cancel). Runs recorded before this change tried the status
+        comment anyway and ended ``cleanup-incomplete`` for it."""
+        return bool(self.ctx.pending_signals(ISSUE_DELETED)) and self.ctx.patched(
+            "deleted-issue-ends-cleanly"
+        )
 
     async def base_head_for_check(self) -> str | None:
         try:

@@ -15,10 +15,10 @@ from activities import github
 from activities.agent import FeedbackInput
 from activities.repo_commands import VerifyInput, VerifyResult
 from activities.workspace import WorkspaceSpec
-from app.engine import ActivityDefn, WorkflowContext, WorkflowFuture
+from app.engine import ActivityDefn, ActivityError, WorkflowContext, WorkflowFuture
 from app.evidence import EvidenceRef
 from app.repo_config import CheckoutConfig, Command, RepoConfig
-from app.workflows.calls import call, first, schedule
+from app.workflows.calls import again, call, first, schedule, unsuspended, waits_out
 from app.workflows.contracts import RunRequest
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
 from app.workflows.state import Outcome, Phase, RunState
@@ -246,8 +246,37 @@ class RunBase:
 
     async def timed(self, defn: ActivityDefn, input: BaseModel, result: type[R], *, step: str) -> R:
         """A working-phase activity call, bounded by the working time budget."""
-        raw = await self.within_budget(schedule(self.ctx, defn, input, step=step))
-        return result.model_validate(raw)
+        return result.model_validate(await self.working(defn, input, step=step))
+
+    async def working(
+        self,
+        defn: ActivityDefn,
+        input: BaseModel,
+        *,
+        step: str,
+        inflight: str | None = None,
+        budgeted: bool = True,
+    ) -> Any:
+        """An activity call of the run's work: bounded by the working time
+        budget (unless not ``budgeted``), kept in ``inflight`` under that name
+        for a cancel to settle. A suspended installation parks the run until
+        the unsuspend (the wait is not work time), then it calls again."""
+        waits = 0
+        while True:
+            future = schedule(self.ctx, defn, input, step=again(step, waits))
+            if inflight is not None:
+                self.inflight[inflight] = future
+            try:
+                return await (self.within_budget(future) if budgeted else future)
+            except ActivityError as error:
+                if not waits_out(self.ctx, error):
+                    raise
+            waits += 1
+            in_round = self.round_started is not None
+            self.end_work_round()
+            await unsuspended(self.ctx)
+            if in_round:
+                self.start_work_round()
 
     def expires(self, submitted_at: datetime) -> datetime:
         return submitted_at + timedelta(hours=self.state.limits.approval_ttl_hours)

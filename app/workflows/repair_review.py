@@ -15,7 +15,7 @@ from activities import github, repo_commands
 from activities.agent import FeedbackInput
 from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
 from app.engine import Signal, WorkflowCancelled
-from app.workflows.calls import call, schedule
+from app.workflows.calls import call
 from app.workflows.contracts import (
     PR_CLOSED,
     PR_SYNCHRONIZED,
@@ -381,21 +381,19 @@ class ReviewPhases(RunBase):
                 step=f"ready-{n}",
             )
             self.state.pull.draft = False
-        merging = schedule(
-            self.ctx,
-            github.merge,
-            github.MergeInput(
-                **self.repo_fields(),
-                number=self.state.pull.number,
-                sha=approval.commit,
-                method=self.config.merge_method,
-            ),
-            step=f"merge-{n}",
+        pinned = github.MergeInput(
+            **self.repo_fields(),
+            number=self.state.pull.number,
+            sha=approval.commit,
+            method=self.config.merge_method,
         )
         # A cancel meeting the merge in flight, or arriving after it while the
         # run concludes, asks before any cleanup whether it landed (Repair.cancel).
-        self.inflight["merge"] = merging
-        merged = github.MergeResult.model_validate(await merging)
+        merged = github.MergeResult.model_validate(
+            await self.working(
+                github.merge, pinned, step=f"merge-{n}", inflight="merge", budgeted=False
+            )
+        )
         if merged.outcome == "merged":
             self.state.merge_commit_sha = merged.merge_commit_sha
             self.state.pull.state = "merged"

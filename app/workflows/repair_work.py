@@ -15,7 +15,7 @@ from app.workflows.base_evidence import (
     comparison_sentence,
     setup_failed,
 )
-from app.workflows.calls import call, schedule
+from app.workflows.calls import call
 from app.workflows.ids import head_owner, run_branch
 from app.workflows.repair_base import Finished, Next, RunBase
 from app.workflows.report import pull_request_body
@@ -332,20 +332,16 @@ class WorkPhases(RunBase):
         branch = self.state.branch or run_branch(request.issue_number, self.ctx.run_id)
         expected = self.state.pushed[-1] if self.state.pushed else None
         self.state.branch = branch
-        push = schedule(
-            self.ctx,
-            github.push_branch,
-            github.PushInput(
-                **commit.model_dump(),
-                branch=branch,
-                sha=built.sha,
-                expected=expected,
-                head_repo=self.state.head_repo,
-            ),
-            step=f"push-{n}",
+        push = github.PushInput(
+            **commit.model_dump(),
+            branch=branch,
+            sha=built.sha,
+            expected=expected,
+            head_repo=self.state.head_repo,
         )
-        self.inflight["push"] = push
-        pushed = github.PushResult.model_validate(await self.within_budget(push))
+        pushed = github.PushResult.model_validate(
+            await self.working(github.push_branch, push, step=f"push-{n}", inflight="push")
+        )
         if pushed.status == "lease-refused":
             if expected is None:
                 raise Finished(
@@ -361,23 +357,21 @@ class WorkPhases(RunBase):
             )
         self.state.pushed.append(built.sha)
         self.state.proposed_sha = built.sha
-        pull_future = schedule(
-            self.ctx,
-            github.pull_request,
-            github.PullRequestInput(
-                **self.repo_fields(),
-                head=branch,
-                base=request.default_branch,
-                title=f"Fix #{request.issue_number}: {request.issue_title}",
-                body=pull_request_body(self.state),
-                op_run=self.ctx.run_id,
-                op_step="pull-request",
-                head_owner=head_owner(self.state.head_repo),
-            ),
-            step=f"pull-request-{n}",
+        proposal = github.PullRequestInput(
+            **self.repo_fields(),
+            head=branch,
+            base=request.default_branch,
+            title=f"Fix #{request.issue_number}: {request.issue_title}",
+            body=pull_request_body(self.state),
+            op_run=self.ctx.run_id,
+            op_step="pull-request",
+            head_owner=head_owner(self.state.head_repo),
         )
-        self.inflight["pull"] = pull_future
-        pull = github.PullRequestResult.model_validate(await self.within_budget(pull_future))
+        pull = github.PullRequestResult.model_validate(
+            await self.working(
+                github.pull_request, proposal, step=f"pull-request-{n}", inflight="pull"
+            )
+        )
         self.inflight.clear()
         self.opened(pull)
         self.end_work_round()

@@ -77,11 +77,14 @@ async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
             runs.StartResult,
             step="retry",
         )
-        return (
-            f"Started a new repair run `{retried.run_id}`."
-            if retried.created
-            else f"Run `{retried.run_id}` is still active; nothing to retry."
-        )
+        if retried.created:
+            return f"Started a new repair run `{retried.run_id}`."
+        if retried.reason == runs.MERGED:
+            return (
+                f"Run `{retried.run_id}` merged its fix, so there is nothing to retry. "
+                "If the bug is back, open a new issue (or label this one again)."
+            )
+        return f"Run `{retried.run_id}` is still active; nothing to retry."
     if verb == "status":
         described = await call(
             ctx, runs.describe_repair, request, runs.DescribeResult, step="status"

@@ -1,6 +1,7 @@
 """The inputs of the triage workflows (:mod:`app.workflows.triage`), which
-handlers build from a delivery, and the signal that tells a run where its
-repository moved."""
+handlers build from a delivery, and the signals that tell a run what GitHub
+did around it: its repository moved, its issue was deleted, its installation
+was unsuspended."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from app.workflows.contracts import RunRequest
 
 #: Sent to a repository's open runs on ``repository.renamed`` / ``transferred``.
 REPOSITORY_MOVED = "repository_moved"
+#: Sent to the issue's run on ``issues.deleted``, just before its cancel: the
+#: run's cleanup then writes no comment on an issue that is gone.
+ISSUE_DELETED = "issue_deleted"
+#: Sent to an installation's open runs on ``installation.unsuspend``: a run
+#: waiting out the suspension (:func:`app.workflows.calls.call`) goes on.
+INSTALLATION_RESUMED = "installation_resumed"
 
 
 class LabelTriage(BaseModel):

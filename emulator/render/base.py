@@ -130,7 +130,7 @@ def installation(urls: Urls, inst: Installation, a: App) -> Json:
         "single_file_name": None,
         "has_multiple_single_files": False,
         "single_file_paths": [],
-        "suspended_by": None,
+        "suspended_by": user(urls, inst.suspended_by) if inst.suspended_by else None,
         "suspended_at": ts(inst.suspended_at),
     }
 

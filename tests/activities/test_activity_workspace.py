@@ -16,6 +16,7 @@ from app.engine._activity_context import Dependencies
 from app.engine._errors import PermanentError, TransientError
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.evidence.database import blobs
+from app.github.errors import InstallationSuspended
 from app.sandbox.runner import Sandbox
 from tests.activities.support import RecordingContext, call
 from tests.agent.sample_repo import SampleRepo
@@ -188,6 +189,30 @@ async def test_installation_credentials_ask_for_a_token_per_installation(
     # One repository, read-only: all a fetch needs.
     assert asked == [(42, "octo/calc", {"contents": "read"})] and token == "ghs_token"
     assert await creds.token(spec) is None
+
+
+async def test_a_fetch_failure_of_a_suspended_installation_is_the_suspension(
+    actx: RecordingContext, spec: WorkspaceSpec, tmp_path: Path
+) -> None:
+    """Git answers a suspended installation's token with a bare 401: the
+    failure is read as the suspension (the run then waits for the unsuspend)
+    only when GitHub says the installation is suspended."""
+    asked: list[int] = []
+
+    async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
+        return "ghs_token"
+
+    async def is_suspended(installation_id: int) -> bool:
+        asked.append(installation_id)
+        return True
+
+    actx.deps.add(InstallationGit(token_for, is_suspended))
+    gone = spec.model_copy(
+        update={"clone_url": (tmp_path / "gone").as_uri(), "installation_id": 42}
+    )
+    with pytest.raises(InstallationSuspended, match="has been suspended"):
+        await call(prepare_workspace, actx, {"workspace": gone.model_dump(mode="json")})
+    assert asked == [42]
 
 
 class _Protocol0(GitCredentials):

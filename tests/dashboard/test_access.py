@@ -4,13 +4,15 @@ the emulator, per-repository visibility and write access, CSRF, API tokens."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from urllib.parse import quote
 
 import httpx
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert
 
+from app.app_tables import WebhookDelivery
 from app.config import Settings
 from app.demo.serve import ServerThread, bind
 from app.engine._registry import Registry
@@ -22,6 +24,7 @@ from app.web.session import SESSION_COOKIE, SessionCodec
 from handlers import build_router
 from tests.dashboard.conftest import GITHUB, World
 from tests.dashboard.support import SESSION_SECRET, settle, waiting_repair
+from tests.shared_data import WEBHOOK_EXAMPLES
 
 
 async def test_without_sign_in_only_the_webhook_health_and_metrics_are_served(
@@ -219,6 +222,46 @@ async def test_runs_are_authorized_by_repository_id_not_name(world: World) -> No
             headers={"x-csrf-token": _csrf((await client.get("/runs")).text)},
         )
         assert acted.status_code == 404
+
+
+def _record_delivery(world: World, delivery_id: str, repo: str, repo_id: int) -> None:
+    """A failed ``issues.labeled`` delivery about the repository ``repo_id``,
+    recorded when it was called ``repo``."""
+    payload = json.loads((WEBHOOK_EXAMPLES / "issues" / "labeled.json").read_text())
+    payload["repository"]["full_name"], payload["repository"]["id"] = repo, repo_id
+    table = WebhookDelivery.__table__  # type: ignore[attr-defined]
+    with world.runtime.engine.begin() as conn:
+        conn.execute(
+            insert(table).values(
+                delivery_id=delivery_id,
+                event="issues",
+                action="labeled",
+                status="failed",
+                detail="RuntimeError: boom",
+                body=json.dumps(payload).encode(),
+                received_at=time.time(),
+            )
+        )
+
+
+async def test_deliveries_are_authorized_by_repository_id_not_name(world: World) -> None:
+    """A delivery of widgets recorded under its old name is widgets' (shown,
+    re-run by its writers); one of another repository that held the name
+    "widgets" is not: not listed, and its re-run is not found."""
+    owner = world.people.owner
+    widgets_id = world.emulator.store.repos[f"{owner}/widgets"].id
+    _record_delivery(world, "d-renamed", f"{owner}/old-widgets", widgets_id)
+    _record_delivery(world, "d-squatted", f"{owner}/widgets", widgets_id + 1000)
+    async with world.browser() as client:
+        await world.sign_in(client, world.people.maintainer)
+        page = (await client.get("/deliveries")).text
+        assert "d-renamed" in page and "d-squatted" not in page
+        assert "/deliveries/d-renamed/rerun" in page
+        csrf = page.split('name="csrf" value="')[1].split('"')[0]
+        squatted = await client.post("/deliveries/d-squatted/rerun", data={"csrf": csrf})
+        assert squatted.status_code == 404
+        renamed = await client.post("/deliveries/d-renamed/rerun", data={"csrf": csrf})
+        assert renamed.status_code == 303
 
 
 async def test_live_streams_need_a_visible_run_and_are_capped_per_sign_in(

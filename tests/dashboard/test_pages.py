@@ -112,6 +112,7 @@ async def test_the_run_streams_its_status_until_it_ends(world: World) -> None:
 async def test_deliveries_page_and_rerun(world: World) -> None:
     payload = json.loads((WEBHOOK_EXAMPLES / "issues" / "labeled.json").read_text())
     payload["repository"]["full_name"] = "octo/widgets"
+    payload["repository"]["id"] = world.emulator.store.repos["octo/widgets"].id
     with world.runtime.engine.begin() as conn:
         conn.execute(
             insert(deliveries).values(

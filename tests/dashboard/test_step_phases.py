@@ -25,6 +25,10 @@ from app.operations.runs_view import phase_of_step
         ("propose-revert", "confirming"),
         ("propose-1", "repairing"),
         ("issue-now", "preparing"),
+        # Called again after the installation's suspension.
+        ("issue-now~1", "preparing"),
+        ("reproduce~2", "reproducing"),
+        ("pull-request-1~1", "publishing"),
     ],
 )
 def test_new_steps_have_their_phase(step: str, phase: str) -> None:

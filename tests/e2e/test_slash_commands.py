@@ -11,7 +11,7 @@ import pytest
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from app.workflows.ids import command_workflow_id
-from tests.e2e.scenario import wait_end, wait_phase, workflow_id
+from tests.e2e.scenario import review, wait_end, wait_phase, workflow_id
 
 
 @pytest.fixture
@@ -123,3 +123,34 @@ async def test_repair_status_cancel_and_retry_from_a_maintainer(stack: LocalStac
     assert second is not None and second.run_id != first.run_id
     assert f"Started a new repair run `{second.run_id}`" in retried
     await wait_phase(stack, number, "awaiting-review")
+
+
+async def test_retry_after_a_merged_run_is_refused_with_a_reason(stack: LocalStack) -> None:
+    """Issue 20: the fix is on the base branch, so ``/repair retry`` starts
+    nothing and says why (the dashboard offers no Retry there either)."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    people = stack.people
+    issue = await stack.gh.create_issue(
+        people.owner, stack.repo_name, as_user=people.owner, title=ISSUE_TITLE, body=ISSUE_BODY
+    )
+    number = issue["number"]
+    await stack.gh.comment(people.owner, stack.repo_name, number, "/repair", as_user=people.owner)
+    status = await wait_phase(stack, number, "awaiting-review")
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    merged = await wait_end(stack, number)
+    assert merged.result["outcome"] == "merged", merged.result
+    made = await stack.gh.comment(
+        people.owner, stack.repo_name, number, "/repair retry", as_user=people.maintainer
+    )
+    run = await _settle(stack, command_workflow_id(made["id"]))
+    assert run.status == "completed" and run.result["obeyed"] is True, run.result
+    replies = [
+        c["body"]
+        for c in await _issue_comments(stack, number)
+        if c["body"].startswith(f"@{people.maintainer}")
+    ]
+    assert len(replies) == 1
+    assert f"Run `{merged.run_id}` merged its fix, so there is nothing to retry" in replies[0]
+    latest = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert latest is not None and latest.run_id == merged.run_id

@@ -23,6 +23,7 @@ from app.demo.stack import WEBHOOK_SECRET, LocalStack
 from app.engine._store.schema import tasks
 from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import (
+    final_check,
     github_state,
     open_labelled_issue,
     record_history,
@@ -495,7 +496,9 @@ async def test_a_transferred_issue_keeps_its_run_and_a_deleted_one_ends_it(
 ) -> None:
     """``issues.transferred``: the run is re-keyed to the issue's new place,
     so events about the new issue reach it; ``issues.deleted`` there cancels
-    it, and it closes its pull request and deletes its branch."""
+    it, and it closes its pull request and deletes its branch, and reports the
+    end on its check run: nothing is left, and nothing is written to the
+    issue that is gone."""
     people = stack.people
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
     assert stack.runtime is not None
@@ -513,12 +516,16 @@ async def test_a_transferred_issue_keeps_its_run_and_a_deleted_one_ends_it(
     found = stack.runtime.store.find_run(new_key)
     assert found is not None and found.run_id == first.run_id
 
+    comments_before = _comment_calls(stack, first.run_id)
     await stack.gh.delete_issue(people.owner, "elsewhere", moved["number"], as_user=people.owner)
     ended = await stack.runtime.wait_for(first.run_id, timeout=60)
-    # The pull request and branch are cleaned; the final status comment has
-    # no issue left to go to, which the run records as its one leftover.
-    assert ended.status == "cleanup-incomplete", ended
-    assert [left.split(":")[0] for left in ended.error["leftovers"]] == ["the final status comment"]
+    assert ended.status == "cancelled", ended
+    assert ended.result["outcome"] == "cancelled" and not ended.result.get("leftovers")
+    assert "the issue was deleted" in ended.result["detail"]
+    # The end is on the proposed commit's check run; no comment was tried.
+    check = await final_check(stack, ended.result["proposed_sha"])
+    assert check["conclusion"] == "cancelled", check
+    assert _comment_calls(stack, first.run_id) == comments_before
     pulls = await stack.gh.rest(
         "GET", f"/repos/{people.owner}/{stack.repo_name}/pulls?state=all", as_user=people.owner
     )
@@ -527,6 +534,16 @@ async def test_a_transferred_issue_keeps_its_run_and_a_deleted_one_ends_it(
     )
     assert [p["state"] for p in pulls] == ["closed"]
     assert [b["name"] for b in branches] == ["main"]
+
+
+def _comment_calls(stack: LocalStack, run_id: str) -> int:
+    """How many comments the run has asked for (its recorded history)."""
+    assert stack.runtime is not None
+    return sum(
+        1
+        for event in stack.runtime.store.load_events(run_id)
+        if event.type == "activity_scheduled" and event.data.get("activity") == "github.comment"
+    )
 
 
 @pytest.mark.slow
@@ -567,6 +584,61 @@ async def test_a_suspended_installation_pauses_and_unsuspend_goes_on(stack: Loca
     await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
     run = await wait_end(stack, number)
     assert run.result["outcome"] == "merged", run.result
+
+
+@pytest.mark.slow
+@SQLITE_ONLY
+async def test_a_run_mid_call_when_suspended_parks_and_goes_on_after_unsuspend(
+    stack: LocalStack,
+) -> None:
+    """Issue 20: the suspension comes while the run is creating its pull
+    request (GitHub holds the request; it then answers 403 "This installation
+    has been suspended"). The call stops at once, no retries, and the run
+    parks holding nothing; ``installation.unsuspend`` makes it call again
+    (one pull request, found by its marker if it had landed) and go on to the
+    merge."""
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    assert stack.runtime is not None
+    await stack.gh.faults.add("POST /repos/{owner}/{repo}/pulls", "delay", delay=3, times=1)
+    number = await open_labelled_issue(stack)
+
+    async def held() -> bool:
+        return all(fault["fired"] == 1 for fault in await stack.gh.faults.list())
+
+    await wait_for("the pull request creation reached GitHub", held, timeout=120)
+    await stack.gh.suspend_installation(stack.installation_id)
+    run = stack.runtime.store.find_run(workflow_id(stack, number))
+    assert run is not None
+    await wait_for(
+        "the run parked on the suspension",
+        lambda: _suspended_calls(stack, run.run_id) == 1 and _idle(stack, run.run_id),
+        timeout=60,
+    )
+    parked = stack.runtime.store.load_run(run.run_id)
+    assert parked is not None and parked.status == "running", parked
+    owner, repo = stack.people.owner, stack.repo_name
+    pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls", as_user=owner)
+    assert pulls == []
+    await stack.gh.suspend_installation(stack.installation_id, suspended=False)
+    status = await wait_phase(stack, number, "awaiting-review", timeout=60)
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    ended = await wait_end(stack, number)
+    assert ended.result["outcome"] == "merged", ended.result
+    assert _suspended_calls(stack, run.run_id) == 1  # one stop, no retries burned
+    pulls = await stack.gh.rest("GET", f"/repos/{owner}/{repo}/pulls?state=all", as_user=owner)
+    assert len(pulls) == 1
+    record_history(stack, number, "repair_v2_suspended_mid_call")
+
+
+def _suspended_calls(stack: LocalStack, run_id: str) -> int:
+    """Activity failures of the run that were the installation's suspension."""
+    assert stack.runtime is not None
+    return sum(
+        1
+        for event in stack.runtime.store.load_events(run_id)
+        if event.type == "activity_failed"
+        and event.data.get("error_type") == "InstallationSuspended"
+    )
 
 
 def _idle(stack: LocalStack, run_id: str) -> bool:

@@ -184,3 +184,24 @@ async def test_suspension_answers_403_and_sends_suspend_and_unsuspend(
     assert actions == ["suspend", "unsuspend"]
     [suspend] = sink.events("installation", "suspend")
     assert suspend["installation"]["suspended_at"] is not None
+
+
+async def test_a_suspended_installation_mints_no_token_and_says_so(world: World) -> None:
+    """GitHub refuses to mint a suspended installation's token with 403 "This
+    installation has been suspended", while the App's JWT still reads the
+    installation, whose ``suspended_at`` tells why (what the app asks after
+    git's bare 401)."""
+    app_gh = world.app_github()
+    await world.client.suspend_installation(world.installation_id)
+    with pytest.raises(RequestFailed) as err:
+        await app_gh.rest.apps.async_create_installation_access_token(world.installation_id)
+    assert err.value.response.status_code == 403
+    assert err.value.response.json()["message"] == "This installation has been suspended"
+    seen = (await app_gh.rest.apps.async_get_installation(world.installation_id)).parsed_data
+    assert seen.suspended_at is not None
+    assert seen.suspended_by is not None and seen.suspended_by.login == seen.account.login
+    await world.client.suspend_installation(world.installation_id, suspended=False)
+    minted = await app_gh.rest.apps.async_create_installation_access_token(world.installation_id)
+    assert minted.status_code == 201
+    seen = (await app_gh.rest.apps.async_get_installation(world.installation_id)).parsed_data
+    assert seen.suspended_at is None and seen.suspended_by is None

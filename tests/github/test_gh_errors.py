@@ -15,7 +15,13 @@ from githubkit.exception import (
 from githubkit.response import Response
 
 from app.engine._errors import AmbiguousError, PermanentError, TransientError
-from app.github.errors import classified, classify, no_answer, rate_limit_delay
+from app.github.errors import (
+    InstallationSuspended,
+    classified,
+    classify,
+    no_answer,
+    rate_limit_delay,
+)
 
 URL = "https://api.github.com/repos/octo/demo/issues/1/comments"
 NOW = 1_700_000_000.0
@@ -181,10 +187,11 @@ def test_an_already_classified_failure_from_the_auth_flow_is_kept() -> None:
     assert classify(RequestError(inner)) is inner
 
 
-def test_a_suspended_installation_waits_instead_of_failing() -> None:
+def test_a_suspended_installation_stops_the_activity_without_retries() -> None:
     """Calls of a suspended installation answer 403 until the owner
-    unsuspends it: the run waits for that (retries far apart), it does not end."""
+    unsuspends it: retrying only burns attempts, so the activity stops at once
+    with its own type (the workflow waits for the unsuspend, see calls.py)."""
     result = classify(failed(403, body={"message": "This installation has been suspended"}))
-    assert isinstance(result, TransientError)
-    assert result.next_retry_delay == 60.0
+    assert isinstance(result, InstallationSuspended)
+    assert result.failure_class == "permanent"
     assert isinstance(classify(failed(403, body={"message": "Forbidden"})), PermanentError)

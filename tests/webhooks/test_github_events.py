@@ -9,14 +9,16 @@ stand-ins that keep what they were given (tests/web/support.py).
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from app.app_tables import InstallationRepository
 from app.engine._store.schema import signals
 from app.workflows.ids import legacy_repair_workflow_id, repair_workflow_id
-from app.workflows.triage_contracts import REPOSITORY_MOVED
+from app.workflows.triage_contracts import INSTALLATION_RESUMED, ISSUE_DELETED, REPOSITORY_MOVED
 from tests.web.conftest import web  # noqa: F401 (the fixture)
 from tests.web.support import example
 
@@ -109,6 +111,27 @@ async def test_a_run_started_under_its_name_still_gets_its_events(web: Any) -> N
     assert await _signal_names(runtime, run.run_id) == ["review"]
 
 
+async def test_a_same_name_repository_does_not_reach_a_run_of_another_id(
+    web: Any,  # noqa: F811
+) -> None:
+    """A run left under its name key that recorded its repository's id (the
+    0009 migration kept the older of two runs there) is that repository's: a
+    different repository that took the name gets nothing; its own id does."""
+    poster, runtime = web
+    payload = _labeled()
+    payload["issue"]["number"] = 1
+    legacy = legacy_repair_workflow_id(payload["repository"]["full_name"], 1)
+    original = payload["repository"]["id"] + 1000
+    run = await runtime.start_workflow("repair", legacy, _request(payload) | {"repo_id": original})
+    response = await poster.post("pull_request_review", _review_of(payload), delivery="r-1")
+    assert "not delivered" in response.json()["message"], response.json()
+    assert await _signal_names(runtime, run.run_id) == []
+    own = copy.deepcopy(payload)
+    own["repository"]["id"] = original
+    response = await poster.post("pull_request_review", _review_of(own), delivery="r-2")
+    assert await _signal_names(runtime, run.run_id) == ["review"]
+
+
 async def test_rename_tells_the_run_its_new_name(web: Any, db_engine: Any) -> None:  # noqa: F811
     poster, runtime = web
     payload = _labeled()
@@ -156,7 +179,12 @@ async def test_repository_deletion_ends_its_runs_only(web: Any) -> None:  # noqa
     assert runtime.store.load_run(kept.run_id).status == "running"
 
 
-async def test_uninstalling_ends_the_installations_runs(web: Any) -> None:  # noqa: F811
+async def test_uninstalling_ends_the_installations_runs(
+    web: Any,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing of the runs can be cleaned without the installation: they end
+    at once, their records say why, and the delivery's log line names them."""
     poster, runtime = web
     payload = _labeled()
     run = await runtime.start_workflow("repair", _key(payload), _request(payload))
@@ -165,8 +193,11 @@ async def test_uninstalling_ends_the_installations_runs(web: Any) -> None:  # no
     kept = await runtime.start_workflow("repair", _key(other), _request(other, installation=7))
     deleted = example("installation", "deleted")
     deleted["installation"]["id"] = INSTALLATION
-    response = await poster.post("installation", deleted)
+    with caplog.at_level(logging.INFO, "repairbot.web"):
+        response = await poster.post("installation", deleted, delivery="uninstall-1")
     assert response.status_code == 202
+    [line] = [r.getMessage() for r in caplog.records if "uninstall-1" in r.getMessage()]
+    assert f"{_key(payload)}: ended (the app was uninstalled" in line
     ended = runtime.store.load_run(run.run_id)
     assert ended.status == "terminated"
     assert "uninstalled" in ended.error["reason"]
@@ -206,8 +237,38 @@ async def test_a_deleted_issue_cancels_its_run(web: Any) -> None:  # noqa: F811
     await poster.post("issues", deleted)
     cancelling = runtime.store.load_run(run.run_id)
     assert cancelling.status == "cancelling"
-    [requested] = [e for e in runtime.store.load_events(run.run_id) if e.type == "cancel_requested"]
+    events = runtime.store.load_events(run.run_id)
+    [requested] = [e for e in events if e.type == "cancel_requested"]
     assert "the issue was deleted" in requested.data["reason"]
+    # Told first, so the run's cleanup writes no comment on an issue that is gone.
+    [told] = [e for e in events if e.type == "signal_received"]
+    assert told.data["name"] == ISSUE_DELETED and told.seq < requested.seq
+
+
+async def test_unsuspend_tells_the_installations_open_runs(web: Any) -> None:  # noqa: F811
+    """``installation.unsuspend`` wakes every open run of the installation
+    waiting out the suspension (a repair run, and a run whose input carries
+    the run request, as the command and triage runs do); another
+    installation's run hears nothing, and a redelivery nothing more."""
+    poster, runtime = web
+    payload = _labeled()
+    repair = await runtime.start_workflow("repair", _key(payload), _request(payload))
+    nested = await runtime.start_workflow("repair", "command:7", {"request": _request(payload)})
+    other = copy.deepcopy(payload)
+    other["issue"]["number"] += 1
+    elsewhere = await runtime.start_workflow("repair", _key(other), _request(other, installation=7))
+    for action in ("suspend", "unsuspend", "unsuspend"):
+        event = example("installation", "deleted") | {"action": action}
+        event["installation"]["id"] = INSTALLATION
+        delivery = "unsuspend-1" if action == "unsuspend" else "suspend-1"
+        # 202 handled, 200 a redelivery answered from the record.
+        assert (await poster.post("installation", event, delivery=delivery)).status_code in (
+            200,
+            202,
+        )
+    for run in (repair, nested):
+        assert await _signal_names(runtime, run.run_id) == [INSTALLATION_RESUMED]
+    assert await _signal_names(runtime, elsewhere.run_id) == []
 
 
 async def test_a_close_goes_to_triage_not_straight_to_cancel(web: Any) -> None:  # noqa: F811
