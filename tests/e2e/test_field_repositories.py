@@ -203,6 +203,27 @@ async def test_without_setup_once_setup_runs_for_every_step(
     assert setup_commands_run(verified) == 1
 
 
+@SQLITE_ONLY
+@pytest.mark.parametrize("seed", [{"in_checkout": True}], indirect=True)
+async def test_a_setup_that_installs_into_the_checkout_runs_once(
+    stack: LocalStack, wheelhouse: Path
+) -> None:
+    """Setup writes ``.deps/`` into the checkout, with a link naming the checkout's
+    absolute path: the candidate gets its own copy, relinked, and setup runs once."""
+    start(stack, wheelhouse, agent_command())
+    started = time.monotonic()
+    number = await open_issue(stack)
+    await wait_phase(stack, number, "awaiting-review", timeout=240)
+    print(f"\nlabel -> draft PR (setup into the checkout): {time.monotonic() - started:.1f}s")
+    [base] = activity_results(stack, number, "commands.run_reproduction")
+    assert setup_commands_run([base]) == 1
+    verified = activity_results(stack, number, "commands.verify_candidate")
+    assert setup_commands_run(verified) == 0
+    assert all(v["reproduction"]["reused_env"] for v in verified)
+    [pull] = (await github_state(stack, number))["pulls"]
+    assert pull["draft"] is True
+
+
 def test_the_field_repository_needs_what_it_claims(tmp_path: Path, wheelhouse: Path) -> None:
     """Its config installs a plugin its test command needs (a fast check of the fixture)."""
     repo = write_field_repo(tmp_path / "r", wheelhouse)
