@@ -125,6 +125,8 @@ def references(root: Path, needles: list[bytes], *, project: bytes | None = None
     for relative, info in _walk(root):
         if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SCANNED_FILE:
             continue
+        if _is_cache(relative):
+            continue  # never carried (see save): bytecode names its source's path
         data = _read_regular(root / relative)
         if data is None or not any(n in data for n in needles):
             continue
@@ -233,7 +235,10 @@ def _copy(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     info = os.lstat(source)
     if stat.S_ISDIR(info.st_mode):
-        shutil.copytree(source, target, symlinks=True)
+        # Bytecode names the path of its source: Python rebuilds it where it runs.
+        shutil.copytree(
+            source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]")
+        )
     elif stat.S_ISLNK(info.st_mode):
         os.symlink(os.readlink(source), target)
     elif stat.S_ISREG(info.st_mode):

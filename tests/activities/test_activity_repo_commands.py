@@ -418,8 +418,10 @@ async def test_a_later_run_with_the_same_dependency_files_reuses_the_environment
 #: A setup that writes into the checkout and names its absolute path there and
 #: in $REPAIRBOT_ENV (as an editable install's ``.pth`` file does).
 IN_CHECKOUT_SETUP = Command(
-    shell='mkdir -p .deps && echo "$PWD/src" > .deps/project.pth'
+    shell='mkdir -p .deps/__pycache__ && echo "$PWD/src" > .deps/project.pth'
     ' && echo "$PWD" > "$REPAIRBOT_ENV/checkout.pth"'
+    # Bytecode names its source by absolute path, in binary: Python rebuilds it.
+    " && printf '\\0%s' \"$PWD/.deps/x.py\" > .deps/__pycache__/x.cpython-311.pyc"
 )
 #: The reproduction needs both to name the checkout it runs in.
 NEEDS_CHECKOUT = Command(
