@@ -33,7 +33,9 @@ from tests.e2e.scenario import (
     activity_results,
     final_check,
     github_state,
+    push_files,
     record_history,
+    review,
     scheduled,
     wait_end,
     wait_phase,
@@ -117,6 +119,31 @@ async def test_a_real_suite_gets_its_fix_proposed(stack: LocalStack, wheelhouse:
     verified = activity_results(stack, number, "commands.verify_candidate")
     assert setup_commands_run(verified) == 0
     assert all(v["reproduction"]["reused_env"] for v in verified)
+
+
+async def test_after_the_base_moves_the_fix_is_judged_against_the_new_base(
+    stack: LocalStack, wheelhouse: Path
+) -> None:
+    """The base moves after the proposal (a fast-forward); the approval makes the
+    run rebuild the fix on the new tip. The tests are run on that tip first, so
+    the test that fails there as before is not blamed on the fix: it merges."""
+    start(stack, wheelhouse, agent_command())
+    number = await open_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review", timeout=240)
+    moved = await push_files(stack, "main", {"CHANGELOG.md": "- unrelated change\n"})
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number, timeout=240)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "merged", run.result
+    [on_moved] = [
+        r
+        for r in activity_results(stack, number, "commands.run_reproduction")
+        if r["baseline"] is not None and r["baseline"]["base_sha"] == moved
+    ]
+    assert FAILS_ON_BASE in on_moved["baseline"]["failing"]
+    reverified = activity_results(stack, number, "commands.verify_candidate")[-1]
+    assert reverified["verdict"] == "verified"
+    assert FAILS_ON_BASE in reverified["comparison"]["still_failing"]
 
 
 @SQLITE_ONLY
