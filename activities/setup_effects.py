@@ -220,12 +220,7 @@ def apply(saved: Path, created: list[str], checkout: Path) -> list[str]:
         target = checkout / relative
         if not _inside_without_links(checkout, relative) or os.path.lexists(target):
             continue
-        parent = target.parent
-        if not _inside_without_links(checkout, str(parent.relative_to(checkout))) and (
-            parent != checkout
-        ):
-            continue
-        parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
         _copy(saved / relative, target)
         copied.append(relative)
     return copied
