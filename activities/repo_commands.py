@@ -170,13 +170,20 @@ async def run_step(
         env.path.mkdir(exist_ok=True)
         skip_setup = env.reused or environment is not None
         runs, status = await _run_commands(
-            actx, ws, request, env, [] if skip_setup else setup, commands, kind, extra_env
+            actx, ws, request, env, [] if skip_setup else setup, [], kind, extra_env
         )
-        if env.path == cache.root / key and not skip_setup and status != "setup-failed":
-            # Setup passed: later steps (and runs with these dependency files) reuse it.
+        if env.path == cache.root / key and not skip_setup and status == "passed":
+            # Setup passed: later steps (and runs with these dependency files)
+            # reuse it. Captured before the step's own commands run: what they
+            # leave in the checkout is not setup's and is never carried.
             built_entry = await asyncio.to_thread(capture, cache, key, ws.repo, env.path, before)
             cache.record(key, built_entry)
             cache.mark_ready(key)
+        if status == "passed":
+            more, status = await _run_commands(
+                actx, ws, request, env, [], commands, kind, extra_env
+            )
+            runs += more
     log = actx.dep(EvidenceStore).put(note + combined_log(runs), kind=f"{kind}-log", name=name)
     result = StepResult(
         status=status, results=[run.result for _, run in runs], log=log, reused_env=env.reused

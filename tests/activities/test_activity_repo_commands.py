@@ -456,6 +456,23 @@ async def test_a_setup_that_writes_into_the_checkout_is_carried_to_the_candidate
     assert len(result["reproduction"]["results"]) == 1  # setup did not run
 
 
+async def test_what_the_base_commands_leave_in_the_checkout_is_not_carried(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """Only setup's effects are carried: a file the base's reproduction wrote
+    into its checkout never appears in a candidate's."""
+    setup = [IN_CHECKOUT_SETUP.model_dump(mode="json")]
+    leaves = Command(shell=f"echo leftover > leftover.txt; {NEEDS_CHECKOUT.shell}")
+    await call(run_reproduction, actx, step(spec, leaves, setup=setup, reuse_env=True))
+    looks = Command(shell=f"test ! -e leftover.txt && {NEEDS_CHECKOUT.shell}")
+    payload = in_checkout_payload(spec, evidence, IN_CHECKOUT_SETUP) | {
+        "reproduction": [looks.model_dump(mode="json")]
+    }
+    result = await call(verify_candidate, actx, payload)
+    assert result["reproduction"]["reused_env"] is True
+    assert result["verdict"] == "verified", result["reason"]
+
+
 async def test_a_binary_naming_the_checkout_makes_setup_run_again(
     actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
 ) -> None:

@@ -141,6 +141,8 @@ async def test_after_the_base_moves_the_fix_is_judged_against_the_new_base(
         if r["baseline"] is not None and r["baseline"]["base_sha"] == moved
     ]
     assert FAILS_ON_BASE in on_moved["baseline"]["failing"]
+    # Another commit, the same dependency files: the environment is reused.
+    assert on_moved["reused_env"] is True and setup_commands_run([on_moved]) == 0
     reverified = activity_results(stack, number, "commands.verify_candidate")[-1]
     assert reverified["verdict"] == "verified"
     assert FAILS_ON_BASE in reverified["comparison"]["still_failing"]
