@@ -14,8 +14,8 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from app.app_tables import whole_schema
-from app.engine.db import make_engine
-from app.migrate import upgrade
+from app.engine._db import make_engine
+from app.operations.migrate import upgrade
 
 PG_ADMIN_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
