@@ -17,6 +17,7 @@ would stop the same way), with what it spent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import replace
 from typing import Any, ClassVar, Literal, TypeVar
@@ -52,6 +53,7 @@ from app.engine import (
     ActivityDefn,
     PermanentError,
     RetryPolicy,
+    StaleLease,
     Timeouts,
     TransientError,
     activity,
@@ -121,8 +123,14 @@ class ProposeResult(BaseModel):
     backend: str = ""
     transcript: EvidenceRef | None = None
     error: str | None = None
-    #: The activity attempt that produced this (tool retries spent = this - 1).
+    #: The activity attempt that produced this.
     tool_attempt: int = 1
+    #: Tool retries spent: earlier attempts that ended with a tool failure.
+    #: None in results recorded before it was counted (then: tool_attempt - 1).
+    tool_retries: int | None = None
+    #: Earlier attempts that never ended: the worker died (SIGKILL, a crash,
+    #: a lost lease) while the agent ran. Resumed, not counted as tool retries.
+    interrupted: int = 0
     #: What the built-in agent spent in this repair attempt (zeros for CLI agents
     #: other than their own token report).
     turns: int = 0
@@ -146,6 +154,31 @@ def model_cost(policy: AgentPolicy, backend: str, input_tokens: int, output_toke
     timeouts=Timeouts(start_to_close=3 * 3600, heartbeat=120),
 )
 async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return await _propose_fix(actx, raw)
+    except StaleLease:
+        raise  # this attempt is no longer ours: nothing may be recorded
+    except Exception:
+        # An attempt that ends on purpose says so; one whose worker died cannot.
+        with contextlib.suppress(Exception):
+            await actx.carry(_ENDED, int(actx.carried.get(_ENDED, 0)) + 1)
+        raise
+
+
+#: Counts earlier attempts carry (``ActivityContext.carry``).
+_ENDED = "attempts_ended"
+_TOOL_FAILURES = "tool_failures"
+
+
+def _attempts(actx: ActivityContext) -> tuple[int, int]:
+    """Tool retries spent before this attempt, and earlier attempts cut short
+    by their worker dying (every earlier attempt that did not record its end)."""
+    tool = int(actx.carried.get(_TOOL_FAILURES, 0))
+    ended = int(actx.carried.get(_ENDED, 0))
+    return tool, max(0, actx.attempt - 1 - ended)
+
+
+async def _propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
     request = parse_input(ProposeInput, raw)
     store = actx.dep(EvidenceStore)
     # The base first, without the candidate: setup runs there and the
@@ -191,7 +224,7 @@ async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
                 # The built-in loop records its workspace after every tool call.
                 raise ProposalRefused(f"the proposal was refused: {exc}") from None
         except AgentFailed as failure:
-            return _failed(actx, request, store, failure).model_dump(mode="json")
+            return (await _failed(actx, request, store, failure)).model_dump(mode="json")
     return _proposed(actx, request, store, proposal).model_dump(mode="json")
 
 
@@ -267,20 +300,23 @@ async def _prepare(
     return baseline
 
 
-def _failed(
+async def _failed(
     actx: ActivityContext, request: ProposeInput, store: EvidenceStore, failure: AgentFailed
 ) -> ProposeResult:
     """Retry while tool retries remain (raises), else report the failure.
 
-    Counted by activity attempt, so a transport retry before a tool failure
-    also spends one: conservative, and needs no state across attempts.
+    Counted by the attempts that ended with a tool failure (carried across
+    attempts), not by activity attempt: a worker that died while the agent
+    ran (recovery test 1) resumes without spending one.
     """
     transcript = store.put(
         known_secrets(actx).redact_bytes(failure.transcript),
         kind="agent-transcript",
         name=f"agent-attempt-{request.attempt}-try-{actx.attempt}.log",
     )
-    if failure.retryable and actx.attempt <= request.tool_retries:
+    spent, interrupted = _attempts(actx)
+    if failure.retryable and spent < request.tool_retries:
+        await actx.carry(_TOOL_FAILURES, spent + 1)
         raise TransientError(f"{failure.message} (transcript {transcript.sha256}); trying again")
     usage = failure.usage if isinstance(failure, LoopStopped) else Usage()
     return ProposeResult(
@@ -288,6 +324,8 @@ def _failed(
         transcript=transcript,
         error=failure.message,
         tool_attempt=actx.attempt,
+        tool_retries=spent,
+        interrupted=interrupted,
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         turns=usage.turns,
@@ -338,6 +376,8 @@ def _proposed(
         backend=proposal.backend,
         transcript=transcript,
         tool_attempt=actx.attempt,
+        tool_retries=_attempts(actx)[0],
+        interrupted=_attempts(actx)[1],
         turns=proposal.turns,
         tool_calls=proposal.tool_calls,
         # The built-in loop prices its own tokens; for other agents, the

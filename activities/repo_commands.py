@@ -20,9 +20,19 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities import test_outcomes
+from activities import setup_effects, test_outcomes
 from activities._support import parse_input, read_evidence, sandbox_of
-from activities.environments import ENV_VAR, Environment, EnvironmentCache, environment_key
+from activities.environments import (
+    ENV_VAR,
+    Environment,
+    EnvironmentCache,
+    Listing,
+    capture,
+    carry,
+    dependency_files,
+    dependency_files_at,
+    environment_key,
+)
 from activities.test_outcomes import Comparison, compare, named
 from activities.unrunnable import cannot_run
 from activities.workspace import (
@@ -139,33 +149,46 @@ async def run_step(
     if kind == "setup":
         setup, commands = [*setup, *commands], []
     cache = EnvironmentCache(actx.dep(Settings).data_dir / "environments")
-    key = environment_key(
-        request.workspace.repo, request.workspace.base_sha, setup, request.setup_network, ws.repo
-    )
-    ready = cache.ready(key) if setup else None
-    may_build = bool(setup) and request.reuse_env and request.workspace.patch is None
+    repo = request.workspace.repo
+    key = environment_key(repo, setup, await asyncio.to_thread(dependency_files, ws.repo))
+    ready = cache.ready(key) if setup and environment is None else None
+    entry = cache.entry(key) if ready is not None else None
+    is_base = request.workspace.patch is None
+    may_build = bool(setup) and request.reuse_env and is_base
+    note = b""
     with contextlib.ExitStack() as stack:
+        before: Listing | None = None
         if environment is not None:
             env = environment
-        elif ready is not None:
+        elif entry is not None and entry.unmovable is None and (request.reuse_env or not is_base):
             cache.touch(key)
-            env = Environment(path=ready, reused=True, shared=True)
+            env = await asyncio.to_thread(carry, cache, key, entry, ws)
+            note = _REUSED
         elif may_build and (built := stack.enter_context(cache.building(key))) is not None:
             env = Environment(path=built, reused=False, shared=True)
+            before = await asyncio.to_thread(_listing, ws)
+        elif setup and not is_base and (seeded := await _from_base(cache, ws, request, setup)):
+            env, note = seeded, _RERUN
         else:
             env = Environment(path=ws.root / "env", reused=False, shared=False)
         env.path.mkdir(exist_ok=True)
         skip_setup = env.reused or environment is not None
         runs, status = await _run_commands(
-            actx, ws, request, env, [] if skip_setup else setup, commands, kind, extra_env
+            actx, ws, request, env, [] if skip_setup else setup, [], kind, extra_env
         )
-        if env.shared and not skip_setup and status != "setup-failed":
-            cache.mark_ready(key)  # setup passed: later steps of the run reuse it
-    log = actx.dep(EvidenceStore).put(
-        combined_log(runs, reused=env.reused and environment is None),
-        kind=f"{kind}-log",
-        name=name,
-    )
+        if env.path == cache.root / key and not skip_setup and status == "passed":
+            # Setup passed: later steps (and runs with these dependency files)
+            # reuse it. Captured before the step's own commands run: what they
+            # leave in the checkout is not setup's and is never carried.
+            built_entry = await asyncio.to_thread(capture, cache, key, ws.repo, env.path, before)
+            cache.record(key, built_entry)
+            cache.mark_ready(key)
+        if status == "passed":
+            more, status = await _run_commands(
+                actx, ws, request, env, [], commands, kind, extra_env
+            )
+            runs += more
+    log = actx.dep(EvidenceStore).put(note + combined_log(runs), kind=f"{kind}-log", name=name)
     result = StepResult(
         status=status, results=[run.result for _, run in runs], log=log, reused_env=env.reused
     )
@@ -240,14 +263,39 @@ def relative_to_workspace(run: CommandRun, ws: Workspace) -> CommandRun:
     return CommandRun(result=result, output=output)
 
 
-def combined_log(runs: list[tuple[str, CommandRun]], *, reused: bool = False) -> bytes:
+_REUSED = (
+    b"[setup skipped: the base's setup built the environment ($REPAIRBOT_ENV and what it "
+    b"wrote into the checkout) for these dependency files; reused read-only or as a copy]\n\n"
+)
+_RERUN = (
+    b"[the patch changes a dependency file: setup runs again, without network, in a "
+    b"copy of the environment the base's setup built]\n\n"
+)
+
+
+def _listing(ws: Workspace) -> Listing | None:
+    try:
+        return setup_effects.listing(ws.repo)
+    except setup_effects.TooManyEntries:
+        return None
+
+
+async def _from_base(
+    cache: EnvironmentCache, ws: Workspace, request: StepInput, setup: list[Command]
+) -> Environment | None:
+    """For a candidate whose dependency files differ from its base's: a private,
+    writable copy of the base's environment, if the base built one here."""
+    base_files = await dependency_files_at(ws, request.workspace.base_sha)
+    key = environment_key(request.workspace.repo, setup, base_files)
+    entry = cache.entry(key) if cache.ready(key) is not None else None
+    if entry is None or entry.unmovable is not None:
+        return None
+    return await asyncio.to_thread(carry, cache, key, entry, ws, writable=True)
+
+
+def combined_log(runs: list[tuple[str, CommandRun]]) -> bytes:
     """One readable log: each command, its output, and how it ended."""
     parts = []
-    if reused:
-        parts.append(
-            b"[setup skipped: this run's base setup built the environment "
-            b"($REPAIRBOT_ENV), reused read-only]\n"
-        )
     for label, run in runs:
         result = run.result
         if result.quota_exceeded is not None:

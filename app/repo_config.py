@@ -13,7 +13,7 @@ Example::
     merge_method: squash
     network: setup                    # setup may download; nothing else has network
     checkout: {depth: 0, tags: true}  # full history and tags (for setuptools-scm and the like)
-    setup_once: true                  # setup installs into $REPAIRBOT_ENV; reused by later steps
+    setup_once: false                 # run setup before every step (default: once, reused)
 
 A command written as a single string is run with ``sh -c``. That is safe only
 because the string comes from the repository owner's own config file, which
@@ -202,11 +202,10 @@ class RepoConfig(BaseModel):
     drift_check_seconds: StrictInt = Field(default=600, ge=5, le=24 * 3600)
     #: Bot accounts whose trigger label counts (other bots are ignored).
     allowed_bots: list[StrictStr] = Field(default_factory=list, max_length=20)
-    #: Setup installs into ``$REPAIRBOT_ENV`` (outside the checkout): run it once,
-    #: on the base commit, and let every later step of the run reuse what it
-    #: built, read-only (see activities/environments.py). Off: setup runs
-    #: before every step, as for setups that write into the checkout.
-    setup_once: StrictBool = False
+    #: Run setup once, on the base commit (with the network it may have), and let
+    #: later steps, and later runs with the same dependency files, reuse what it
+    #: built (see activities/environments.py). Off: setup runs before every step.
+    setup_once: StrictBool = True
     #: History and tags fetched into every workspace (default: the commit alone).
     checkout: CheckoutConfig = Field(default_factory=CheckoutConfig)
 

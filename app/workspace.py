@@ -385,6 +385,16 @@ async def diff_from(ws: Workspace, tree_ish: str, *, limit: int | None = None) -
     return out.decode(errors="surrogateescape")
 
 
+async def file_at(ws: Workspace, commit: str, path: str, *, limit: int) -> bytes | None:
+    """A regular file's bytes at ``commit`` (our git directory), or ``None``
+    when it is absent there, is not a regular file, or exceeds ``limit``."""
+    listed = await _git(["ls-tree", "-z", commit, "--", path], cwd=ws.repo, env=_git_env(ws))
+    fields = listed.stdout.split(b"\t", 1)[0].split() if listed.returncode == 0 else []
+    if len(fields) != 3 or fields[0] not in (b"100644", b"100755"):
+        return None
+    return await _git_capped(["cat-file", "blob", fields[2].decode()], ws=ws, limit=limit)
+
+
 async def _git_capped(args: Sequence[str], *, ws: Workspace, limit: int) -> bytes | None:
     """git's stdout, or ``None`` when it exceeds ``limit`` bytes (git is killed)."""
     proc = await asyncio.create_subprocess_exec(

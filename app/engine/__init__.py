@@ -42,6 +42,7 @@ from app.engine._errors import (
     CleanupIncomplete,
     NeedsHuman,
     PermanentError,
+    StaleLease,
     TransientError,
     WorkflowCancelled,
 )
@@ -141,6 +142,7 @@ __all__ = [
     "Signal",
     "SignalDefn",
     "SignalRecord",
+    "StaleLease",
     "StartResult",
     "Store",
     "StoreThreads",

@@ -19,6 +19,8 @@ T = TypeVar("T")
 
 #: The key under which a checkpoint travels in the heartbeat details.
 CHECKPOINT_KEY = "checkpoint"
+#: The key under which counts an activity keeps across attempts travel.
+CARRIED_KEY = "carried"
 
 
 class Dependencies:
@@ -74,6 +76,10 @@ class ActivityContext:
             previous.get(CHECKPOINT_KEY) if isinstance(previous, dict) else None
         )
         self._checkpoint: Any = self.last_checkpoint
+        carried = previous.get(CARRIED_KEY) if isinstance(previous, dict) else None
+        #: Small values earlier attempts recorded with :meth:`carry` (what they
+        #: ended with: an attempt that died recorded nothing).
+        self.carried: dict[str, Any] = dict(carried) if isinstance(carried, dict) else {}
         #: How long a heartbeat rides out a database outage before failing.
         self.db_patience = 0.0
 
@@ -82,9 +88,13 @@ class ActivityContext:
 
         Raises :class:`StaleLease` if this attempt lost its lease: stop at once.
         """
-        if self._checkpoint is not None:
+        if self._checkpoint is not None or self.carried:
             progress = details if isinstance(details, dict) else {"progress": details}
-            details = {**progress, CHECKPOINT_KEY: self._checkpoint}
+            details = dict(progress)
+            if self._checkpoint is not None:
+                details[CHECKPOINT_KEY] = self._checkpoint
+            if self.carried:
+                details[CARRIED_KEY] = dict(self.carried)
         answer = await retrying(
             lambda: self._store.heartbeat(self.task_id, self.token, details),
             what=f"heartbeating {self.operation_id}",
@@ -100,6 +110,13 @@ class ActivityContext:
         from; True if cancellation was requested. Keep it small: it is
         rewritten with every heartbeat; large bodies go to evidence."""
         self._checkpoint = value
+        return await self.heartbeat({})
+
+    async def carry(self, key: str, value: Any) -> bool:
+        """Record ``value`` under ``key`` durably for the next attempts (they see
+        it in :attr:`carried`), beside any checkpoint; True if cancellation was
+        requested. For what an attempt learnt before it ends on purpose."""
+        self.carried[key] = value
         return await self.heartbeat({})
 
     def fault(self, name: str) -> None:

@@ -13,9 +13,10 @@ from datetime import datetime, timedelta
 from activities import approval as binding
 from activities import github, repo_commands
 from activities.agent import FeedbackInput
-from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
+from activities.repo_commands import BaselineTests, ReproductionResult, StepInput, VerifyResult
 from app.engine import Signal, WorkflowCancelled
-from app.workflows.calls import call
+from app.workflows.base_evidence import baseline_sentence
+from app.workflows.calls import call, schedule
 from app.workflows.contracts import (
     PR_CLOSED,
     PR_SYNCHRONIZED,
@@ -476,10 +477,17 @@ class ReviewPhases(RunBase):
             step=f"base-compare-{n}",
         )
         short = base_sha[:12]
+        verify = self.verify_input(base_sha, self.patch)
+        if self.config.test is not None and self.ctx.patched("baseline-on-moved-base"):
+            # Runs recorded before this change required every test to pass on
+            # the new base, so a test failing there already failed the fix.
+            baseline = await self.baseline_on(base_sha, n)
+            if baseline is not None:
+                verify = verify.model_copy(update={"baseline": baseline})
         verdict = await call(
             self.ctx,
             repo_commands.verify_candidate,
-            self.verify_input(base_sha, self.patch),
+            verify,
             VerifyResult,
             step=f"reverify-{n}",
         )
@@ -524,6 +532,32 @@ class ReviewPhases(RunBase):
             f"`{rebuilt[:12]}` with the same patch and verifies."
         )
         return "merging"
+
+    async def baseline_on(self, base_sha: str, n: int) -> BaselineTests | None:
+        """The tests on the moved base, without the fix: the yardstick the
+        rebuilt proposal is judged by (tests already failing there are not
+        blamed on it). None when the test command cannot run there."""
+        result = await call(
+            self.ctx,
+            repo_commands.run_reproduction,
+            StepInput(
+                workspace=self.spec(base_sha),
+                setup=self.config.setup,
+                setup_network=self.config.network == "setup",
+                commands=self.reproduction,
+                time_limit_seconds=self.config.budgets.time_limit_seconds,
+                reuse_env=self.config.setup_once,
+                baseline_test=self.config.test,
+            ),
+            ReproductionResult,
+            step=f"base-tests-{n}",
+        )
+        baseline = result.baseline
+        if baseline is None or baseline.cannot_run is not None:
+            return None
+        self.state.add_evidence(f"tests on the moved base `{base_sha[:12]}`", baseline.step.log)
+        self.state.tests_on_base = baseline_sentence(baseline)
+        return baseline
 
     async def republish(self, base_sha: str, label: str) -> str:
         """The same patch as a new commit on ``base_sha``, pushed over our own head."""

@@ -204,7 +204,11 @@ class WorkPhases(RunBase):
         usage.cost_usd += proposal.cost_usd
         usage.turns += proposal.turns
         usage.tool_calls += proposal.tool_calls
-        usage.tool_retries += max(0, proposal.tool_attempt - 1)
+        if proposal.tool_retries is None:  # recorded before crashes were told apart
+            usage.tool_retries += max(0, proposal.tool_attempt - 1)
+        else:
+            usage.tool_retries += proposal.tool_retries
+        usage.agent_interruptions += proposal.interrupted
         if limits.max_tokens is not None and usage.tokens > limits.max_tokens:
             raise Finished(
                 "cost-budget-exhausted", f"{usage.tokens} tokens used of {limits.max_tokens}."

@@ -144,6 +144,12 @@ def budget_lines(state: RunState) -> list[str]:
         f"Agent tool retries: {usage.tool_retries} (up to {limits.tool_retries} per attempt)",
         f"Working time: {usage.work_seconds:.0f}s of {limits.total_seconds:.0f}s",
     ]
+    if usage.agent_interruptions:
+        lines.insert(
+            2,
+            f"Agent interrupted by a worker crash: {usage.agent_interruptions} time(s); "
+            "resumed on another worker (not a tool retry)",
+        )
     tokens = f"Model tokens: {usage.tokens}"
     if limits.max_tokens is not None:
         tokens += f" of {limits.max_tokens}"

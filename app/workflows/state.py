@@ -67,6 +67,8 @@ class Usage(Model):
 
     attempts: int = 0
     tool_retries: int = 0
+    #: Agent attempts cut short by their worker dying (resumed; not tool retries).
+    agent_interruptions: int = 0
     #: The built-in agent's model turns and tool calls (0 for CLI agents).
     turns: int = 0
     tool_calls: int = 0

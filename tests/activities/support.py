@@ -37,9 +37,12 @@ class RecordingContext:
         *,
         attempt: int = 1,
         cancel_when: Callable[[list[Any]], bool] | None = None,
+        carried: dict[str, Any] | None = None,
     ) -> None:
         self.deps = deps
         self.attempt = attempt
+        #: As the runtime hands it over: what earlier attempts carried.
+        self.carried: dict[str, Any] = dict(carried or {})
         self.run_id = "calc-issue-7/1"
         self.workflow_id = "calc-issue-7"
         self.operation_id = "calc-issue-7/1:step"
@@ -56,6 +59,10 @@ class RecordingContext:
     async def heartbeat(self, details: Any = None) -> bool:
         self.heartbeats.append(details)
         return self.cancel_when is not None and self.cancel_when(self.heartbeats)
+
+    async def carry(self, key: str, value: Any) -> bool:
+        self.carried[key] = value
+        return await self.heartbeat({})
 
     async def checkpoint(self, value: Any) -> bool:
         self.checkpoints.append(value)

@@ -105,12 +105,30 @@ async def test_tool_failures_spend_tool_retries_then_report(
 ) -> None:
     failing = {"backend": "command", "command": {"shell": "echo confused; exit 3"}}
     payload = propose_input(spec, agent=failing, tool_retries=1)
+    first = RecordingContext(deps, attempt=1)
     with pytest.raises(TransientError, match=r"exited with status 3.*trying again"):
-        await call(propose_fix, RecordingContext(deps, attempt=1), payload)
-    result = await call(propose_fix, RecordingContext(deps, attempt=2), payload)
+        await call(propose_fix, first, payload)
+    result = await call(
+        propose_fix, RecordingContext(deps, attempt=2, carried=first.carried), payload
+    )
     assert result["outcome"] == "agent-failed" and result["tool_attempt"] == 2
+    assert (result["tool_retries"], result["interrupted"]) == (1, 0)
     assert result["error"] == "the agent exited with status 3" and result["patch"] is None
     assert evidence.get(result["transcript"]["sha256"]).startswith(b"confused")
+
+
+async def test_a_worker_crash_is_not_a_tool_retry(deps: Dependencies, spec: WorkspaceSpec) -> None:
+    """Attempt 1's worker died (it recorded nothing): attempt 2 still has the
+    tool retry, and the result says one attempt was interrupted."""
+    failing = {"backend": "command", "command": {"shell": "echo confused; exit 3"}}
+    payload = propose_input(spec, agent=failing, tool_retries=1)
+    second = RecordingContext(deps, attempt=2)
+    with pytest.raises(TransientError, match="trying again"):
+        await call(propose_fix, second, payload)
+    third = RecordingContext(deps, attempt=3, carried=second.carried)
+    result = await call(propose_fix, third, payload)
+    assert result["outcome"] == "agent-failed"
+    assert (result["tool_retries"], result["interrupted"]) == (1, 1)
 
 
 async def test_an_agent_that_changes_nothing(actx: RecordingContext, spec: WorkspaceSpec) -> None:

@@ -347,7 +347,8 @@ new file mode 100644
 
 #: A "setup" that installs into $REPAIRBOT_ENV and counts how often it ran.
 COUNTING_SETUP = Command(
-    shell='echo installed > "$REPAIRBOT_ENV/dep.txt"; echo "setup ran in $REPAIRBOT_ENV"'
+    shell='test -f "$REPAIRBOT_ENV/dep.txt" && echo "already installed";'
+    ' echo installed > "$REPAIRBOT_ENV/dep.txt"; echo "setup ran in $REPAIRBOT_ENV"'
 )
 #: The reproduction needs what setup installed.
 NEEDS_DEP = Command(shell=f'test -f "$REPAIRBOT_ENV/dep.txt" && {shlex.join(REPRO_ARGV)}')
@@ -376,7 +377,7 @@ async def test_the_base_setup_runs_once_and_candidates_reuse_it(
     assert verified["reproduction"]["reused_env"] is True
     assert setup_runs(verified["reproduction"]) == 0
     log = evidence.get(verified["reproduction"]["log"]["sha256"])
-    assert log.startswith(b"[setup skipped: this run's base setup built the environment")
+    assert log.startswith(b"[setup skipped: the base's setup built the environment")
 
 
 async def test_candidate_code_cannot_change_the_shared_environment(
@@ -418,8 +419,108 @@ async def test_a_changed_dependency_file_runs_setup_again(
         "reproduction": [NEEDS_DEP.model_dump(mode="json")],
     }
     result = await call(verify_candidate, actx, payload)
+    assert result["verdict"] == "verified", result["reason"]
     assert result["reproduction"]["reused_env"] is False
     assert setup_runs(result["reproduction"]) == 1
+    log = evidence.get(result["reproduction"]["log"]["sha256"])
+    # Offline, in a copy of what the base's setup installed.
+    assert log.startswith(b"[the patch changes a dependency file")
+    assert b"already installed" in log
+
+
+async def test_a_later_run_with_the_same_dependency_files_reuses_the_environment(
+    actx: RecordingContext, spec: WorkspaceSpec
+) -> None:
+    first = await call(run_reproduction, actx, once(spec))
+    later = await call(run_reproduction, actx, once(spec))
+    assert setup_runs(first) == 1 and setup_runs(later) == 0 and later["reused_env"] is True
+
+
+#: A setup that writes into the checkout and names its absolute path there and
+#: in $REPAIRBOT_ENV (as an editable install's ``.pth`` file does).
+IN_CHECKOUT_SETUP = Command(
+    shell='mkdir -p .deps/__pycache__ && echo "$PWD/src" > .deps/project.pth'
+    ' && echo "$PWD" > "$REPAIRBOT_ENV/checkout.pth"'
+    # Bytecode names its source by absolute path, in binary: Python rebuilds it.
+    " && printf '\\0%s' \"$PWD/.deps/x.py\" > .deps/__pycache__/x.cpython-311.pyc"
+)
+#: The reproduction needs both to name the checkout it runs in.
+NEEDS_CHECKOUT = Command(
+    shell='test "$(cat .deps/project.pth)" = "$PWD/src"'
+    ' && test "$(cat "$REPAIRBOT_ENV/checkout.pth")" = "$PWD"'
+    f" && {shlex.join(REPRO_ARGV)}"
+)
+
+
+def in_checkout_payload(
+    spec: WorkspaceSpec, evidence: EvidenceStore, setup: Command, diff: str = FIX_DIFF
+) -> dict[str, object]:
+    return verify_input(spec, evidence, diff) | {
+        "setup": [setup.model_dump(mode="json")],
+        "reproduction": [NEEDS_CHECKOUT.model_dump(mode="json")],
+    }
+
+
+async def test_a_setup_that_writes_into_the_checkout_is_carried_to_the_candidate(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    setup = [IN_CHECKOUT_SETUP.model_dump(mode="json")]
+    base = await call(
+        run_reproduction, actx, step(spec, NEEDS_CHECKOUT, setup=setup, reuse_env=True)
+    )
+    assert base["reproduced"] is True, base
+    result = await call(
+        verify_candidate, actx, in_checkout_payload(spec, evidence, IN_CHECKOUT_SETUP)
+    )
+    assert result["verdict"] == "verified", result["reason"]
+    assert result["reproduction"]["reused_env"] is True
+    assert len(result["reproduction"]["results"]) == 1  # setup did not run
+
+
+async def test_what_the_base_commands_leave_in_the_checkout_is_not_carried(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """Only setup's effects are carried: a file the base's reproduction wrote
+    into its checkout never appears in a candidate's."""
+    setup = [IN_CHECKOUT_SETUP.model_dump(mode="json")]
+    leaves = Command(shell=f"echo leftover > leftover.txt; {NEEDS_CHECKOUT.shell}")
+    await call(run_reproduction, actx, step(spec, leaves, setup=setup, reuse_env=True))
+    looks = Command(shell=f"test ! -e leftover.txt && {NEEDS_CHECKOUT.shell}")
+    payload = in_checkout_payload(spec, evidence, IN_CHECKOUT_SETUP) | {
+        "reproduction": [looks.model_dump(mode="json")]
+    }
+    result = await call(verify_candidate, actx, payload)
+    assert result["reproduction"]["reused_env"] is True
+    assert result["verdict"] == "verified", result["reason"]
+
+
+async def test_a_binary_naming_the_checkout_makes_setup_run_again(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """A path inside a compiled file cannot be rewritten: no other checkout reuses it."""
+    binary = Command(shell=f"{IN_CHECKOUT_SETUP.shell} && printf '\\0%s' \"$PWD\" > .deps/ext.so")
+    setup = [binary.model_dump(mode="json")]
+    await call(run_reproduction, actx, step(spec, NEEDS_CHECKOUT, setup=setup, reuse_env=True))
+    result = await call(verify_candidate, actx, in_checkout_payload(spec, evidence, binary))
+    assert result["verdict"] == "verified", result["reason"]
+    assert result["reproduction"]["reused_env"] is False
+    assert len(result["reproduction"]["results"]) == 2  # setup ran again
+
+
+async def test_a_project_installed_by_copy_makes_setup_run_again(
+    actx: RecordingContext, spec: WorkspaceSpec, evidence: EvidenceStore
+) -> None:
+    """pip's record of a non-editable install from the checkout: the base's code
+    sits in the environment, so a candidate must install its own."""
+    record = 'echo "{\\"url\\": \\"file://$PWD\\", \\"dir_info\\": {}}"'
+    copied = Command(
+        shell=f'{IN_CHECKOUT_SETUP.shell} && {record} > "$REPAIRBOT_ENV/direct_url.json"'
+    )
+    setup = [copied.model_dump(mode="json")]
+    await call(run_reproduction, actx, step(spec, NEEDS_CHECKOUT, setup=setup, reuse_env=True))
+    result = await call(verify_candidate, actx, in_checkout_payload(spec, evidence, copied))
+    assert result["verdict"] == "verified", result["reason"]
+    assert result["reproduction"]["reused_env"] is False
 
 
 async def test_without_setup_once_setup_runs_every_step(

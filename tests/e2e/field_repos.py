@@ -9,7 +9,10 @@ the field, no code taken from anyone):
   sandbox does not offer), so no fix can make the whole suite pass;
 - the test command uses an option of a pytest plugin that ``setup`` must
   install, from a local wheel the test builds (no internet), into
-  ``$REPAIRBOT_ENV``, once per run (``setup_once: true``).
+  ``$REPAIRBOT_ENV``, once per run (the default, ``setup_once``); or, with
+  ``in_checkout=True``, into ``.deps/`` of the checkout with an absolute
+  ``.pth`` link to ``src/`` (as ``pip install -e .`` into a ``.venv`` in the
+  repository does), the package found only through that link.
 
 The bug: ``fieldlib.stats.median`` of an even number of values returns the
 upper middle value instead of the mean of the two middle values.
@@ -137,6 +140,25 @@ def build_plugin_wheel(wheelhouse: Path) -> Path:
     return path
 
 
+#: Makes Python read the ``.pth`` files in ``.deps`` (on ``PYTHONPATH``), as in site-packages.
+SITECUSTOMIZE = "import os, site; site.addsitedir(os.path.dirname(os.path.abspath(__file__)))\n"
+
+
+#: What an editable install leaves: a ``.pth`` naming the checkout's ``src`` by
+#: its absolute path (and a sitecustomize so that ``.deps`` on PYTHONPATH reads it).
+IN_CHECKOUT_LINK = (
+    "import os, pathlib; d = pathlib.Path('.deps'); "
+    "(d / 'fieldlib-link.pth').write_text(os.getcwd() + '/src\\n'); "
+    f"(d / 'sitecustomize.py').write_text({SITECUSTOMIZE!r})"
+)
+
+
+def checkout_pytest_command(*args: str) -> str:
+    """pytest with ``.deps`` of the checkout (plugin and link) on its path."""
+    tail = shlex.join([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args])
+    return f"PYTHONPATH=.deps {tail}"
+
+
 def pytest_command(*args: str) -> str:
     """pytest with the plugin installed by setup on its path, as a shell string."""
     tail = shlex.join([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args])
@@ -147,21 +169,26 @@ def config(
     wheelhouse: Path,
     *,
     setup: bool = True,
-    setup_once: bool = True,
+    setup_once: bool | None = None,
+    in_checkout: bool = False,
     reproduce: str | None = None,
     test: str | None = None,
 ) -> str:
     pip = [PY, "-m", "pip", "install", "--quiet", "--no-index", "--disable-pip-version-check"]
     install = shlex.join([*pip, "--find-links", str(wheelhouse), "--target"])
     lines = []
-    if setup:
+    run = pytest_command
+    if setup and in_checkout:
+        link = shlex.join([PY, "-c", IN_CHECKOUT_LINK])
+        lines += ["setup:", f"  - {json.dumps(f'{install} .deps {PLUGIN} && {link}')}"]
+        run = checkout_pytest_command
+    elif setup:
         command = f'{install} "$REPAIRBOT_ENV/site" {PLUGIN}'
         lines += ["setup:", f"  - {json.dumps(command)}"]
+    if setup and setup_once is not None:
         lines.append(f"setup_once: {'true' if setup_once else 'false'}")
-    reproduce = reproduce or pytest_command(
-        "--field-seed=3", "tests/test_median.py::test_even_length"
-    )
-    test = test or pytest_command("--field-seed=3", "tests")
+    reproduce = reproduce or run("--field-seed=3", "tests/test_median.py::test_even_length")
+    test = test or run("--field-seed=3", "tests")
     lines += [f"reproduce: {json.dumps(reproduce)}", f"test: {json.dumps(test)}"]
     lines.append("budgets: {repair_attempts: 2, time_limit_seconds: 300}")
     return "\n".join(lines) + "\n"
@@ -172,6 +199,11 @@ def write_field_repo(folder: Path, wheelhouse: Path, **config_options: object) -
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+    if config_options.get("in_checkout"):
+        # Found only through the link setup writes, not pytest's pythonpath.
+        pyproject = folder / "pyproject.toml"
+        pyproject.write_text(pyproject.read_text().replace('pythonpath = ["src"]\n', ""))
+        (folder / ".gitignore").write_text(".deps/\n")
     (folder / ".github").mkdir(exist_ok=True)
     (folder / ".github" / "repairbot.yml").write_text(config(wheelhouse, **config_options))  # type: ignore[arg-type]
     return folder

@@ -24,7 +24,13 @@ from app.demo.run import WorkerProcess, builtin_agent_env, demo_test_command
 from app.demo.scripted_model import CHANGELOG_ENTRY, demo_repair_script
 from app.demo.stack import LocalStack
 from tests.agent.fake_llm import FakeLLM
-from tests.e2e.scenario import file_on_branch, github_state, run_through_a_kill, wait_for
+from tests.e2e.scenario import (
+    activity_results,
+    file_on_branch,
+    github_state,
+    run_through_a_kill,
+    wait_for,
+)
 
 TURNS = len(demo_repair_script())
 
@@ -135,6 +141,12 @@ async def test_a_worker_killed_during_a_model_call_asks_that_turn_again(
         killer.cancel()
     assert run.status == "completed", run.error
     assert run.result["outcome"] == "merged"
+    # Reported as what it was: a crash, resumed; no tool retry spent.
+    [proposal] = activity_results(stack, number, "agent.propose_fix")
+    assert (proposal["tool_retries"], proposal["interrupted"]) == (0, 1)
+    [comment] = (await github_state(stack, number))["status_comments"]
+    assert "Agent tool retries: 0" in comment["body"]
+    assert "Agent interrupted by a worker crash: 1 time(s)" in comment["body"]
     assert asked_before_kill == list(range(AFTER_THE_APPEND))
     asked = model.turns_asked()
     assert sorted(asked) == sorted([*range(TURNS), AFTER_THE_APPEND]), asked

@@ -33,7 +33,9 @@ from tests.e2e.scenario import (
     activity_results,
     final_check,
     github_state,
+    push_files,
     record_history,
+    review,
     scheduled,
     wait_end,
     wait_phase,
@@ -119,6 +121,33 @@ async def test_a_real_suite_gets_its_fix_proposed(stack: LocalStack, wheelhouse:
     assert all(v["reproduction"]["reused_env"] for v in verified)
 
 
+async def test_after_the_base_moves_the_fix_is_judged_against_the_new_base(
+    stack: LocalStack, wheelhouse: Path
+) -> None:
+    """The base moves after the proposal (a fast-forward); the approval makes the
+    run rebuild the fix on the new tip. The tests are run on that tip first, so
+    the test that fails there as before is not blamed on the fix: it merges."""
+    start(stack, wheelhouse, agent_command())
+    number = await open_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review", timeout=240)
+    moved = await push_files(stack, "main", {"CHANGELOG.md": "- unrelated change\n"})
+    await review(stack, status["pull_number"], "APPROVE", body="Looks right.")
+    run = await wait_end(stack, number, timeout=240)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "merged", run.result
+    [on_moved] = [
+        r
+        for r in activity_results(stack, number, "commands.run_reproduction")
+        if r["baseline"] is not None and r["baseline"]["base_sha"] == moved
+    ]
+    assert FAILS_ON_BASE in on_moved["baseline"]["failing"]
+    # Another commit, the same dependency files: the environment is reused.
+    assert on_moved["reused_env"] is True and setup_commands_run([on_moved]) == 0
+    reverified = activity_results(stack, number, "commands.verify_candidate")[-1]
+    assert reverified["verdict"] == "verified"
+    assert FAILS_ON_BASE in reverified["comparison"]["still_failing"]
+
+
 @SQLITE_ONLY
 async def test_a_fix_that_breaks_a_passing_test_is_not_proposed(
     stack: LocalStack, wheelhouse: Path
@@ -201,6 +230,27 @@ async def test_without_setup_once_setup_runs_for_every_step(
     print(f"\nlabel -> draft PR (setup every step): {time.monotonic() - started:.1f}s")
     verified = activity_results(stack, number, "commands.verify_candidate")
     assert setup_commands_run(verified) == 1
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("seed", [{"in_checkout": True}], indirect=True)
+async def test_a_setup_that_installs_into_the_checkout_runs_once(
+    stack: LocalStack, wheelhouse: Path
+) -> None:
+    """Setup writes ``.deps/`` into the checkout, with a link naming the checkout's
+    absolute path: the candidate gets its own copy, relinked, and setup runs once."""
+    start(stack, wheelhouse, agent_command())
+    started = time.monotonic()
+    number = await open_issue(stack)
+    await wait_phase(stack, number, "awaiting-review", timeout=240)
+    print(f"\nlabel -> draft PR (setup into the checkout): {time.monotonic() - started:.1f}s")
+    [base] = activity_results(stack, number, "commands.run_reproduction")
+    assert setup_commands_run([base]) == 1
+    verified = activity_results(stack, number, "commands.verify_candidate")
+    assert setup_commands_run(verified) == 0
+    assert all(v["reproduction"]["reused_env"] for v in verified)
+    [pull] = (await github_state(stack, number))["pulls"]
+    assert pull["draft"] is True
 
 
 def test_the_field_repository_needs_what_it_claims(tmp_path: Path, wheelhouse: Path) -> None:

@@ -68,6 +68,8 @@ async def test_a_networked_setup_reaches_none_of_the_workers_services(
     people = stack.people
     config = (seed / ".github" / "repairbot.yml").read_text()
     config += f"network: setup\nsetup: [[{json.dumps(worker.python)}, .github/probe.py]]\n"
+    # Setup before every step: the candidate's own setup must run (without network).
+    config += "setup_once: false\n"
     await stack.gh.push_as(
         people.owner,
         people.owner,

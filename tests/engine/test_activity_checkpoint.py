@@ -43,3 +43,33 @@ async def test_the_next_attempt_receives_the_last_checkpoint(make_runtime: Any) 
     assert (run.status, run.result) == ("completed", {"done": 4, "attempt": 2})
     # The retry resumed after step 2, though a progress beat came after it.
     assert SEEN == [None, {"done": 2}]
+
+
+CARRIED: list[Any] = []
+
+
+@activity("counting", retry=RetryPolicy(initial_interval=0.01, max_attempts=4))
+async def counting(actx: ActivityContext, _: int) -> dict[str, Any]:
+    CARRIED.append(dict(actx.carried))
+    if actx.attempt == 1:
+        await actx.checkpoint({"done": 1})
+        await actx.carry("failures", 1)
+        await actx.heartbeat({"doing": "a progress beat"})
+        raise TransientError("the first attempt ends on purpose, after saying so")
+    return {"checkpoint": actx.last_checkpoint}
+
+
+@workflow("carrying")
+async def carrying(ctx: WorkflowContext, _: int) -> Any:
+    return await ctx.activity(counting, 0, step="counting")
+
+
+async def test_carried_values_reach_the_next_attempt_beside_the_checkpoint(
+    make_runtime: Any,
+) -> None:
+    CARRIED.clear()
+    rt = await make_runtime(Registry.of([carrying], [counting]))
+    await rt.start_workflow("carrying", "carry-1", 0)
+    run = await rt.wait_for("carry-1")
+    assert (run.status, run.result) == ("completed", {"checkpoint": {"done": 1}})
+    assert CARRIED == [{}, {"failures": 1}]
