@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import replace
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities._support import (
     keep_alive,
     optional_dep,
-    parse_input,
     read_evidence,
     sandbox_of,
 )
@@ -56,7 +55,7 @@ from app.engine import (
     StaleLease,
     Timeouts,
     TransientError,
-    activity,
+    typed_activity,
 )
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import AgentConfig, Command
@@ -146,16 +145,16 @@ def model_cost(policy: AgentPolicy, backend: str, input_tokens: int, output_toke
     return price.cost(input_tokens, output_tokens) if price is not None else 0.0
 
 
-@activity(
+@typed_activity(
     "agent.propose_fix",
     # Generous: tool retries are bounded by the repository's budget below,
     # transport retries by this; backoff honours the server's retry-after.
     retry=RetryPolicy(initial_interval=5.0, backoff=2.0, max_interval=300.0, max_attempts=8),
     timeouts=Timeouts(start_to_close=3 * 3600, heartbeat=120),
 )
-async def propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+async def propose_fix(actx: ActivityContext, request: ProposeInput) -> ProposeResult:
     try:
-        return await _propose_fix(actx, raw)
+        return await _propose_fix(actx, request)
     except StaleLease:
         raise  # this attempt is no longer ours: nothing may be recorded
     except Exception:
@@ -178,8 +177,7 @@ def _attempts(actx: ActivityContext) -> tuple[int, int]:
     return tool, max(0, actx.attempt - 1 - ended)
 
 
-async def _propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = parse_input(ProposeInput, raw)
+async def _propose_fix(actx: ActivityContext, request: ProposeInput) -> ProposeResult:
     store = actx.dep(EvidenceStore)
     # The base first, without the candidate: setup runs there and the
     # snapshot after it is what the proposal is diffed from, so a refined
@@ -224,8 +222,8 @@ async def _propose_fix(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
                 # The built-in loop records its workspace after every tool call.
                 raise ProposalRefused(f"the proposal was refused: {exc}") from None
         except AgentFailed as failure:
-            return (await _failed(actx, request, store, failure)).model_dump(mode="json")
-    return _proposed(actx, request, store, proposal).model_dump(mode="json")
+            return await _failed(actx, request, store, failure)
+    return _proposed(actx, request, store, proposal)
 
 
 def _within(policy: AgentPolicy, caps: Caps | None) -> AgentPolicy:

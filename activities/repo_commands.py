@@ -16,12 +16,12 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities import setup_effects, test_outcomes
-from activities._support import parse_input, read_evidence, sandbox_of
+from activities._support import read_evidence, sandbox_of
 from activities.environments import (
     ENV_VAR,
     Environment,
@@ -47,7 +47,7 @@ from app.engine import (
     PermanentError,
     RetryPolicy,
     Timeouts,
-    activity,
+    typed_activity,
 )
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import Command
@@ -318,10 +318,9 @@ def _name(spec: WorkspaceSpec, what: str) -> str:
     return f"{what}-on-{where}-{spec.base_sha[:12]}.log"
 
 
-@activity("commands.run_reproduction", retry=_COMMAND_RETRY, timeouts=_COMMAND_TIMEOUTS)
-async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("commands.run_reproduction", retry=_COMMAND_RETRY, timeouts=_COMMAND_TIMEOUTS)
+async def run_reproduction(actx: ActivityContext, request: StepInput) -> ReproductionResult:
     """Run the reproduction. On the base commit it must fail for the bug to count."""
-    request = parse_input(StepInput, raw)
     async with open_workspace(actx, request.workspace) as ws:
         step = await run_step(
             actx,
@@ -347,7 +346,7 @@ async def run_reproduction(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
     result = ReproductionResult(
         **step.model_dump(), reproduced=reproduced, cannot_run=problem, baseline=baseline
     )
-    return result.model_dump(mode="json")
+    return result
 
 
 async def _run_tests(
@@ -447,10 +446,9 @@ class VerifyResult(BaseModel):
         return [step.log for step in (self.reproduction, self.tests) if step is not None]
 
 
-@activity("commands.verify_candidate", retry=_COMMAND_RETRY, timeouts=_COMMAND_TIMEOUTS)
-async def verify_candidate(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("commands.verify_candidate", retry=_COMMAND_RETRY, timeouts=_COMMAND_TIMEOUTS)
+async def verify_candidate(actx: ActivityContext, request: VerifyInput) -> VerifyResult:
     """Fresh workspace from base + patch: the reproduction must now pass, and the tests."""
-    request = parse_input(VerifyInput, raw)
     patch = request.workspace.patch
     if patch is None:
         raise PermanentError("verify_candidate needs workspace.patch: there is nothing to verify")
@@ -459,7 +457,7 @@ async def verify_candidate(actx: ActivityContext, raw: dict[str, Any]) -> dict[s
             result = await _verify(actx, ws, request, patch.sha256)
     except PatchRejectedError as exc:
         result = VerifyResult(verdict="patch-rejected", patch_sha256=patch.sha256, reason=str(exc))
-    return result.model_dump(mode="json")
+    return result
 
 
 async def _verify(

@@ -1,8 +1,8 @@
 """Typed activity calls for workflow code, and a race between futures.
 
-The engine records activity inputs and results as JSON. ``call`` dumps the
-activity's ``Input`` model on the way in and validates its ``Result`` model on
-the way out, so workflow code never indexes a dict.
+Activities are typed (``typed_activity``): ``call`` returns the activity's
+result model, with the step named by the caller (repair's step names are
+GitHub markers and recorded history, so they stay explicit).
 
 It also waits out a suspended installation: GitHub refuses every call of a
 suspended installation (403 "This installation has been suspended"), which
@@ -16,14 +16,15 @@ A lost unsuspend delivery costs at most :data:`SUSPENDED_RECHECK_SECONDS`.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
-from app.engine import ActivityDefn, ActivityError, WorkflowContext, WorkflowFuture
+from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture
 from app.github.errors import InstallationSuspended
 from app.workflows.triage_contracts import INSTALLATION_RESUMED
 
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 (an activity's input model)
 R = TypeVar("R", bound=BaseModel)
 #: Runs recorded before this change ended the call in error after its retries.
 SUSPENSION_WAITS = "suspended-installation-waits"
@@ -31,41 +32,24 @@ SUSPENSION_WAITS = "suspended-installation-waits"
 SUSPENDED_RECHECK_SECONDS = 3600.0
 
 
-def activity_input(model: BaseModel) -> dict[str, Any]:
-    """``model`` as the JSON the engine records (and hashes, to check replay).
-
-    Fields a model lists in ``LATE_FIELDS`` were added after runs were
-    recorded: left at their default they are omitted, so an input recorded
-    before they existed still hashes the same and those runs replay.
-    """
-    data = model.model_dump(mode="json")
-    fields = type(model).model_fields
-    for name in getattr(type(model), "LATE_FIELDS", ()):
-        if getattr(model, name) == fields[name].get_default(call_default_factory=True):
-            data.pop(name, None)
-    return data
-
-
 def schedule(
-    ctx: WorkflowContext, defn: ActivityDefn, input: BaseModel, *, step: str
+    ctx: WorkflowContext, defn: TypedActivity[I, R], input: I, *, step: str
 ) -> WorkflowFuture:
-    return ctx.activity(defn, activity_input(input), step=step)
+    """``defn`` scheduled under ``step``; its future resolves with the JSON
+    result (:func:`call` validates it)."""
+    return ctx.schedule(defn, input, step=step).future
 
 
-async def call(
-    ctx: WorkflowContext, defn: ActivityDefn, input: BaseModel, result: type[R], *, step: str
-) -> R:
-    """Run ``defn`` with ``input``; its result as ``result``. While the
+async def call(ctx: WorkflowContext, defn: TypedActivity[I, R], input: I, *, step: str) -> R:
+    """Run ``defn`` with ``input`` and return its result model. While the
     installation is suspended, wait for it to be unsuspended and call again."""
     waits = 0
     while True:
         try:
-            raw = await schedule(ctx, defn, input, step=again(step, waits))
+            return await ctx.schedule(defn, input, step=again(step, waits))
         except ActivityError as error:
             if not waits_out(ctx, error):
                 raise
-        else:
-            return result.model_validate(raw)
         waits += 1
         await unsuspended(ctx)
 

@@ -105,7 +105,6 @@ async def config_check_run(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[st
         config_check.ConfigChangeInput(
             **where, head_sha=request.head_sha, base_sha=request.base_sha
         ),
-        config_check.ConfigChange,
         step="read",
     )
     if not change.changed:
@@ -124,7 +123,6 @@ async def config_check_run(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[st
             summary=view.summary,
             conclusion=view.conclusion,
         ),
-        github.CheckRunResult,
         step="check-run",
     )
     return {"outcome": view.conclusion}

@@ -52,9 +52,7 @@ class InstallationSlot:
         wait = FIRST_WAIT_SECONDS
         said: int | None = None
         while True:
-            answer = await call(
-                ctx, caps.take_installation_slot, asked, caps.SlotAnswer, step=self._step()
-            )
+            answer = await call(ctx, caps.take_installation_slot, asked, step=self._step())
             if answer.spend_capped:
                 raise Finished(
                     "cost-budget-exhausted",
@@ -86,7 +84,6 @@ class InstallationSlot:
             self.run.ctx,
             caps.release_installation_slot,
             caps.SlotInput(installation_id=self.run.request.installation_id),
-            caps.ReleaseResult,
             step=self._step(),
         )
         self.held = False

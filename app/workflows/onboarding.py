@@ -52,7 +52,6 @@ async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
         onboarding.InspectInput(
             **where, repository_id=request.repository_id, trigger_label=request.trigger_label
         ),
-        onboarding.InspectResult,
         step="inspect",
     )
     if seen.state != "needs-config":
@@ -61,7 +60,6 @@ async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
         ctx,
         onboarding.ensure_label,
         onboarding.LabelInput(**where, name=request.trigger_label),
-        onboarding.LabelResult,
         step="label",
     )
     commit = github.CommitInput(
@@ -71,16 +69,13 @@ async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
         message=f"Add {CONFIG_PATH} (repairbot onboarding)",
         timestamp=ctx.now().isoformat(),
     )
-    built = await call(
-        ctx, github.build_intended_commit, commit, github.CommitResult, step="commit"
-    )
+    built = await call(ctx, github.build_intended_commit, commit, step="commit")
     await call(
         ctx,
         github.push_branch,
         github.PushInput(
             **commit.model_dump(), branch=ONBOARDING_BRANCH, sha=built.sha, expected=None
         ),
-        github.PushResult,
         step="push",
     )
     op = onboarding_op(request.repository_id)
@@ -96,7 +91,6 @@ async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
             title=TITLE,
             body=pull_request_body(seen.config_text, seen.reasons, request.trigger_label),
         ),
-        github.PullRequestResult,
         step="pull-request",
     )
     if pull.draft:
@@ -104,7 +98,6 @@ async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
             ctx,
             github.ready_for_review,
             github.PullInput(**where, number=pull.number),
-            github.ReadyResult,
             step="ready",
         )
     return {"outcome": "proposed", "pull_number": pull.number}

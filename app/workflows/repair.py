@@ -129,7 +129,6 @@ class Repair(WorkPhases, ReviewPhases):
             self.ctx,
             github.read_issue,
             github.IssueInput(**self.repo_fields(), number=self.request.issue_number),
-            github.IssueView,
             step="issue-now",
         )
         self.request = self.request.model_copy(
@@ -241,7 +240,6 @@ class Repair(WorkPhases, ReviewPhases):
                 self.ctx,
                 github.branch_head,
                 github.BranchInput(**self.repo_fields(), branch=self.request.default_branch),
-                github.BranchHeadResult,
                 step="check-final-base",
             )
         except ActivityError as error:
@@ -260,7 +258,6 @@ class Repair(WorkPhases, ReviewPhases):
                 self.ctx,
                 github.read_pull_request,
                 github.PullInput(**self.repo_fields(), number=pull.number),
-                github.PullView,
                 step="cancel-read-pull",
             )
         except ActivityError:
@@ -283,7 +280,6 @@ class Repair(WorkPhases, ReviewPhases):
                     op_run=self.ctx.run_id,
                     op_step=step,
                 ),
-                github.ClosePullResult,
                 step=step,
             )
             pull.state = "closed"
@@ -304,7 +300,6 @@ class Repair(WorkPhases, ReviewPhases):
                     sha=self.state.pushed[-1],
                     head_repo=self.state.head_repo,
                 ),
-                github.DeleteBranchResult,
                 step=step,
             )
         except ActivityError as error:

@@ -7,7 +7,7 @@ Deterministic code only: effects are activities, time is ``ctx.now()``.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -15,7 +15,7 @@ from activities import github
 from activities.agent import FeedbackInput
 from activities.repo_commands import VerifyInput, VerifyResult
 from activities.workspace import WorkspaceSpec
-from app.engine import ActivityDefn, ActivityError, WorkflowContext, WorkflowFuture
+from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture
 from app.evidence import EvidenceRef
 from app.repo_config import CheckoutConfig, Command, RepoConfig
 from app.workflows.calls import again, call, first, schedule, unsuspended, waits_out
@@ -24,6 +24,7 @@ from app.workflows.report import check_conclusion, check_summary, check_title, s
 from app.workflows.state import Outcome, Phase, RunState
 from app.workflows.triage_contracts import REPOSITORY_MOVED, RepositoryMovedSignal
 
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 (an activity's input model)
 R = TypeVar("R", bound=BaseModel)
 
 POLICY_VERSION = "2026-11-30.2"
@@ -168,7 +169,6 @@ class RunBase:
                 op_step="status",
                 body=body,
             ),
-            github.CommentResult,
             step=f"status-{self.status_written}",
         )
         self.status_sha = github.body_sha256(body)
@@ -189,7 +189,6 @@ class RunBase:
                 summary=check_summary(self.state),
                 conclusion=check_conclusion(self.state) if final else None,
             ),
-            github.CheckRunResult,
             step=step,
         )
 
@@ -208,7 +207,6 @@ class RunBase:
                 summary=summary or f"Replaced by the commit of publication {n}.",
                 conclusion="neutral",
             ),
-            github.CheckRunResult,
             step=f"check-superseded-{n}",
         )
 
@@ -244,19 +242,19 @@ class RunBase:
             )
         return await future
 
-    async def timed(self, defn: ActivityDefn, input: BaseModel, result: type[R], *, step: str) -> R:
+    async def timed(self, defn: TypedActivity[I, R], input: I, *, step: str) -> R:
         """A working-phase activity call, bounded by the working time budget."""
-        return result.model_validate(await self.working(defn, input, step=step))
+        return await self.working(defn, input, step=step)
 
     async def working(
         self,
-        defn: ActivityDefn,
-        input: BaseModel,
+        defn: TypedActivity[I, R],
+        input: I,
         *,
         step: str,
         inflight: str | None = None,
         budgeted: bool = True,
-    ) -> Any:
+    ) -> R:
         """An activity call of the run's work: bounded by the working time
         budget (unless not ``budgeted``), kept in ``inflight`` under that name
         for a cancel to settle. A suspended installation parks the run until
@@ -267,10 +265,12 @@ class RunBase:
             if inflight is not None:
                 self.inflight[inflight] = future
             try:
-                return await (self.within_budget(future) if budgeted else future)
+                raw = await (self.within_budget(future) if budgeted else future)
             except ActivityError as error:
                 if not waits_out(self.ctx, error):
                     raise
+            else:
+                return cast(R, defn.result_type.model_validate(raw))
             waits += 1
             in_round = self.round_started is not None
             self.end_work_round()

@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 from activities import approval as binding
 from activities import github, repo_commands
 from activities.agent import FeedbackInput
-from activities.repo_commands import BaselineTests, ReproductionResult, StepInput, VerifyResult
+from activities.repo_commands import BaselineTests, StepInput
 from app.engine import Signal, WorkflowCancelled
 from app.workflows.base_evidence import baseline_sentence
-from app.workflows.calls import call, schedule
+from app.workflows.calls import call
 from app.workflows.contracts import (
     PR_CLOSED,
     PR_SYNCHRONIZED,
@@ -112,7 +112,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             github.permission,
             github.PermissionInput(**self.repo_fields(), user=review.reviewer),
-            github.PermissionResult,
             step=f"reviewer-{review.review_id}",
         )
         if not granted.may_write:
@@ -193,7 +192,6 @@ class ReviewPhases(RunBase):
                     for item in self.state.evidence
                 ]
             ),
-            binding.BundleResult,
             step=step,
         )
         return bundle.bundle_hash
@@ -208,7 +206,6 @@ class ReviewPhases(RunBase):
                 branch=self.request.default_branch,
                 policy_version=POLICY_VERSION,
             ),
-            github.PolicyResult,
             step=step,
         )
         return policy.digest
@@ -228,7 +225,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             github.permission,
             github.PermissionInput(**self.repo_fields(), user=bound.reviewer),
-            github.PermissionResult,
             step=f"approver-recheck-{n}",
         )
         if not granted.may_write:
@@ -255,7 +251,6 @@ class ReviewPhases(RunBase):
                 status_sha256=self.status_sha,
                 head_repo=self.state.head_repo,
             ),
-            github.ObserveResult,
             step=step,
         )
 
@@ -378,7 +373,6 @@ class ReviewPhases(RunBase):
                 self.ctx,
                 github.ready_for_review,
                 github.PullInput(**self.repo_fields(), number=self.state.pull.number),
-                github.ReadyResult,
                 step=f"ready-{n}",
             )
             self.state.pull.draft = False
@@ -428,7 +422,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             github.branch_head,
             github.BranchInput(**self.repo_fields(), branch=self.request.default_branch),
-            github.BranchHeadResult,
             step=f"base-recheck-{n}",
         )
         if base.sha == self.reviewed_base:
@@ -447,7 +440,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             repo_commands.verify_candidate,
             self.verify_input(base.sha, self.patch),
-            VerifyResult,
             step=f"reverify-{n}",
         )
         if verdict.verdict != "verified":
@@ -473,7 +465,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             github.compare,
             github.CompareInput(**self.repo_fields(), base=old_base, head=base_sha),
-            github.CompareResult,
             step=f"base-compare-{n}",
         )
         short = base_sha[:12]
@@ -488,7 +479,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             repo_commands.verify_candidate,
             verify,
-            VerifyResult,
             step=f"reverify-{n}",
         )
         self.keep_verification(verdict, f"the fix on `{short}`")
@@ -549,7 +539,6 @@ class ReviewPhases(RunBase):
                 reuse_env=self.config.setup_once,
                 baseline_test=self.config.test,
             ),
-            ReproductionResult,
             step=f"base-tests-{n}",
         )
         baseline = result.baseline
@@ -576,7 +565,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             github.build_intended_commit,
             commit,
-            github.CommitResult,
             step=f"commit-{label}",
         )
         expected = self.state.pushed[-1]
@@ -591,7 +579,6 @@ class ReviewPhases(RunBase):
                 # The proposal's home: the fork it was published to (None: the base).
                 head_repo=self.state.head_repo,
             ),
-            github.PushResult,
             step=f"push-{label}",
         )
         if pushed.status == "lease-refused":
@@ -629,7 +616,6 @@ class ReviewPhases(RunBase):
             self.ctx,
             github.commit_trees,
             github.TreesInput(**self.repo_fields(), commits=[approval.commit, merged]),
-            github.TreesResult,
             step="confirm-trees",
         )
         landed, verified = trees.trees.get(merged), trees.trees.get(approval.commit)
@@ -654,7 +640,6 @@ class ReviewPhases(RunBase):
                 commands=self.reproduction,
                 time_limit_seconds=self.config.budgets.time_limit_seconds,
             ),
-            ReproductionResult,
             step="confirm-reproduce",
         )
         self.state.add_evidence("reproduction on the merge commit", result.log)
@@ -697,7 +682,6 @@ class ReviewPhases(RunBase):
                 op_run=self.ctx.run_id,
                 op_step="revert",
             ),
-            github.RevertResult,
             step="propose-revert",
         )
         self.state.revert = PullState(number=reverted.number, url=reverted.url)

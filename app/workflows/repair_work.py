@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from activities import agent, github, repo_commands, workspace
 from activities.agent import FeedbackInput, ProposeInput, ProposeResult
-from activities.repo_commands import BaselineTests, ReproductionResult, StepInput, VerifyResult
+from activities.repo_commands import BaselineTests, ReproductionResult, StepInput
 from app.agent.budget import Caps as AgentCaps
 from app.agent.budget import Usage as AgentUsage
 from app.repo_config import reproduction_from_issue
@@ -40,7 +40,6 @@ class WorkPhases(RunBase):
             self.ctx,
             github.permission,
             github.PermissionInput(**self.repo_fields(), user=request.requested_by),
-            github.PermissionResult,
             step="trigger-permission",
         )
         return granted.may_write
@@ -66,7 +65,6 @@ class WorkPhases(RunBase):
             self.ctx,
             github.permission,
             github.PermissionInput(**self.repo_fields(), user=author),
-            github.PermissionResult,
             step="issue-author-permission",
         )
         return granted.may_write
@@ -81,7 +79,6 @@ class WorkPhases(RunBase):
             self.ctx,
             github.branch_head,
             github.BranchInput(**self.repo_fields(), branch=self.request.default_branch),
-            github.BranchHeadResult,
             step="base",
         )
         self.state.base_sha = head.sha
@@ -94,7 +91,6 @@ class WorkPhases(RunBase):
                 issue_body=self.request.issue_body,
                 issue_repro_allowed=allowed,
             ),
-            workspace.PrepareResult,
             step="prepare",
         )
         if prepared.config is not None:
@@ -157,9 +153,7 @@ class WorkPhases(RunBase):
             request = request.model_copy(
                 update={"baseline_test": self.config.test, "reuse_env": self.config.setup_once}
             )
-        result = await self.timed(
-            repo_commands.run_reproduction, request, ReproductionResult, step="reproduce"
-        )
+        result = await self.timed(repo_commands.run_reproduction, request, step="reproduce")
         self.state.reproduced = result.reproduced
         if any(r.network for r in result.results):
             self.state.setup_network = True  # the status comment says so
@@ -264,9 +258,7 @@ class WorkPhases(RunBase):
                 # out only after the attempt.
                 caps = AgentCaps(tokens=limits.max_tokens, cost_usd=limits.max_cost_usd)
                 request = request.model_copy(update={"run_caps": caps})
-            proposal = await self.timed(
-                agent.propose_fix, request, ProposeResult, step=f"propose-{attempt}"
-            )
+            proposal = await self.timed(agent.propose_fix, request, step=f"propose-{attempt}")
             self.state.add_evidence(f"agent transcript, attempt {attempt}", proposal.transcript)
             self._spend(proposal)
             if proposal.outcome != "proposed" or proposal.patch is None:
@@ -282,7 +274,7 @@ class WorkPhases(RunBase):
             if self.baseline is not None:
                 verify = verify.model_copy(update={"baseline": self.baseline})
             verdict = await self.timed(
-                repo_commands.verify_candidate, verify, VerifyResult, step=f"verify-{attempt}"
+                repo_commands.verify_candidate, verify, step=f"verify-{attempt}"
             )
             self.keep_verification(verdict, f"candidate {attempt}")
             if verdict.verdict == "verified":
@@ -330,9 +322,7 @@ class WorkPhases(RunBase):
         if self.state.branch is None and self.ctx.patched("fork-proposals"):
             # Runs recorded before this change pushed to the base repository.
             await self.choose_proposal_repo(n)
-        built = await self.timed(
-            github.build_intended_commit, commit, github.CommitResult, step=f"commit-{n}"
-        )
+        built = await self.timed(github.build_intended_commit, commit, step=f"commit-{n}")
         branch = self.state.branch or run_branch(request.issue_number, self.ctx.run_id)
         expected = self.state.pushed[-1] if self.state.pushed else None
         self.state.branch = branch
@@ -393,7 +383,6 @@ class WorkPhases(RunBase):
             self.ctx,
             github.proposal_repo,
             github.RepoInput(**self.repo_fields()),
-            github.ProposalRepoResult,
             step=f"proposal-repo-{n}",
         )
         if target.repo is None:

@@ -30,7 +30,6 @@ async def _comment(
             op_step=op_step,
             body=body,
         ),
-        github.CommentResult,
         step=f"comment-{op_step}",
     )
 
@@ -49,7 +48,7 @@ def _describe(status: runs.DescribeResult) -> str:
 async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
     request, author, verb = command.request, command.author, command.command.verb
     if verb == "repair":
-        started = await call(ctx, runs.start_repair, request, runs.StartResult, step="start")
+        started = await call(ctx, runs.start_repair, request, step="start")
         return (
             f"Started repair run `{started.run_id}`. Progress is tracked in its status comment."
             if started.created
@@ -60,7 +59,6 @@ async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
             ctx,
             runs.cancel_repair,
             runs.CancelInput(request=request, reason=f"@{author} asked to cancel"),
-            runs.CancelResult,
             step="cancel",
         )
         return (
@@ -74,7 +72,6 @@ async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
             ctx,
             runs.retry_repair,
             runs.RetryInput(request=request, author=author),
-            runs.StartResult,
             step="retry",
         )
         if retried.created:
@@ -86,9 +83,7 @@ async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
             )
         return f"Run `{retried.run_id}` is still active; nothing to retry."
     if verb == "status":
-        described = await call(
-            ctx, runs.describe_repair, request, runs.DescribeResult, step="status"
-        )
+        described = await call(ctx, runs.describe_repair, request, step="status")
         return _describe(described)
     unknown = command.command.args if verb == "unknown" else None
     return (f"I don't know `/repair {unknown}`.\n\n" if unknown else "") + HELP
@@ -104,7 +99,6 @@ async def slash_command(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, 
         github.PermissionInput(
             repo=request.repo, installation_id=request.installation_id, user=author
         ),
-        github.PermissionResult,
         step="permission",
     )
     if not granted.may_write:

@@ -52,7 +52,6 @@ async def _say(
             op_step=step,
             body=body,
         ),
-        github.CommentResult,
         step=f"comment-{step}",
     )
 
@@ -69,7 +68,6 @@ async def label_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
             installation_id=request.installation_id,
             ref=request.default_branch,
         ),
-        triage.TriggerConfig,
         step="config",
     )
     trigger = config.trigger_label or triaged.default_trigger
@@ -78,14 +76,10 @@ async def label_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
     waited, delay, look = 0.0, FIRST_LOOK_SECONDS, 0
     while True:
         look += 1
-        started = await call(
-            ctx, runs.start_repair, request, runs.StartResult, step=f"start-{look}"
-        )
+        started = await call(ctx, runs.start_repair, request, step=f"start-{look}")
         if started.created:
             return {"started": True, "run_id": started.run_id}
-        seen = await call(
-            ctx, runs.describe_repair, request, runs.DescribeResult, step=f"look-{look}"
-        )
+        seen = await call(ctx, runs.describe_repair, request, step=f"look-{look}")
         if seen.status in HOLDING and seen.status != "cancelling":
             return {"started": False, "why": "a run is already active", "run_id": seen.run_id}
         if seen.status == "cancelling":
@@ -112,7 +106,7 @@ async def label_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
 async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
     triaged = CloseTriage.model_validate(raw)
     request, closer = triaged.request, triaged.closer
-    seen = await call(ctx, runs.describe_repair, request, runs.DescribeResult, step="look")
+    seen = await call(ctx, runs.describe_repair, request, step="look")
     if seen.status not in HOLDING or seen.status == "cancelling":
         return {"cancelled": False, "why": "no run to cancel"}
     number = (seen.phase or {}).get("pull_number")
@@ -123,7 +117,6 @@ async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
             github.PullInput(
                 repo=request.repo, installation_id=request.installation_id, number=number
             ),
-            github.PullView,
             step="pull",
         )
         if pull.merged:
@@ -136,7 +129,6 @@ async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
         github.PermissionInput(
             repo=request.repo, installation_id=request.installation_id, user=closer
         ),
-        github.PermissionResult,
         step="permission",
     )
     if not granted.may_write:
@@ -156,7 +148,6 @@ async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
         ctx,
         runs.cancel_repair,
         runs.CancelInput(request=request, reason=f"the issue was closed by @{closer}"),
-        runs.CancelResult,
         step="cancel",
     )
     return {"cancelled": outcome.cancelled}

@@ -3,7 +3,7 @@ config is the ``github.trigger_config`` activity's answer)."""
 
 from __future__ import annotations
 
-from activities.trigger_config import TriggerConfig, TriggerConfigInput, read_trigger_config
+from activities.trigger_config import TriggerConfigInput, read_trigger_config
 from app.workflows.calls import call
 from app.workflows.repair_base import RunBase
 
@@ -16,7 +16,6 @@ async def bot_may_trigger(run: RunBase) -> bool:
         run.ctx,
         read_trigger_config,
         TriggerConfigInput(**run.repo_fields(), ref=request.default_branch),
-        TriggerConfig,
         step="bot-trigger-config",
     )
     return (

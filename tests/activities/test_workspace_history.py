@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 from activities.workspace import WorkspaceSpec
+from app.engine._typed import dump_input
 from app.repo_config import CheckoutConfig, Command, parse_repo_config
-from app.workflows.calls import activity_input
 from app.workspace import build_workspace, remove_workspace
 from tests.agent.sample_repo import SampleRepo, git
 
@@ -61,9 +61,9 @@ def test_the_setting_and_its_bounds() -> None:
 def test_a_spec_without_checkout_is_recorded_as_before() -> None:
     """Runs recorded before ``checkout`` existed hash their inputs the same."""
     spec = WorkspaceSpec(repo="o/r", clone_url="file:///r", base_sha="a" * 40)
-    assert "checkout" not in activity_input(spec)
+    assert "checkout" not in dump_input(spec)
     deeper = spec.model_copy(update={"checkout": CheckoutConfig(depth=0, tags=True)})
-    assert activity_input(deeper)["checkout"] == {"depth": 0, "tags": True}
+    assert dump_input(deeper)["checkout"] == {"depth": 0, "tags": True}
 
 
 class _Ctx:
