@@ -1,4 +1,4 @@
-"""What every activity family here needs: input parsing, optional shared
+"""What every activity family here needs: optional shared
 clients, heartbeats around long awaits, and evidence reads.
 
 Failures keep their class: a malformed input or unusable evidence is
@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from app.engine import ActivityCancelled, ActivityContext, PermanentError
 from app.evidence import EvidenceError, EvidenceRef, EvidenceStore
@@ -28,14 +28,6 @@ def read_evidence(store: EvidenceStore, ref: EvidenceRef) -> bytes:
         return store.get(ref.sha256)
     except EvidenceError as exc:
         raise PermanentError(f"evidence {ref.name} ({ref.kind}) cannot be used: {exc}") from None
-
-
-def parse_input(model: type[M], raw: Any) -> M:
-    """The activity's input as ``model``; a malformed one is permanent."""
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        raise PermanentError(f"malformed {model.__name__}: {exc}") from None
 
 
 def optional_dep(actx: ActivityContext, kind: type[T]) -> T | None:
