@@ -157,7 +157,11 @@ class WorkflowEnvironment:
             if run is None:
                 return None
             if run.status not in ("running", "cancelling"):
-                raise RunStuck(f"{key} ended ({run.status}) before phase {phase!r}")
+                ended = run.result if run.error is None else run.error
+                raise RunStuck(
+                    f"{key} ended ({run.status}: {ended}) before phase {phase!r}; "
+                    + self._quiet_state()
+                )
             answer = await self.runtime.aquery(run.run_id, query)
             return answer if answer.get("phase") == phase else None
 

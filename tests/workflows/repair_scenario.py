@@ -1,0 +1,96 @@
+"""The repair workflow under the kit: a request, and fakes answering as the
+real stack answered in a recorded run (tests/histories/), so each test only
+states what differs from the recorded merge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from app.engine.testing import FakeActivities, WorkflowEnvironment
+from app.main.catalog import build_registry
+
+HISTORIES = Path(__file__).parent.parent / "histories"
+
+
+def recorded(name: str) -> dict[str, Any]:
+    history: dict[str, Any] = json.loads((HISTORIES / f"{name}.json").read_text())
+    return history
+
+
+#: A run recorded on the whole stack (emulator, git, sandbox, agent): labelled,
+#: reproduced, repaired, verified, published, approved, merged, confirmed.
+MERGED = recorded("repair_v2_merged_and_confirmed")
+WORKFLOW_ID: str = MERGED["workflow_id"]
+REQUEST: dict[str, Any] = MERGED["events"][0]["data"]["input"]
+
+
+def _result(activity: str) -> Any:
+    return next(
+        e["data"]["result"]
+        for e in MERGED["events"]
+        if e["type"] == "activity_completed" and e["data"]["activity"] == activity
+    )
+
+
+PROPOSED_SHA: str = _result("github.build_commit")["sha"]
+PULL_NUMBER: int = _result("github.pull_request")["number"]
+BASE_SHA: str = _result("github.branch_head")["sha"]
+
+
+def merged_fakes() -> FakeActivities:
+    """Every activity answers as in the recorded merge; proposals go to the
+    proposal organization's fork (recorded after that run)."""
+    fakes = (
+        FakeActivities()
+        .on("github.proposal_repo", {"repo": "octo-repairbot/slugify", "refused": None})
+        .on("caps.take_slot", {"granted": True, "active": 1})
+        .on("caps.release_slot", {"released": True})
+    )
+    return fakes.from_history(MERGED)
+
+
+def review(
+    state: str = "approved",
+    *,
+    commit: str = PROPOSED_SHA,
+    reviewer: str = "maya",
+    review_id: int = 700001,
+    action: str = "submitted",
+    body: str = "Looks right.",
+) -> dict[str, Any]:
+    """The ``review`` signal's payload, as handlers/pull_request_review.py sends it."""
+    return {
+        "action": action,
+        "review_id": review_id,
+        "state": state,
+        "commit_id": commit,
+        "reviewer": reviewer,
+        "body": body,
+        "pull_number": PULL_NUMBER,
+        "submitted_at": "2027-01-15T08:30:00+00:00",
+    }
+
+
+def review_key(payload: dict[str, Any]) -> str:
+    return f"review:{payload['review_id']}:{payload['action']}"
+
+
+@asynccontextmanager
+async def repair_env(
+    fakes: FakeActivities, database_url: str
+) -> AsyncIterator[WorkflowEnvironment]:
+    async with WorkflowEnvironment.start(build_registry(), fakes, database_url=database_url) as env:
+        yield env
+
+
+async def start_repair(env: WorkflowEnvironment, request: dict[str, Any] | None = None) -> str:
+    return await env.start_workflow("repair", WORKFLOW_ID, request or REQUEST)
+
+
+async def approve(env: WorkflowEnvironment, **overrides: Any) -> None:
+    payload = review(**overrides)
+    await env.signal(WORKFLOW_ID, "review", payload, dedupe_key=review_key(payload))
