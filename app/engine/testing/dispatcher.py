@@ -22,15 +22,22 @@ class StepDispatcher:
         #: Jobs whose ``not_before`` the clock has not reached.
         self.held: dict[str, Job] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._again: dict[str, Job] = {}
         #: Exceptions jobs raised: the engine never lets one escape, so any is a bug.
         self.errors: list[BaseException] = []
         self.jobs_run = 0
+        #: Called after each job ends (the environment wakes its waits).
+        self.listeners: list[Callable[[Job], None]] = []
 
     async def enqueue(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
             if job.kind == RETRACT:
                 self.held.pop(job.job_id, None)
-            elif job.job_id in self.held or job.job_id in self._running:
+            elif job.job_id in self._running:
+                # Sent again while it runs: what it loaded may predate the
+                # change that sent it (a new event), so it runs once more after.
+                self._again[job.job_id] = job
+            elif job.job_id in self.held:
                 continue  # deterministic ids: a double relay is one job
             elif job.not_before > self._clock():
                 self.held[job.job_id] = job
@@ -59,7 +66,12 @@ class StepDispatcher:
             self.errors.append(exc)
         finally:
             self._running.pop(job.job_id, None)
+            again = self._again.pop(job.job_id, None)
+            if again is not None:
+                self._start(again)
             self.jobs_run += 1
+            for listener in self.listeners:
+                listener(job)
 
     @property
     def busy(self) -> bool:

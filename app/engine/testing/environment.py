@@ -39,6 +39,10 @@ T = TypeVar("T")
 WALL_TIMEOUT = 30.0
 
 
+#: A relay grace no test advances past (about 30 years).
+RELAY_NEVER = 1e9
+
+
 class RunStuck(AssertionError):
     """The awaited state was not reached and nothing is left to run."""
 
@@ -51,6 +55,11 @@ class WorkflowEnvironment:
         self.store = runtime.store
         self.dispatcher = StepDispatcher(runtime.worker.run_job, clock)
         runtime.use_dispatcher(self.dispatcher)
+        #: Set whenever a job ends or a fake is called: a wait re-checks its
+        #: condition then (an activity held in flight never ends).
+        self._progress = asyncio.Event()
+        fakes.listeners.append(lambda _call: self._progress.set())
+        self.dispatcher.listeners.append(lambda _job: self._progress.set())
 
     @classmethod
     @asynccontextmanager
@@ -72,7 +81,15 @@ class WorkflowEnvironment:
             if database_url is None:
                 SQLModel.metadata.create_all(engine)
             runtime = Runtime(
-                engine, fakes.registry(registry), worker_id="kit", deps=deps, clock=clock
+                engine,
+                fakes.registry(registry),
+                worker_id="kit",
+                deps=deps,
+                clock=clock,
+                # The step dispatcher loses no job, so the relay has nothing to
+                # resend; left on, a long ``advance`` would make every row
+                # look lost and send it again.
+                relay_grace=RELAY_NEVER,
             )
             env = cls(runtime, clock, fakes)
             await env._beat()
@@ -104,7 +121,11 @@ class WorkflowEnvironment:
         return await self.runtime.cancel(run.run_id, reason)
 
     async def advance(self, seconds: float) -> None:
-        """Move the clock; run everything that fell due; return when quiet."""
+        """Finish what is due now; move the clock; run everything that fell
+        due; return when quiet."""
+        # Work still running now happens now: a timer it starts counts from
+        # this moment, not from the moved clock.
+        await self.settle()
         self.clock.advance(seconds)
         await self._beat()
         self.dispatcher.release_due()
@@ -130,13 +151,16 @@ class WorkflowEnvironment:
             async with asyncio.timeout(WALL_TIMEOUT):
                 while True:
                     self._raise_job_errors()
+                    self._progress.clear()  # before the check: no progress is missed
                     found = await check()
                     if found is not None:
                         return found
                     self.dispatcher.release_due()
+                    if self._progress.is_set():
+                        continue  # a job ended during the check: look again
                     if not self.dispatcher.busy:
                         raise RunStuck(f"{what}: never happened; {self._quiet_state()}")
-                    await self.dispatcher.next_finished()
+                    await self._next_progress()
         except TimeoutError:
             raise RunStuck(f"{what}: not within {WALL_TIMEOUT}s of wall time") from None
 
@@ -195,6 +219,10 @@ class WorkflowEnvironment:
         return await self.runtime.read(export_history, self.store, key)
 
     # -- internals ---------------------------------------------------------------------
+
+    async def _next_progress(self) -> None:
+        """Until a job ends or a fake is called (since the last check)."""
+        await self._progress.wait()
 
     async def _beat(self) -> None:
         # Held attempts belong to a live worker: a reconciler pass after a long

@@ -54,6 +54,8 @@ class FakeActivities:
         self._answers: dict[str, Answer] = {}
         self.calls: list[Call] = []
         self.unexpected: list[Call] = []
+        #: Called with each call as it is recorded (the environment wakes its waits).
+        self.listeners: list[Callable[[Call], None]] = []
 
     # -- building ------------------------------------------------------------------
 
@@ -114,6 +116,8 @@ class FakeActivities:
         async def run(actx: ActivityContext, input: Any) -> Any:
             call = Call(name, input, actx.attempt, actx.operation_id, actx.run_id)
             self.calls.append(call)
+            for listener in self.listeners:
+                listener(call)
             if name not in self._answers:
                 self.unexpected.append(call)
                 raise UnexpectedActivity(f"no fake answer for activity {name!r}")
