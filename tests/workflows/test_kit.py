@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
 from app.engine.errors import TransientError
+from app.engine.jobs import WORKFLOW_TASK, Job
 from app.engine.testing import FakeActivities, Replayer, RunStuck, WorkflowEnvironment
-from app.engine.testing.clock import DEFAULT_START
+from app.engine.testing.clock import DEFAULT_START, ManualClock
+from app.engine.testing.dispatcher import StepDispatcher
 from tests.workflows import kit_workflows
 from tests.workflows.kit_workflows import REGISTRY
 
@@ -120,3 +123,49 @@ def test_the_replayer_names_the_file_and_the_recorded_step() -> None:
     recorded = json.loads(path.read_text())["events"]
     first_command = next(e for e in recorded if e["type"] == "activity_scheduled")
     assert f"history event {first_command['seq']}" in message
+
+
+async def test_advance_right_after_a_start_counts_timers_from_the_start(kit_db_url: str) -> None:
+    """``advance`` first finishes what is due now: the run's first task, not
+    yet run when ``start_workflow`` returns, starts its timer at the start."""
+    fakes = FakeActivities()
+    async with WorkflowEnvironment.start(REGISTRY, fakes, database_url=kit_db_url) as env:
+        await env.start_workflow("kit-reminder", "r-8", 1)
+        await env.advance(3600)
+        await env.advance(60)
+        run = await env.wait_status("r-8")
+    assert run.result == {"outcome": "expired", "at": "2027-01-15T09:01:00+00:00"}
+
+
+async def test_a_job_sent_again_while_it_runs_runs_once_more() -> None:
+    """What a running job loaded may predate the change that sent it again
+    (a signal during a workflow task): the copy must not be dropped."""
+    started, gate, runs = asyncio.Event(), asyncio.Event(), []
+
+    async def run_job(job: Job) -> None:
+        runs.append(job.job_id)
+        started.set()
+        await gate.wait()
+
+    clock = ManualClock()
+    dispatcher = StepDispatcher(run_job, clock)
+    job = Job("wf:r-9", WORKFLOW_TASK, "r-9/1", "q")
+    await dispatcher.enqueue([job])
+    await started.wait()
+    await dispatcher.enqueue([job])
+    gate.set()
+    while dispatcher.busy:
+        await dispatcher.next_finished()
+    assert runs == ["wf:r-9", "wf:r-9"]
+
+
+async def test_the_workflow_deadline_falls_due_on_the_kits_clock(kit_db_url: str) -> None:
+    """Deadlines are the reconciler's: it reads the injected clock too."""
+    fakes = FakeActivities()
+    async with WorkflowEnvironment.start(REGISTRY, fakes, database_url=kit_db_url) as env:
+        await env.start_workflow("kit-reminder", "r-10", 24, deadline_seconds=7200)
+        await env.advance(7200)  # a deadline is passed once the clock is beyond it
+        assert (await env.run("r-10")).status == "running"
+        await env.advance(1)
+        run = await env.wait_status("r-10")
+    assert run.status == "timed-out", (run.status, run.error)
