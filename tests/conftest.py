@@ -17,6 +17,21 @@ from app.app_tables import whole_schema
 from app.engine.db import make_engine
 from app.migrate import upgrade
 
+#: Where the tests that start the whole stack live, and the crash tests
+#: (tests/engine/test_crash_*.py) that kill worker processes: slow unless
+#: marked ``fast``. ``scripts/test --fast`` leaves the slow ones out.
+STACK_TESTS = "e2e"
+CRASH_TESTS = "test_crash_"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path
+        whole_stack = STACK_TESTS in path.parts or path.name.startswith(CRASH_TESTS)
+        if whole_stack and item.get_closest_marker("fast") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 PG_ADMIN_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
