@@ -169,3 +169,13 @@ async def test_the_workflow_deadline_falls_due_on_the_kits_clock(kit_db_url: str
         await env.advance(1)
         run = await env.wait_status("r-10")
     assert run.status == "timed-out", (run.status, run.error)
+
+
+async def test_signals_without_a_dedupe_key_are_each_delivered(kit_db_url: str) -> None:
+    fakes = FakeActivities()
+    async with WorkflowEnvironment.start(REGISTRY, fakes, database_url=kit_db_url) as env:
+        await env.start_workflow("kit-reminder", "r-11", 1)
+        assert await env.signal("r-11", "approve", "maya")
+        assert await env.signal("r-11", "approve", "maya")
+        history = await env.history("r-11")
+    assert [e.type for e in history].count("signal_received") == 2

@@ -58,6 +58,7 @@ class WorkflowEnvironment:
         #: Set whenever a job ends or a fake is called: a wait re-checks its
         #: condition then (an activity held in flight never ends).
         self._progress = asyncio.Event()
+        self._signals_sent = 0
         fakes.listeners.append(lambda _call: self._progress.set())
         self.dispatcher.listeners.append(lambda _job: self._progress.set())
 
@@ -112,8 +113,9 @@ class WorkflowEnvironment:
     async def signal(
         self, workflow_id: str, name: str, payload: Any = None, *, dedupe_key: str | None = None
     ) -> bool:
-        """Send a signal; the dedupe key defaults to one per call."""
-        key = dedupe_key or f"kit-{name}-{self.dispatcher.jobs_run}-{self.clock()}"
+        """Send a signal; the dedupe key defaults to a new one per call."""
+        self._signals_sent += 1
+        key = dedupe_key or f"kit-signal-{self._signals_sent}"
         return await self.runtime.signal(workflow_id, name, payload, dedupe_key=key)
 
     async def cancel(self, key: str, reason: str = "cancelled by the test") -> bool:
