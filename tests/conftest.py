@@ -18,7 +18,7 @@ from app.engine.db import make_engine
 from app.migrate import upgrade
 
 #: Where the tests that start the whole stack live (tests/e2e, and the
-#: benchmark's smoke run in tests/bench), and the crash tests
+#: benchmarks in tests/bench, which start workers and load them), and the crash tests
 #: (tests/engine/test_crash_*.py) that kill worker processes: slow unless
 #: marked ``fast``. ``scripts/test --fast`` leaves the slow ones out.
 STACK_TESTS = ("e2e", "bench")
