@@ -32,19 +32,25 @@ FROM python:3.11-slim
 # docs/agents.md). A toolchain elsewhere (say /opt/cargo) must be listed in
 # REPAIRBOT_SANDBOX_READ_ONLY to be visible to commands.
 # git: workspaces, commits and pushes. bubblewrap: the sandbox repository
-# commands run in. tini: reaps the sandbox's children and forwards signals.
+# commands run in. uidmap: newuidmap/newgidmap, which map the sandbox user to a
+# subordinate uid of the worker's (docs/security.md). tini: reaps the
+# sandbox's children and forwards signals.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git bubblewrap util-linux ca-certificates tini \
+    && apt-get install -y --no-install-recommends git bubblewrap uidmap util-linux \
+       ca-certificates tini \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index --find-links /wheels repairbot \
     && rm -rf /wheels \
     && useradd --create-home --uid 10001 repairbot \
+    && (grep -q '^repairbot:' /etc/subuid 2>/dev/null \
+        || usermod --add-subuids 100000-165535 --add-subgids 100000-165535 repairbot) \
     && mkdir -p /var/lib/repairbot && chown repairbot /var/lib/repairbot
 
 # Not root: bubblewrap makes its namespaces as this user (unprivileged user
 # namespaces, which Fly's VMs allow; under Docker the worker needs a seccomp
-# profile that permits them). Nothing here needs to survive a restart:
+# profile that permits them), and repository commands run as its first
+# subordinate uid (100000), never as repairbot itself. Nothing here needs to survive a restart:
 # evidence and state are in PostgreSQL, workspaces are rebuilt per attempt.
 USER repairbot
 ARG REPAIRBOT_CODE_VERSION=dev

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import ActivityCancelled, PermanentError
+from app.engine import ActivityCancelled, ActivityContext, PermanentError
 from app.evidence import EvidenceError, EvidenceRef, EvidenceStore
 from app.sandbox.runner import Sandbox
 

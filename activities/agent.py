@@ -47,10 +47,15 @@ from app.agent import (
 from app.agent.base import REFUSED_WORKSPACES, ProposalRefused
 from app.agent.budget import Caps, Usage, price_of
 from app.agent.proxy import ModelProxy
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import (
+    ActivityContext,
+    ActivityDefn,
+    PermanentError,
+    RetryPolicy,
+    Timeouts,
+    TransientError,
+    activity,
+)
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import AgentConfig, Command
 from app.secrets import KnownSecrets
@@ -364,4 +369,4 @@ def _feedback(store: EvidenceStore, item: FeedbackInput) -> Feedback:
     return Feedback(kind=item.kind, text=text)
 
 
-ACTIVITIES = [propose_fix]
+ACTIVITIES: list[ActivityDefn] = [propose_fix]

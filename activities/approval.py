@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import ActivityContext, ActivityDefn, RetryPolicy, Timeouts, typed_activity
 from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceRef, EvidenceStore
 
 STORE = RetryPolicy(initial_interval=0.5, max_attempts=10)
@@ -54,10 +50,9 @@ def bundle_hash(entries: list[tuple[str, str]]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@activity("approval.evidence_bundle", retry=STORE, timeouts=STORE_TIMEOUTS)
-async def evidence_bundle(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("approval.evidence_bundle", retry=STORE, timeouts=STORE_TIMEOUTS)
+async def evidence_bundle(actx: ActivityContext, request: BundleInput) -> BundleResult:
     """Read every item back from the evidence store and hash the bundle."""
-    request = parse_input(BundleInput, raw)
     store = actx.dep(EvidenceStore)
     entries: list[tuple[str, str]] = []
     unreadable: list[str] = []
@@ -69,9 +64,7 @@ async def evidence_bundle(actx: ActivityContext, raw: dict[str, Any]) -> dict[st
             entries.append((item.label, "unreadable"))
             continue
         entries.append((item.label, hashlib.sha256(data).hexdigest()))
-    return BundleResult(bundle_hash=bundle_hash(entries), unreadable=unreadable).model_dump(
-        mode="json"
-    )
+    return BundleResult(bundle_hash=bundle_hash(entries), unreadable=unreadable)
 
 
-ACTIVITIES = [evidence_bundle]
+ACTIVITIES: list[ActivityDefn] = [evidence_bundle]

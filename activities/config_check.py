@@ -1,17 +1,13 @@
 """Whether a pull request changes ``.github/repairbot.yml``, and its text at
 the pull request's head: two contents reads, no clone (the check itself,
-:func:`app.config_check.check_config`, is pure and runs in the workflow)."""
+:func:`app.operations.config_check.check_config`, is pure and runs in the workflow)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GitHubAccess, RepoInput
-from app.engine.activity_context import ActivityContext
-from app.engine.registry import activity
+from app.engine import ActivityContext, ActivityDefn, typed_activity
 from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES
@@ -32,9 +28,8 @@ class ConfigChange(BaseModel):
     deleted: bool = False
 
 
-@activity("github.config_change", retry=API, timeouts=API_TIMEOUTS)
-async def config_change(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = parse_input(ConfigChangeInput, raw)
+@typed_activity("github.config_change", retry=API, timeouts=API_TIMEOUTS)
+async def config_change(actx: ActivityContext, request: ConfigChangeInput) -> ConfigChange:
     gh = actx.dep(GitHubAccess).factory.for_installation(
         request.installation_id, repository=request.repo
     )
@@ -42,10 +37,8 @@ async def config_change(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
     head = await file_at(gh, repo, CONFIG_PATH, request.head_sha, max_bytes=MAX_CONFIG_BYTES)
     base = await file_at(gh, repo, CONFIG_PATH, request.base_sha, max_bytes=MAX_CONFIG_BYTES)
     if (head.sha, head.problem) == (base.sha, base.problem):
-        return ConfigChange(changed=False).model_dump(mode="json")
-    return ConfigChange(
-        changed=True, text=head.text, problem=head.problem, deleted=not head.exists
-    ).model_dump(mode="json")
+        return ConfigChange(changed=False)
+    return ConfigChange(changed=True, text=head.text, problem=head.problem, deleted=not head.exists)
 
 
-ACTIVITIES = [config_change]
+ACTIVITIES: list[ActivityDefn] = [config_change]

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from pydantic import BaseModel
+
+from app.engine import ActivityContext, ActivityDefn, RetryPolicy, Timeouts, typed_activity
 
 
-@activity(
+class Item(BaseModel):
+    item: str
+
+
+class Measurement(BaseModel):
+    item: str
+    length: int
+
+
+@typed_activity(
     "example.measure",
     retry=RetryPolicy(initial_interval=0.2, max_attempts=3),
     timeouts=Timeouts(start_to_close=30, heartbeat=5),
 )
-async def measure(actx: ActivityContext, item: str) -> dict[str, Any]:
+async def measure(actx: ActivityContext, input: Item) -> Measurement:
     """Pretend work: a short wait with a heartbeat, then a deterministic answer."""
-    await actx.heartbeat({"item": item, "progress": "started"})
+    await actx.heartbeat({"item": input.item, "progress": "started"})
     await asyncio.sleep(0.05)
-    return {"item": item, "length": len(item)}
+    return Measurement(item=input.item, length=len(input.item))
 
 
-ACTIVITIES = [measure]
+ACTIVITIES: list[ActivityDefn] = [measure]

@@ -17,12 +17,20 @@ from typing import Any, ClassVar, Literal
 from githubkit.exception import GitHubException
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Absent, Found, ReconcileResult, Unknown, activity
+from app.engine import (
+    Absent,
+    ActivityContext,
+    ActivityDefn,
+    Found,
+    PermanentError,
+    ReconcileResult,
+    RetryPolicy,
+    Timeouts,
+    TransientError,
+    Unknown,
+    typed_activity,
+)
 from app.evidence import EvidenceStore
 from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, Conclusion, ensure_check_run
@@ -353,10 +361,9 @@ def body_sha256(body: str) -> str:
 # -- reads --------------------------------------------------------------------
 
 
-@activity("github.permission", retry=API, timeouts=API_TIMEOUTS)
-async def permission(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.permission", retry=API, timeouts=API_TIMEOUTS)
+async def permission(actx: ActivityContext, request: PermissionInput) -> PermissionResult:
     """A user's permission on the repository (admin, write, read or none), from the API."""
-    request = parse_input(PermissionInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     try:
@@ -365,26 +372,24 @@ async def permission(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, An
         )
     except GitHubException as exc:
         if status_of(exc) == 404:
-            return PermissionResult(permission="none").model_dump(mode="json")
+            return PermissionResult(permission="none")
         raise classify(exc, mutation=False) from exc
-    return PermissionResult(permission=response.parsed_data.permission).model_dump(mode="json")
+    return PermissionResult(permission=response.parsed_data.permission)
 
 
-@activity("github.branch_head", retry=API, timeouts=API_TIMEOUTS)
-async def branch_head(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.branch_head", retry=API, timeouts=API_TIMEOUTS)
+async def branch_head(actx: ActivityContext, request: BranchInput) -> BranchHeadResult:
     """The commit a branch points at now."""
-    request = parse_input(BranchInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     with classified(mutation=False):
         response = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
-    return BranchHeadResult(sha=response.parsed_data.object_.sha).model_dump(mode="json")
+    return BranchHeadResult(sha=response.parsed_data.object_.sha)
 
 
-@activity("github.compare", retry=API, timeouts=API_TIMEOUTS)
-async def compare(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.compare", retry=API, timeouts=API_TIMEOUTS)
+async def compare(actx: ActivityContext, request: CompareInput) -> CompareResult:
     """How ``head`` relates to ``base`` (``ahead``: a fast-forward of it)."""
-    request = parse_input(CompareInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     try:
@@ -393,15 +398,14 @@ async def compare(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
         )
     except GitHubException as exc:
         if status_of(exc) == 404:
-            return CompareResult(status="unrelated").model_dump(mode="json")
+            return CompareResult(status="unrelated")
         raise classify(exc, mutation=False) from exc
-    return CompareResult(status=response.parsed_data.status).model_dump(mode="json")
+    return CompareResult(status=response.parsed_data.status)
 
 
-@activity("github.commit_trees", retry=API, timeouts=API_TIMEOUTS)
-async def commit_trees(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.commit_trees", retry=API, timeouts=API_TIMEOUTS)
+async def commit_trees(actx: ActivityContext, request: TreesInput) -> TreesResult:
     """The tree of each commit, read back from GitHub (what landed, what was verified)."""
-    request = parse_input(TreesInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     trees: dict[str, str] = {}
@@ -409,13 +413,12 @@ async def commit_trees(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
         with classified(mutation=False):
             response = await gh.rest.git.async_get_commit(repo.owner, repo.name, sha)
         trees[sha] = response.parsed_data.tree.sha
-    return TreesResult(trees=trees).model_dump(mode="json")
+    return TreesResult(trees=trees)
 
 
-@activity("github.read_issue", retry=API, timeouts=API_TIMEOUTS)
-async def read_issue(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.read_issue", retry=API, timeouts=API_TIMEOUTS)
+async def read_issue(actx: ActivityContext, request: IssueInput) -> IssueView:
     """The issue as it is now: title, body, author, state."""
-    request = parse_input(IssueInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
     with classified(mutation=False):
@@ -425,17 +428,16 @@ async def read_issue(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, An
         body=issue.body or "",
         author=issue.user.login if issue.user else None,
         state=issue.state,
-    ).model_dump(mode="json")
+    )
 
 
 CONFIG_PATH = ".github/repairbot.yml"
 
 
-@activity("github.policy_digest", retry=API, timeouts=GIT_TIMEOUTS)
-async def policy_digest(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.policy_digest", retry=API, timeouts=GIT_TIMEOUTS)
+async def policy_digest(actx: ActivityContext, request: PolicyInput) -> PolicyResult:
     """The policy in force now: the build's policy version and the repository's
     config as it is at the branch's head (read from git, not from the run)."""
-    request = parse_input(PolicyInput, raw)
     access = _access(actx)
     gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
@@ -453,9 +455,7 @@ async def policy_digest(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
             env=git_env(extra={"GIT_DIR": str(bare)}),
         )
     config = found.stdout.strip() if found.ok else "none"
-    return PolicyResult(digest=f"{request.policy_version}+{config}", at=head).model_dump(
-        mode="json"
-    )
+    return PolicyResult(digest=f"{request.policy_version}+{config}", at=head)
 
 
 def _pull_view(state: Any) -> PullView:
@@ -469,18 +469,16 @@ def _pull_view(state: Any) -> PullView:
     )
 
 
-@activity("github.read_pull", retry=API, timeouts=API_TIMEOUTS)
-async def read_pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = parse_input(PullInput, raw)
+@typed_activity("github.read_pull", retry=API, timeouts=API_TIMEOUTS)
+async def read_pull_request(actx: ActivityContext, request: PullInput) -> PullView:
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
-    return _pull_view(state).model_dump(mode="json")
+    return _pull_view(state)
 
 
-@activity("github.observe", retry=API, timeouts=API_TIMEOUTS)
-async def observe(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.observe", retry=API, timeouts=API_TIMEOUTS)
+async def observe(actx: ActivityContext, request: ObserveInput) -> ObserveResult:
     """The drift check's read: what humans may have changed while the run waited."""
-    request = parse_input(ObserveInput, raw)
     access = _access(actx)
     gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
@@ -535,14 +533,13 @@ async def observe(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
         branch_sha=branch_sha,
         status_comment=status,
         reviews=reviews,
-    ).model_dump(mode="json")
+    )
 
 
 # -- comments -----------------------------------------------------------------
 
 
-async def _comment_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
-    request = parse_input(CommentInput, raw)
+async def _comment_exists(actx: ActivityContext, request: CommentInput) -> ReconcileResult:
     access = _access(actx)
     gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     found = await find_comments(
@@ -554,13 +551,12 @@ async def _comment_exists(actx: ActivityContext, raw: dict[str, Any]) -> Reconci
     )
     if not found:
         return Absent()
-    return Found(CommentResult(id=found[0].id, url=found[0].html_url, created=True).model_dump())
+    return Found(CommentResult(id=found[0].id, url=found[0].html_url, created=True))
 
 
-@activity("github.comment", retry=API, timeouts=API_TIMEOUTS, reconcile=_comment_exists)
-async def comment(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.comment", retry=API, timeouts=API_TIMEOUTS, reconcile=_comment_exists)
+async def comment(actx: ActivityContext, request: CommentInput) -> CommentResult:
     """Exactly one comment for the operation, created or updated in place."""
-    request = parse_input(CommentInput, raw)
     access = _access(actx)
     result = await ensure_comment(
         access.factory.for_installation(request.installation_id, repository=request.repo),
@@ -570,9 +566,7 @@ async def comment(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
         request.body,
         bot_login=await access.factory.bot_login(),
     )
-    return CommentResult(id=result.id, url=result.html_url, created=result.created).model_dump(
-        mode="json"
-    )
+    return CommentResult(id=result.id, url=result.html_url, created=result.created)
 
 
 # -- branches -----------------------------------------------------------------
@@ -658,22 +652,20 @@ async def _intended_commit(
     return bare, sha, token
 
 
-@activity("github.build_commit", retry=API, timeouts=GIT_TIMEOUTS)
-async def build_intended_commit(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.build_commit", retry=API, timeouts=GIT_TIMEOUTS)
+async def build_intended_commit(actx: ActivityContext, request: CommitInput) -> CommitResult:
     """The commit we mean to publish, built deterministically; recorded before any push."""
-    request = parse_input(CommitInput, raw)
     with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
         _, sha, _ = await _intended_commit(actx, request, Path(tmp))
-    return CommitResult(sha=sha).model_dump(mode="json")
+    return CommitResult(sha=sha)
 
 
-async def _branch_state(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
-    request = parse_input(PushInput, raw)
+async def _branch_state(actx: ActivityContext, request: PushInput) -> ReconcileResult:
     access = _access(actx)
     where, token = await _branch_home(access, request, request.head_repo, _READ)
     at = await remote_ref(access.clone_url(where), request.branch, token=token)
     if at == request.sha:
-        return Found(PushResult(status="already-there", sha=at, remote_sha=at).model_dump())
+        return Found(PushResult(status="already-there", sha=at, remote_sha=at))
     if at == (request.expected or None):
         return Absent()
     return Unknown(
@@ -682,10 +674,9 @@ async def _branch_state(actx: ActivityContext, raw: dict[str, Any]) -> Reconcile
     )
 
 
-@activity("github.push_branch", retry=API, timeouts=GIT_TIMEOUTS, reconcile=_branch_state)
-async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.push_branch", retry=API, timeouts=GIT_TIMEOUTS, reconcile=_branch_state)
+async def push_branch(actx: ActivityContext, request: PushInput) -> PushResult:
     """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
-    request = parse_input(PushInput, raw)
     with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
         in_base = request.head_repo in (None, request.repo)
         bare, sha, token = await _intended_commit(actx, request, Path(tmp), push=in_base)
@@ -709,20 +700,17 @@ async def push_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, A
             expected=request.expected or None,
             token=token,
         )
-    return PushResult(
-        status=outcome.status.value, sha=outcome.sha, remote_sha=outcome.remote_sha
-    ).model_dump(mode="json")
+    return PushResult(status=outcome.status.value, sha=outcome.sha, remote_sha=outcome.remote_sha)
 
 
-@activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
-async def delete_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
+async def delete_branch(actx: ActivityContext, request: DeleteBranchInput) -> DeleteBranchResult:
     """Delete our branch only if it is still at the commit we put there (``sha``).
 
     Usable after a merge and after cancellation. ``deleted`` is True also when
     the branch was already gone; a branch somebody moved is left alone with a
     ``reason``.
     """
-    request = parse_input(DeleteBranchInput, raw)
     access = _access(actx)
     where, token = await _branch_home(access, request, request.head_repo, _WRITE)
     outcome = await delete_branch_if_at(
@@ -731,7 +719,7 @@ async def delete_branch(actx: ActivityContext, raw: dict[str, Any]) -> dict[str,
     reason = None
     if outcome.status is Deletion.MOVED:
         reason = f"somebody moved {request.branch} to {outcome.remote_sha}"
-    return DeleteBranchResult(deleted=outcome.deleted, reason=reason).model_dump(mode="json")
+    return DeleteBranchResult(deleted=outcome.deleted, reason=reason)
 
 
 # -- where proposals live -------------------------------------------------------
@@ -753,27 +741,24 @@ PROPOSAL_FORK_REFUSED = (
 )
 
 
-@activity("github.proposal_repo", retry=API, timeouts=GIT_TIMEOUTS)
-async def proposal_repo(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.proposal_repo", retry=API, timeouts=GIT_TIMEOUTS)
+async def proposal_repo(actx: ActivityContext, request: RepoInput) -> ProposalRepoResult:
     """Where the run's proposals are pushed: the proposal account's fork of the
     repository (made on first use), the repository itself only if the operator
     opted in, or nowhere (``refused`` says why and what to do)."""
-    request = parse_input(RepoInput, raw)
     settings = actx.dep(Settings)
     if not settings.proposal_owner:
         if settings.proposals_in_base_repository:
-            return ProposalRepoResult(repo=request.repo).model_dump(mode="json")
+            return ProposalRepoResult(repo=request.repo)
         refused = NO_PROPOSAL_OWNER.format(repo=request.repo)
-        return ProposalRepoResult(refused=refused).model_dump(mode="json")
+        return ProposalRepoResult(refused=refused)
     try:
         fork = await _proposal_fork(actx, request, settings.proposal_owner)
     except ForkRefused as refused:
         # Only a human can fix this (install the App, grant a permission,
         # rename a repository): the run parks and says so, resumable.
-        return ProposalRepoResult(refused=PROPOSAL_FORK_REFUSED.format(why=refused)).model_dump(
-            mode="json"
-        )
-    return ProposalRepoResult(repo=fork.full_name).model_dump(mode="json")
+        return ProposalRepoResult(refused=PROPOSAL_FORK_REFUSED.format(why=refused))
+    return ProposalRepoResult(repo=fork.full_name)
 
 
 async def _proposal_fork(actx: ActivityContext, request: RepoInput, owner: str) -> RepoRef:
@@ -800,8 +785,7 @@ async def _proposal_fork(actx: ActivityContext, request: RepoInput, owner: str) 
 # -- pull requests, checks, merge ----------------------------------------------
 
 
-async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
-    request = parse_input(PullRequestInput, raw)
+async def _pull_exists(actx: ActivityContext, request: PullRequestInput) -> ReconcileResult:
     access = _access(actx)
     found = await find_pull_requests(
         access.factory.for_installation(request.installation_id, repository=request.repo),
@@ -824,19 +808,18 @@ async def _pull_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileR
             merged=pr.merged_at is not None,
             created=True,
             draft=bool(pr.draft),
-        ).model_dump()
+        )
     )
 
 
-@activity("github.pull_request", retry=API, timeouts=API_TIMEOUTS, reconcile=_pull_exists)
-async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.pull_request", retry=API, timeouts=API_TIMEOUTS, reconcile=_pull_exists)
+async def pull_request(actx: ActivityContext, request: PullRequestInput) -> PullRequestResult:
     """The draft pull request for the run's branch, with the evidence in its body.
 
     ``draft`` in the result is False where the repository's plan has no drafts
     (GitHub's 422): the pull request is open for review, and merging still
     waits for an approving review.
     """
-    request = parse_input(PullRequestInput, raw)
     access = _access(actx)
     result = await ensure_pull_request(
         access.factory.for_installation(request.installation_id, repository=request.repo),
@@ -857,17 +840,16 @@ async def pull_request(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
         merged=result.merged,
         created=result.created,
         draft=result.draft,
-    ).model_dump(mode="json")
+    )
 
 
-@activity("github.propose_revert", retry=API, timeouts=GIT_TIMEOUTS)
-async def propose_revert(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.propose_revert", retry=API, timeouts=GIT_TIMEOUTS)
+async def propose_revert(actx: ActivityContext, request: RevertInput) -> RevertResult:
     """A revert of the merge commit, proposed for a human to approve: a commit on
     ``merge_sha`` with its first parent's tree (built deterministically), pushed to
     a branch that must not exist (or already holds it), and a draft pull request.
     Safe to retry: the same inputs give the same commit, the push is conditional
     and the pull request is found by its marker."""
-    request = parse_input(RevertInput, raw)
     access = _access(actx)
     gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
@@ -914,22 +896,20 @@ async def propose_revert(actx: ActivityContext, raw: dict[str, Any]) -> dict[str
         op=request.op,
         bot_login=await access.factory.bot_login(),
     )
-    return RevertResult(sha=sha, number=result.number, url=result.html_url).model_dump(mode="json")
+    return RevertResult(sha=sha, number=result.number, url=result.html_url)
 
 
-@activity("github.ready_for_review", retry=API, timeouts=API_TIMEOUTS)
-async def ready_for_review(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.ready_for_review", retry=API, timeouts=API_TIMEOUTS)
+async def ready_for_review(actx: ActivityContext, request: PullInput) -> ReadyResult:
     """Take the approved draft out of draft so it can be merged (idempotent)."""
-    request = parse_input(PullInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     changed = await mark_ready_for_review(gh, RepoRef.parse(request.repo), request.number)
-    return ReadyResult(changed=changed).model_dump(mode="json")
+    return ReadyResult(changed=changed)
 
 
-@activity("github.close_pull", retry=API, timeouts=API_TIMEOUTS)
-async def close_pull(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.close_pull", retry=API, timeouts=API_TIMEOUTS)
+async def close_pull(actx: ActivityContext, request: ClosePullInput) -> ClosePullResult:
     """Say why on the pull request (once, by marker), then close it (idempotent)."""
-    request = parse_input(ClosePullInput, raw)
     access = _access(actx)
     gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
@@ -944,13 +924,12 @@ async def close_pull(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, An
         )
     with classified(mutation=True):
         await gh.rest.pulls.async_update(repo.owner, repo.name, request.number, state="closed")
-    return ClosePullResult(closed=True).model_dump(mode="json")
+    return ClosePullResult(closed=True)
 
 
-@activity("github.check_run", retry=API, timeouts=API_TIMEOUTS)
-async def check_run(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.check_run", retry=API, timeouts=API_TIMEOUTS)
+async def check_run(actx: ActivityContext, request: CheckRunInput) -> CheckRunResult:
     """The run's check on its proposed commit (found by operation id, updated in place)."""
-    request = parse_input(CheckRunInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     view = CheckRunView(
         name=request.name,
@@ -961,24 +940,20 @@ async def check_run(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any
     result = await ensure_check_run(
         gh, RepoRef.parse(request.repo), request.head_sha, request.op, view
     )
-    return CheckRunResult(id=result.id).model_dump(mode="json")
+    return CheckRunResult(id=result.id)
 
 
-async def _merged_already(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
-    request = parse_input(MergeInput, raw)
+async def _merged_already(actx: ActivityContext, request: MergeInput) -> ReconcileResult:
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
     if state.merged:
-        return Found(
-            MergeResult(outcome="merged", merge_commit_sha=state.merge_commit_sha).model_dump()
-        )
+        return Found(MergeResult(outcome="merged", merge_commit_sha=state.merge_commit_sha))
     return Absent()
 
 
-@activity("github.merge", retry=API, timeouts=API_TIMEOUTS, reconcile=_merged_already)
-async def merge(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.merge", retry=API, timeouts=API_TIMEOUTS, reconcile=_merged_already)
+async def merge(actx: ActivityContext, request: MergeInput) -> MergeResult:
     """Merge only if the head is still the approved commit (``sha``-pinned)."""
-    request = parse_input(MergeInput, raw)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     outcome = await merge_pinned(
         gh, RepoRef.parse(request.repo), request.number, request.sha, request.method
@@ -989,10 +964,10 @@ async def merge(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
         result = MergeResult(outcome="head-moved", head_sha=outcome.head_sha)
     else:
         result = MergeResult(outcome="not-mergeable", reason=outcome.reason)
-    return result.model_dump(mode="json")
+    return result
 
 
-ACTIVITIES = [
+ACTIVITIES: list[ActivityDefn] = [
     permission,
     branch_head,
     compare,

@@ -1,21 +1,23 @@
 """The repair run asks here, before its costly phases, whether its
-installation may start more work now (app/installation_caps.py)."""
+installation may start more work now (app/operations/installation_caps.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
-from app.engine.runtime import Runtime
-from app.installation_caps import release_slot, spent_today, take_slot
+from app.engine import (
+    ActivityContext,
+    ActivityDefn,
+    RetryPolicy,
+    Runtime,
+    Timeouts,
+    typed_activity,
+)
+from app.operations.installation_caps import release_slot, spent_today, take_slot
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
 DB_TIMEOUTS = Timeouts(start_to_close=60)
@@ -45,9 +47,8 @@ class ReleaseResult(BaseModel):
     released: bool = True
 
 
-@activity("caps.take_slot", retry=DB, timeouts=DB_TIMEOUTS)
-async def take_installation_slot(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    asked = parse_input(SlotInput, raw)
+@typed_activity("caps.take_slot", retry=DB, timeouts=DB_TIMEOUTS)
+async def take_installation_slot(actx: ActivityContext, asked: SlotInput) -> SlotAnswer:
     settings = actx.dep(Settings)
     store = actx.dep(Runtime).store
     cap_usd = settings.max_spend_usd_per_day_per_installation
@@ -56,19 +57,18 @@ async def take_installation_slot(actx: ActivityContext, raw: dict[str, Any]) -> 
         if spent >= cap_usd:
             await asyncio.to_thread(release_slot, store, actx.run_id)
             answer = SlotAnswer(granted=False, spend_capped=True, spent_usd=spent, cap_usd=cap_usd)
-            return answer.model_dump(mode="json")
+            return answer
     cap = settings.max_active_runs_per_installation
     if cap <= 0:
-        return SlotAnswer(granted=True).model_dump(mode="json")
+        return SlotAnswer(granted=True)
     taken = await asyncio.to_thread(take_slot, store, asked.installation_id, actx.run_id, cap)
-    return SlotAnswer(granted=taken.granted, active=taken.active).model_dump(mode="json")
+    return SlotAnswer(granted=taken.granted, active=taken.active)
 
 
-@activity("caps.release_slot", retry=DB, timeouts=DB_TIMEOUTS)
-async def release_installation_slot(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    parse_input(SlotInput, raw)
+@typed_activity("caps.release_slot", retry=DB, timeouts=DB_TIMEOUTS)
+async def release_installation_slot(actx: ActivityContext, _asked: SlotInput) -> ReleaseResult:
     await asyncio.to_thread(release_slot, actx.dep(Runtime).store, actx.run_id)
-    return ReleaseResult().model_dump(mode="json")
+    return ReleaseResult()
 
 
-ACTIVITIES = [take_installation_slot, release_installation_slot]
+ACTIVITIES: list[ActivityDefn] = [take_installation_slot, release_installation_slot]

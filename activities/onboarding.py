@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from githubkit.exception import GitHubException, RequestFailed
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GIT_TIMEOUTS, GitHubAccess, RepoInput
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
-from app.engine.registry import Absent, Found, ReconcileResult, activity
+from app.engine import (
+    Absent,
+    ActivityContext,
+    ActivityDefn,
+    Found,
+    PermanentError,
+    ReconcileResult,
+    TransientError,
+    typed_activity,
+)
 from app.evidence import EvidenceStore
 from app.github.errors import classified, classify, github_message, status_of
 from app.github.gitcmd import fetch_commit, git_env, run_git
@@ -74,10 +79,9 @@ def _access(actx: ActivityContext) -> GitHubAccess:
     return actx.dep(GitHubAccess)
 
 
-@activity("onboarding.inspect", retry=API, timeouts=GIT_TIMEOUTS)
-async def inspect_repository(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("onboarding.inspect", retry=API, timeouts=GIT_TIMEOUTS)
+async def inspect_repository(actx: ActivityContext, request: InspectInput) -> InspectResult:
     """Whether the repository needs onboarding, and the config to propose."""
-    request = parse_input(InspectInput, raw)
     access = _access(actx)
     repo = RepoRef.parse(request.repo)
     gh = access.factory.for_installation(request.installation_id, repository=request.repo)
@@ -96,14 +100,14 @@ async def inspect_repository(actx: ActivityContext, raw: dict[str, Any]) -> dict
         bot_login=await access.factory.bot_login(),
     )
     if pulls:
-        return InspectResult(state="proposed", pull_number=pulls[0].number).model_dump(mode="json")
+        return InspectResult(state="proposed", pull_number=pulls[0].number)
     branch = info.default_branch
     with classified(mutation=False):
         try:
             ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{branch}")
         except GitHubException as exc:
             if status_of(exc) in (404, 409):  # an empty repository has no branch yet
-                return InspectResult(state="empty", default_branch=branch).model_dump(mode="json")
+                return InspectResult(state="empty", default_branch=branch)
             raise
     base_sha = ref.parsed_data.object_.sha
     token = await access.factory.installation_token(
@@ -114,9 +118,7 @@ async def inspect_repository(actx: ActivityContext, raw: dict[str, Any]) -> dict
             access.clone_url(request.repo), base_sha, token.token, Path(tmp)
         )
     if configured:
-        return InspectResult(
-            state="configured", default_branch=branch, base_sha=base_sha
-        ).model_dump(mode="json")
+        return InspectResult(state="configured", default_branch=branch, base_sha=base_sha)
     found = detect(files, dirs)
     text = render_config(found, trigger_label=request.trigger_label)
     patch = actx.dep(EvidenceStore).put(
@@ -129,7 +131,7 @@ async def inspect_repository(actx: ActivityContext, raw: dict[str, Any]) -> dict
         patch_sha=patch.sha256,
         config_text=text,
         reasons=found.reasons,
-    ).model_dump(mode="json")
+    )
 
 
 async def _read_root(
@@ -179,9 +181,8 @@ async def _read_root(
     return files, frozenset(dirs), configured
 
 
-async def _label_exists(actx: ActivityContext, raw: dict[str, Any]) -> ReconcileResult:
+async def _label_exists(actx: ActivityContext, request: LabelInput) -> ReconcileResult:
     """After a lost answer: the label is there (ours or a person's) or provably not."""
-    request = parse_input(LabelInput, raw)
     repo = RepoRef.parse(request.repo)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     try:
@@ -193,10 +194,9 @@ async def _label_exists(actx: ActivityContext, raw: dict[str, Any]) -> Reconcile
     return Found(LabelResult(created=True).model_dump())
 
 
-@activity("github.ensure_label", retry=API, timeouts=API_TIMEOUTS, reconcile=_label_exists)
-async def ensure_label(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("github.ensure_label", retry=API, timeouts=API_TIMEOUTS, reconcile=_label_exists)
+async def ensure_label(actx: ActivityContext, request: LabelInput) -> LabelResult:
     """The repository has the label (created if missing; an existing one is left as it is)."""
-    request = parse_input(LabelInput, raw)
     repo = RepoRef.parse(request.repo)
     gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
     try:
@@ -215,9 +215,9 @@ async def ensure_label(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, 
             and exc.response.status_code == 422
             and "already_exists" in github_message(exc).lower()
         ):
-            return LabelResult(created=False).model_dump(mode="json")
+            return LabelResult(created=False)
         raise classify(exc, mutation=True) from exc
-    return LabelResult(created=True).model_dump(mode="json")
+    return LabelResult(created=True)
 
 
-ACTIVITIES = [inspect_repository, ensure_label]
+ACTIVITIES: list[ActivityDefn] = [inspect_repository, ensure_label]

@@ -31,10 +31,14 @@ from activities.workspace import (
     open_workspace,
 )
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import (
+    ActivityContext,
+    ActivityDefn,
+    PermanentError,
+    RetryPolicy,
+    Timeouts,
+    activity,
+)
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import Command
 from app.sandbox.runner import CommandResult, CommandRun, run_command
@@ -514,4 +518,4 @@ def _reason(verdict: Verdict, step: StepResult) -> str:
     return f"{what}: `{failing.command.display()}` {ending}.\n\n```text\n{tail.strip()}\n```"
 
 
-ACTIVITIES = [run_reproduction, verify_candidate]
+ACTIVITIES: list[ActivityDefn] = [run_reproduction, verify_candidate]

@@ -7,12 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
-from app.engine.activity_context import ActivityContext
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
-from app.engine.runtime import Runtime
-from app.engine.tables import OPEN_STATUSES, PARKED_STATUSES
+from app.engine import (
+    OPEN_STATUSES,
+    PARKED_STATUSES,
+    ActivityContext,
+    ActivityDefn,
+    RetryPolicy,
+    Runtime,
+    Timeouts,
+    typed_activity,
+)
 from app.workflows.contracts import RunRequest
 from app.workflows.ids import REPAIR_WORKFLOW, request_workflow_id
 
@@ -64,52 +68,46 @@ def _workflow_id(request: RunRequest) -> str:
     return request_workflow_id(request.repo_id, request.repo, request.issue_number)
 
 
-@activity("runs.start_repair", retry=DB, timeouts=DB_TIMEOUTS)
-async def start_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("runs.start_repair", retry=DB, timeouts=DB_TIMEOUTS)
+async def start_repair(actx: ActivityContext, request: RunRequest) -> StartResult:
     """Start the issue's repair run unless one is active (then report that one)."""
-    request = parse_input(RunRequest, raw)
     runtime = actx.dep(Runtime)
     started = await runtime.start_workflow(
         REPAIR_WORKFLOW, _workflow_id(request), request.model_dump(mode="json")
     )
-    return StartResult(run_id=started.run_id, created=started.created).model_dump(mode="json")
+    return StartResult(run_id=started.run_id, created=started.created)
 
 
-@activity("runs.cancel_repair", retry=DB, timeouts=DB_TIMEOUTS)
-async def cancel_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = parse_input(CancelInput, raw)
+@typed_activity("runs.cancel_repair", retry=DB, timeouts=DB_TIMEOUTS)
+async def cancel_repair(actx: ActivityContext, request: CancelInput) -> CancelResult:
     runtime = actx.dep(Runtime)
     cancelled = await runtime.cancel(_workflow_id(request.request), request.reason)
-    return CancelResult(cancelled=cancelled).model_dump(mode="json")
+    return CancelResult(cancelled=cancelled)
 
 
-@activity("runs.retry_repair", retry=DB, timeouts=DB_TIMEOUTS)
-async def retry_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("runs.retry_repair", retry=DB, timeouts=DB_TIMEOUTS)
+async def retry_repair(actx: ActivityContext, request: RetryInput) -> StartResult:
     """Start a fresh run after one that ended or was parked; never beside an active one."""
-    request = parse_input(RetryInput, raw)
     runtime = actx.dep(Runtime)
     workflow_id = _workflow_id(request.request)
     latest = await runtime.read(runtime.store.find_run, workflow_id)
     if latest is not None and latest.status in OPEN_STATUSES:
-        return StartResult(run_id=latest.run_id, created=False, reason="still running").model_dump(
-            mode="json"
-        )
+        return StartResult(run_id=latest.run_id, created=False, reason="still running")
     if latest is not None and latest.status in PARKED_STATUSES:
         # A parked run holds the issue; retiring it records why, then a new run may start.
         await runtime.terminate(workflow_id, f"retried by @{request.author}")
     started = await runtime.start_workflow(
         REPAIR_WORKFLOW, workflow_id, request.request.model_dump(mode="json")
     )
-    return StartResult(run_id=started.run_id, created=started.created).model_dump(mode="json")
+    return StartResult(run_id=started.run_id, created=started.created)
 
 
-@activity("runs.describe_repair", retry=DB, timeouts=DB_TIMEOUTS)
-async def describe_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = parse_input(RunRequest, raw)
+@typed_activity("runs.describe_repair", retry=DB, timeouts=DB_TIMEOUTS)
+async def describe_repair(actx: ActivityContext, request: RunRequest) -> DescribeResult:
     runtime = actx.dep(Runtime)
     run = await runtime.read(runtime.store.find_run, _workflow_id(request))
     if run is None:
-        return DescribeResult(exists=False).model_dump(mode="json")
+        return DescribeResult(exists=False)
     status: Any = None
     if run.status in OPEN_STATUSES:
         try:
@@ -123,7 +121,7 @@ async def describe_repair(actx: ActivityContext, raw: dict[str, Any]) -> dict[st
         phase=status if isinstance(status, dict) else None,
         result=run.result,
         error=run.error,
-    ).model_dump(mode="json")
+    )
 
 
-ACTIVITIES = [start_repair, cancel_repair, retry_repair, describe_repair]
+ACTIVITIES: list[ActivityDefn] = [start_repair, cancel_repair, retry_repair, describe_repair]

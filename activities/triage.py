@@ -9,14 +9,10 @@ its checkout, at the base commit it fixes).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GitHubAccess
-from app.engine.activity_context import ActivityContext
-from app.engine.registry import activity
+from app.engine import ActivityContext, ActivityDefn, typed_activity
 from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config
@@ -40,10 +36,9 @@ class TriggerConfig(BaseModel):
     problem: str | None = None
 
 
-@activity("triage.trigger_config", retry=API, timeouts=API_TIMEOUTS)
-async def trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("triage.trigger_config", retry=API, timeouts=API_TIMEOUTS)
+async def trigger_config(actx: ActivityContext, request: TriggerInput) -> TriggerConfig:
     """The trigger label and bot allow-list of the repository's config at ``ref``."""
-    request = parse_input(TriggerInput, raw)
     gh = actx.dep(GitHubAccess).factory.for_installation(
         request.installation_id, repository=request.repo
     )
@@ -51,14 +46,12 @@ async def trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dict[str
         gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
     )
     if found.problem is not None:
-        return TriggerConfig(problem=found.problem).model_dump()
+        return TriggerConfig(problem=found.problem)
     try:
         config = parse_repo_config(found.text)  # None (no file): every default applies
     except RepoConfigError as exc:
-        return TriggerConfig(problem=str(exc)).model_dump()
-    return TriggerConfig(
-        trigger_label=config.trigger_label, allowed_bots=list(config.allowed_bots)
-    ).model_dump()
+        return TriggerConfig(problem=str(exc))
+    return TriggerConfig(trigger_label=config.trigger_label, allowed_bots=list(config.allowed_bots))
 
 
-ACTIVITIES = [trigger_config]
+ACTIVITIES: list[ActivityDefn] = [trigger_config]

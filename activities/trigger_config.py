@@ -11,14 +11,10 @@ the two reads cannot widen who may trigger it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 
-from activities._support import parse_input
 from activities.github import API, API_TIMEOUTS, GitHubAccess, RepoInput
-from app.engine.activity_context import ActivityContext
-from app.engine.registry import activity
+from app.engine import ActivityContext, ActivityDefn, typed_activity
 from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config
@@ -39,9 +35,8 @@ class TriggerConfig(BaseModel):
     allowed_bots: list[str] = []
 
 
-@activity("github.trigger_config", retry=API, timeouts=API_TIMEOUTS)
-async def read_trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = parse_input(TriggerConfigInput, raw)
+@typed_activity("github.trigger_config", retry=API, timeouts=API_TIMEOUTS)
+async def read_trigger_config(actx: ActivityContext, request: TriggerConfigInput) -> TriggerConfig:
     gh = actx.dep(GitHubAccess).factory.for_installation(
         request.installation_id, repository=request.repo
     )
@@ -49,18 +44,18 @@ async def read_trigger_config(actx: ActivityContext, raw: dict[str, Any]) -> dic
         gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
     )
     if found.problem is not None:
-        return TriggerConfig(valid=False).model_dump(mode="json")
+        return TriggerConfig(valid=False)
     return _answer(found.text)  # None (no file): the defaults
 
 
-def _answer(text: str | None) -> dict[str, Any]:
+def _answer(text: str | None) -> TriggerConfig:
     try:
         config = parse_repo_config(text)
     except RepoConfigError:
-        return TriggerConfig(valid=False).model_dump(mode="json")
+        return TriggerConfig(valid=False)
     return TriggerConfig(
         valid=True, trigger_label=config.trigger_label, allowed_bots=list(config.allowed_bots)
-    ).model_dump(mode="json")
+    )
 
 
-ACTIVITIES = [read_trigger_config]
+ACTIVITIES: list[ActivityDefn] = [read_trigger_config]

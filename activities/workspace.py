@@ -25,15 +25,19 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 from activities._support import (
     keep_alive,
     optional_dep,
-    parse_input,
     read_evidence,
 )
 from app.checkout import UnsafePath, read_in_checkout
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError, TransientError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import activity
+from app.engine import (
+    ActivityContext,
+    ActivityDefn,
+    PermanentError,
+    RetryPolicy,
+    Timeouts,
+    TransientError,
+    typed_activity,
+)
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import (
     CONFIG_PATH,
@@ -192,14 +196,13 @@ class PrepareResult(BaseModel):
     issue_repro_ignored: bool = False
 
 
-@activity(
+@typed_activity(
     "workspace.prepare",
     retry=RetryPolicy(initial_interval=2.0, max_interval=60.0, max_attempts=5),
     timeouts=Timeouts(start_to_close=20 * 60, heartbeat=60, schedule_to_close=60 * 60),
 )
-async def prepare_workspace(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+async def prepare_workspace(actx: ActivityContext, request: PrepareInput) -> PrepareResult:
     """Build the base, read the repository's config and the reproduction."""
-    request = parse_input(PrepareInput, raw)
     async with open_workspace(actx, request.workspace) as ws:
         config_text, config_error = read_config(ws)
     if config_text is None and config_error is None and actx.dep(Settings).require_config:
@@ -212,7 +215,7 @@ async def prepare_workspace(actx: ActivityContext, raw: dict[str, Any]) -> dict[
     result = result.model_copy(update={"issue_repro_ignored": ignored})
     if config_error is not None:
         result = result.model_copy(update={"config": None, "config_error": config_error})
-    return result.model_dump(mode="json")
+    return result
 
 
 #: Why a repository without a config file gets no run (``require_config``).
@@ -295,4 +298,4 @@ def resolve_commands(base_sha: str, config_text: str | None, issue_body: str) ->
     )
 
 
-ACTIVITIES = [prepare_workspace]
+ACTIVITIES: list[ActivityDefn] = [prepare_workspace]

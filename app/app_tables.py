@@ -1,5 +1,5 @@
 """The application's own tables, all in this one module (the engine's are in
-app/engine/tables.py)."""
+app/engine/_tables.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sqlmodel import Field, SQLModel
 
 # The engine's tables live on the same SQLModel.metadata; importing them here
 # means whoever asks for the whole schema (below) gets every table.
-from app.engine import tables as engine_tables  # noqa: F401
+from app.engine import schema  # noqa: F401
 
 
 def _github_id() -> Column[int]:

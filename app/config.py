@@ -175,7 +175,7 @@ class Settings:
     #: REPAIRBOT_ARQ_POLL_DELAY: seconds between a worker's polls of an arq
     #: queue when no doorbell rings: the most a job whose ring was lost, or a
     #: timer, waits past its due time.
-    #: (The same default as app.engine.arq_dispatch.POLL_DELAY, kept apart so
+    #: (The same default as app.engine._arq_dispatch.POLL_DELAY, kept apart so
     #: that reading settings does not import the engine.)
     arq_poll_delay: float = 0.5
 
@@ -285,7 +285,7 @@ class Settings:
     proposals_in_base_repository: bool = False
 
     #: REPAIRBOT_FAULT_POINT: a named fault point where the process kills itself
-    #: (crash tests only; see app/engine/faults.py).
+    #: (crash tests only; see app/engine/_faults.py).
     fault_point: str = ""
 
     #: REPAIRBOT_WEBHOOK_MAX_BYTES: largest webhook body accepted (413 above);

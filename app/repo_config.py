@@ -40,7 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.markdown import fences
+from app.github.markdown import fences
 
 CONFIG_PATH = ".github/repairbot.yml"
 #: A config file is a few lines; refusing big ones bounds YAML alias expansion.
@@ -265,7 +265,7 @@ REPRO_INFO = "repro"
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """Every fenced code block a reader of the rendered text sees, as
-    ``(info string, content)`` (see :mod:`app.markdown`: the same scanner as
+    ``(info string, content)`` (see :mod:`app.github.markdown`: the same scanner as
     slash commands; blocks inside HTML comments do not count)."""
     return [(fence.info, fence.content) for fence in fences(text)]
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -39,6 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.github.gitcmd import GitTimeout, fetch_commit, git_env, remote_auth, run_git
+from app.sandbox import userns
+
+log = logging.getLogger("repairbot.workspace")
 
 #: Tool caches that a command run in the tree leaves behind; never part of a proposal.
 _LOCAL_EXCLUDES = (
@@ -532,6 +536,14 @@ def remove_workspace(ws: Workspace | Path) -> None:
         with contextlib.suppress(OSError):
             os.chmod(directory, 0o700)
     shutil.rmtree(root, ignore_errors=True)
+    if root.exists():
+        # An unprivileged worker killed during a command never handed the
+        # workspace back: files of the sandbox user's (a subordinate uid).
+        problem = userns.reclaim([root])
+        if problem is not None:
+            log.warning("workspace %s not removed: %s", root.name, problem)
+            return
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def sweep_workspaces(root: Path, *, older_than: float, now: float | None = None) -> list[Path]:

@@ -7,7 +7,7 @@ serves (no access log):
 - **durable floor** (``--database-url``): the same, plus one committed
   ``INSERT ... ON CONFLICT DO NOTHING`` of the delivery (id, event, body)
   before the answer, in the thread pool, through the engine factory the app
-  uses (``app.engine.db.make_engine``: SQLite in WAL mode, PostgreSQL with
+  uses (``app.engine._db.make_engine``: SQLite in WAL mode, PostgreSQL with
   psycopg). The least a receiver that loses nothing acknowledged must do.
 
     BENCH_WEBHOOK_SECRET=... python -m bench.bare_webhook --port 8123 [--database-url URL]
@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.webhooks.signature import verify
 
 SECRET_ENV = "BENCH_WEBHOOK_SECRET"

@@ -35,7 +35,7 @@ from typing import Any
 from redis.asyncio import Redis
 from sqlalchemy import Engine, text
 
-from app.engine.runtime import Runtime
+from app.engine._runtime import Runtime
 from bench.profile import STORE, Census, install_census
 
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -54,13 +54,13 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.github.auth import AppCredentials
 from app.github.client import GitHubClientFactory
 from app.github.conditional import DatabaseConditionalStore
 from app.github.merge import read_pull
 from app.github.repos import RepoRef
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from bench.environment import at_start, heading, load
 from emulator.app import Emulator
 from emulator.client import EmulatorClient

@@ -54,8 +54,8 @@ from sqlalchemy import text
 
 from app.config import Settings
 from app.demo.spawn import spawn_repairbot
-from app.engine.db import make_engine
-from app.migrate import upgrade
+from app.engine._db import make_engine
+from app.operations.migrate import upgrade
 from app.webhooks.signature import sign
 from bench.bare_webhook import SECRET_ENV
 from bench.databases import fresh_database

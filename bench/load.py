@@ -50,11 +50,11 @@ from sqlalchemy import Engine, func, select, text
 from app.demo.fleet import Fleet, wait_healthy
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.engine.db import make_engine
-from app.engine.runtime import SETTLED, Runtime
-from app.engine.tables import ActivityAttempt, ActivityTask, WorkflowRun
+from app.engine._db import make_engine
+from app.engine._runtime import SETTLED, Runtime
+from app.engine._tables import ActivityAttempt, ActivityTask, WorkflowRun
 from app.main.catalog import build_registry
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from app.workflows.ids import repair_workflow_id
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision

@@ -26,14 +26,14 @@ from collections.abc import Sequence
 
 from sqlalchemy import Engine, bindparam, text
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.db import make_engine
-from app.engine.heap import freeze_startup_heap
-from app.engine.registry import Registry, activity, workflow
-from app.engine.runtime import Runtime
-from app.engine.tables import CLOSED_STATUSES
-from app.migrate import upgrade
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._db import make_engine
+from app.engine._heap import freeze_startup_heap
+from app.engine._registry import Registry, activity, workflow
+from app.engine._runtime import Runtime
+from app.engine._tables import CLOSED_STATUSES
+from app.operations.migrate import upgrade
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision
 from bench.spec import POSTGRES

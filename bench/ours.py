@@ -14,16 +14,16 @@ from arq.worker import Worker as ArqWorker
 from redis.asyncio import Redis
 from sqlalchemy import Engine
 
-from app.engine.activity_context import ActivityContext
-from app.engine.arq_dispatch import ArqDispatcher, arq_queues, arq_workers
-from app.engine.context import WorkflowContext
-from app.engine.db import make_engine
-from app.engine.doorbell import Doorbell
-from app.engine.registry import Registry, activity, workflow
-from app.engine.replay import WorkflowTaskResult
-from app.engine.runtime import Runtime
-from app.engine.store import RunRow, Store
-from app.migrate import upgrade
+from app.engine._activity_context import ActivityContext
+from app.engine._arq_dispatch import ArqDispatcher, arq_queues, arq_workers
+from app.engine._context import WorkflowContext
+from app.engine._db import make_engine
+from app.engine._doorbell import Doorbell
+from app.engine._registry import Registry, activity, workflow
+from app.engine._replay import WorkflowTaskResult
+from app.engine._runtime import Runtime
+from app.engine._store import RunRow, Store
+from app.operations.migrate import upgrade
 from bench.databases import fresh_database
 from bench.spec import ARQ, ARQ_DISPATCHED, INPROCESS, Case, CaseResult, Stopwatch, Timing
 

@@ -50,9 +50,9 @@ PARTS: list[tuple[str, str, str]] = [
     ("read run row (load_run)", STORE, "load_run"),
     ("read run row and new events (load_task)", STORE, "load_task"),
     ("read new events (load_events)", STORE, "load_events"),
-    ("replay: apply new events", "app/engine/replay.py", "apply"),
-    ("dispatch: enqueue jobs", "app/engine/dispatch.py", "enqueue"),
-    ("reconciler passes", "app/engine/reconciler.py", "run_once"),
+    ("replay: apply new events", "app/engine/_replay.py", "apply"),
+    ("dispatch: enqueue jobs", "app/engine/_dispatch.py", "enqueue"),
+    ("reconciler passes", "app/engine/_reconciler.py", "run_once"),
 ]
 #: The store calls that commit a workflow task (one per step).
 STEP_COMMITS = ("commit_workflow_task", "complete_and_continue")
@@ -265,8 +265,8 @@ def _short(filename: str) -> str:
 
 @asynccontextmanager
 async def _runtime(case: Case) -> AsyncIterator[Any]:
-    from app.engine.db import make_engine
-    from app.migrate import upgrade
+    from app.engine._db import make_engine
+    from app.operations.migrate import upgrade
     from bench import ours
 
     with fresh_database(case.db, admin_url=case.postgres_url) as url:

@@ -27,11 +27,11 @@ from pathlib import Path
 from dbos import DBOSClient
 from sqlalchemy import Engine, TextClause, text
 
-from app.engine.arq_dispatch import ArqDispatcher
-from app.engine.client import RuntimeClient
-from app.engine.db import make_engine
-from app.engine.redis_channel import connect
-from app.migrate import upgrade
+from app.engine._arq_dispatch import ArqDispatcher
+from app.engine._client import RuntimeClient
+from app.engine._db import make_engine
+from app.engine._redis_channel import connect
+from app.operations.migrate import upgrade
 from bench import census, dbos_workers
 from bench.databases import fresh_database
 from bench.environment import at_start, heading, load

@@ -37,13 +37,13 @@ from arq import ArqRedis
 from arq.constants import in_progress_key_prefix
 from sqlalchemy import Engine, text
 
-from app.engine.arq_dispatch import ArqDispatcher
-from app.engine.client import RuntimeClient
-from app.engine.db import make_engine
-from app.engine.jobs import DEFAULT_QUEUE, Job, workflow_queue
-from app.engine.reconciler import Reconciler
-from app.engine.redis_channel import connect
-from app.migrate import upgrade
+from app.engine._arq_dispatch import ArqDispatcher
+from app.engine._client import RuntimeClient
+from app.engine._db import make_engine
+from app.engine._jobs import DEFAULT_QUEUE, Job, workflow_queue
+from app.engine._reconciler import Reconciler
+from app.engine._redis_channel import connect
+from app.operations.migrate import upgrade
 from bench.databases import fresh_database
 from bench.environment import at_start, heading, load
 from bench.fleet_setup import (

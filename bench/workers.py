@@ -1,5 +1,5 @@
 """Worker processes for the concurrency benchmarks (throughput, waiting runs,
-recovery): the runtime's production arq path (``app.engine.serve.serve_arq``,
+recovery): the runtime's production arq path (``app.engine._serve.serve_arq``,
 as ``repairbot worker`` runs it) with the benchmark workflows registered
 instead of the repair workflow, so no GitHub App or agent is needed.
 
@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.db import make_engine
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Registry, activity, workflow
-from app.engine.runtime import Runtime
-from app.engine.serve import serve_arq
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._db import make_engine
+from app.engine._policy import RetryPolicy, Timeouts
+from app.engine._registry import Registry, activity, workflow
+from app.engine._runtime import Runtime
+from app.engine._serve import serve_arq
 from bench import census, ours
 from bench.environment import ROOT
 

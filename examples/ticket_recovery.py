@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the worker and the ticket service live in tests/engine
 
-from app.migrate import upgrade  # noqa: E402
+from app.operations.migrate import upgrade  # noqa: E402
 from tests.engine.crash_support import CrashLab  # noqa: E402
 from tests.engine.ticket_service import TicketService  # noqa: E402
 

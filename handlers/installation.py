@@ -18,7 +18,7 @@ installations = Installation.__table__  # type: ignore[attr-defined]
 repositories = InstallationRepository.__table__  # type: ignore[attr-defined]
 
 # Built once, values as parameters: building them per delivery was most of
-# these handlers' CPU (see app/intake_statements.py).
+# these handlers' CPU (see app/intake/statements.py).
 _UPDATE_INSTALLATION = (
     update(installations)
     .where(installations.c.id == bindparam("p_id"))

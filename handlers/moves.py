@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from sqlalchemy import and_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.engine.store.schema import runs, signals
+from app.engine import schema
 from app.webhooks.models import Repository
 from app.webhooks.routing import HandlerContext
 from app.workflows.ids import REPAIR_WORKFLOW, repair_workflow_id
@@ -38,15 +38,17 @@ def move_run(
         ctx.notes.append(f"{target} has an active run already: {run.run_id} not moved")
         return
     ctx.tx.conn.execute(
-        update(runs)
-        .where(runs.c.run_id == run.run_id)
+        update(schema.runs)
+        .where(schema.runs.c.run_id == run.run_id)
         .values(workflow_id=target, active_key=target, updated_at=ctx.tx.now)
     )
     try:
         with ctx.tx.conn.begin_nested():
             # Dedupe keys follow the run, so a redelivered review stays one signal.
             ctx.tx.conn.execute(
-                update(signals).where(signals.c.run_id == run.run_id).values(workflow_id=target)
+                update(schema.signals)
+                .where(schema.signals.c.run_id == run.run_id)
+                .values(workflow_id=target)
             )
     except IntegrityError:
         # An older run under the target key saw the same keys: they stay where they are.
@@ -58,8 +60,11 @@ def repository_runs(ctx: HandlerContext, repository_id: int) -> list[str]:
     """The active keys of the repository's open or parked repair runs."""
     prefix = repair_workflow_id(repository_id, 0).removesuffix("0")
     rows = ctx.tx.conn.execute(
-        select(runs.c.active_key).where(
-            and_(runs.c.workflow_name == REPAIR_WORKFLOW, runs.c.active_key.startswith(prefix))
+        select(schema.runs.c.active_key).where(
+            and_(
+                schema.runs.c.workflow_name == REPAIR_WORKFLOW,
+                schema.runs.c.active_key.startswith(prefix),
+            )
         )
     )
     return sorted(str(row.active_key) for row in rows)
@@ -69,8 +74,8 @@ def installation_runs(ctx: HandlerContext, installation_id: int) -> Iterator[str
     """The active keys of the installation's open or parked repair runs (the
     installation is in each run's recorded input)."""
     rows = ctx.tx.conn.execute(
-        select(runs.c.active_key, runs.c.input).where(
-            runs.c.workflow_name == REPAIR_WORKFLOW, runs.c.active_key.is_not(None)
+        select(schema.runs.c.active_key, schema.runs.c.input).where(
+            schema.runs.c.workflow_name == REPAIR_WORKFLOW, schema.runs.c.active_key.is_not(None)
         )
     )
     for row in rows:

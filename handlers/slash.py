@@ -17,7 +17,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from app.markdown import Line, visible_blocks
+from app.github.markdown import Line, visible_blocks
 
 
 class Verb(enum.StrEnum):
@@ -103,7 +103,7 @@ def _parse_line(line: str, number: int) -> ParsedCommand | None:
 def _visible_line_starts(body: str) -> list[tuple[int, str]]:
     """(line number, text) of lines whose start renders as ordinary paragraph text.
 
-    Blocks come from :func:`app.markdown.visible_blocks`, the scanner the
+    Blocks come from :func:`app.github.markdown.visible_blocks`, the scanner the
     issue's repro block is read with too: fences and HTML comments end a
     paragraph and hide what is inside them.
     """

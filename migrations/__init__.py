@@ -1,2 +1,2 @@
 """Alembic migration scripts, shipped as a package so an installed repairbot finds them
-(see app/migrate.py)."""
+(see app/operations/migrate.py)."""

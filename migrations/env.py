@@ -1,4 +1,4 @@
-"""Alembic environment: the URL comes from the caller (``app.migrate``) or,
+"""Alembic environment: the URL comes from the caller (``app.operations.migrate``) or,
 for the alembic CLI, from DATABASE_URL / the default SQLite file."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from alembic import context
 
 from app.app_tables import whole_schema
 from app.config import Settings
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or Settings.from_env().database_url

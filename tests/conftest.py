@@ -14,8 +14,8 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from app.app_tables import whole_schema
-from app.engine.db import make_engine
-from app.migrate import upgrade
+from app.engine._db import make_engine
+from app.operations.migrate import upgrade
 
 #: Where the tests that start the whole stack live (tests/e2e, and the
 #: benchmarks in tests/bench, which start workers and load them), and the crash tests

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.main.cli import main
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def test_example_then_runs_list_show_export(
     assert main(["example", "alpha", "beta"]) == 0
     assert main(["runs", "list"]) == 0
     listing = capsys.readouterr().out
-    assert "example.survey@1" in listing and "completed" in listing
+    assert "example.survey@2" in listing and "completed" in listing
     run_id = next(line.split()[0] for line in listing.splitlines() if "example.survey" in line)
     assert main(["runs", "show", run_id]) == 0
     shown = capsys.readouterr().out
@@ -61,8 +61,8 @@ def test_operator_actions_are_recorded_with_reason_and_who(
 ) -> None:
     import getpass
 
-    from app.engine.db import make_engine
-    from app.engine.store import Store
+    from app.engine._db import make_engine
+    from app.engine._store import Store
 
     assert main(["example", "alpha"]) == 0
     store = Store(make_engine(f"sqlite:///{data_dir / 'repairbot.db'}"))
@@ -197,7 +197,7 @@ def test_database_from_a_newer_version_is_named(
 ) -> None:
     from sqlalchemy import text
 
-    from app.engine.db import make_engine
+    from app.engine._db import make_engine
 
     upgrade(f"sqlite:///{data_dir / 'repairbot.db'}")
     with make_engine(f"sqlite:///{data_dir / 'repairbot.db'}").begin() as conn:
@@ -344,8 +344,8 @@ def test_runs_watch_on_a_finished_run_shows_when_things_happened(
     import re
     from datetime import UTC, datetime
 
-    from app.engine.db import make_engine
-    from app.engine.store import Store
+    from app.engine._db import make_engine
+    from app.engine._store import Store
 
     assert main(["example", "alpha"]) == 0
     store = Store(make_engine(f"sqlite:///{data_dir / 'repairbot.db'}"))
@@ -400,7 +400,7 @@ def test_config_check_names_line_and_field_of_each_problem(
 def test_config_check_uses_the_runs_own_validation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from app import config_check
+    from app.operations import config_check
     from app.repo_config import RepoConfigError
 
     def refuse(text: str) -> None:

@@ -38,7 +38,7 @@ def test_to_env_round_trips() -> None:
 
 
 def test_the_arq_poll_delay_defaults_to_the_engines_and_can_be_set() -> None:
-    from app.engine.arq_dispatch import POLL_DELAY
+    from app.engine._arq_dispatch import POLL_DELAY
 
     assert Settings.from_env({}).arq_poll_delay == POLL_DELAY
     settings = Settings.from_env({"REPAIRBOT_ARQ_POLL_DELAY": "2.5"})

@@ -76,12 +76,12 @@ if TYPE_CHECKING:
 
 def test_app_libraries_do_not_import_handlers_or_activities() -> None:
     libraries = modules_in("app", skip=TOP + PRODUCT)
-    assert any(p.name == "intake.py" for p in libraries)  # the walk found the libraries
+    assert any(p.name == "pipeline.py" for p in libraries)  # the walk found the libraries
     assert violations(libraries, "handlers", "activities") == []
 
 
 def test_libraries_do_not_import_the_web_edge() -> None:
-    libraries = modules_in("app", skip=(*TOP, *PRODUCT, "app/web/", "app/intake.py"))
+    libraries = modules_in("app", skip=(*TOP, *PRODUCT, "app/web/", "app/intake/"))
     assert violations(libraries, "app.web", "app.intake") == []
 
 
@@ -105,3 +105,52 @@ def test_the_engine_imports_only_itself_and_the_log_setup() -> None:
 @pytest.mark.parametrize("package", ["handlers", "activities"])
 def test_handlers_and_activities_do_not_import_the_web_edge(package: str) -> None:
     assert violations(modules_in(package), "app.web", "app.intake") == []
+
+
+def private_engine_module(module: str) -> bool:
+    """``app.engine._x`` (or anything under it); ``from app.engine import X``
+    also yields "app.engine.X", a public name, which is fine."""
+    parts = module.split(".")
+    return parts[:2] == ["app", "engine"] and any(p.startswith("_") for p in parts[2:])
+
+
+def test_product_code_uses_only_the_engines_front_door() -> None:
+    """Outside app/engine, product code imports ``app.engine`` (and its test
+    kit), never a private engine module; tests and benchmarks may look inside."""
+    product = modules_in("app", "handlers", "activities", "emulator", skip=("app/engine/",))
+    assert any(p.name == "runs_view.py" for p in product)  # the walk found product code
+    reaching_in = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in product
+        for module in sorted(set(imported_modules(path.read_text())))
+        if private_engine_module(module)
+    ]
+    assert reaching_in == []
+
+
+def test_the_front_door_check_catches_a_private_import() -> None:
+    source = "from app.engine._runtime import Runtime\nfrom app.engine import Store\n"
+    private = {m for m in imported_modules(source) if private_engine_module(m)}
+    assert private == {"app.engine._runtime", "app.engine._runtime.Runtime"}
+
+
+def test_the_engine_modules_are_private_but_the_front_door() -> None:
+    names = {p.stem if p.suffix == ".py" else p.name for p in (ROOT / "app/engine").iterdir()}
+    public = {n for n in names if not n.startswith("_") and n != "testing"}
+    assert public == set(), f"engine modules must be _private: {sorted(public)}"
+
+
+def test_the_arq_parts_load_on_first_use() -> None:
+    """Importing the front door does not import arq (a process that never
+    uses Redis never pays for it); asking for an arq part loads it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, app.engine as e; assert 'arq' not in sys.modules, 'arq imported eagerly';"
+        "e.ArqDispatcher; assert 'arq' in sys.modules; print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert out.stdout.strip() == "ok", out.stderr

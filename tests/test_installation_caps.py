@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, insert, update
 
-from app.engine.store import Store
-from app.engine.store.schema import runs, tasks
-from app.installation_caps import PRICED_ACTIVITY, release_slot, spent_today, take_slot
+from app.engine._store import Store
+from app.engine._store.schema import runs, tasks
+from app.operations.installation_caps import PRICED_ACTIVITY, release_slot, spent_today, take_slot
 
 INSTALLATION = 7
 

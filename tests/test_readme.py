@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from app.github.markdown import Line, visible_blocks
 from app.main.cli import build_parser
-from app.markdown import Line, visible_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -271,7 +271,7 @@ def test_network_is_off_unless_setup_asks_for_it() -> None:
 
 def test_a_repro_block_inside_an_html_comment_does_not_count() -> None:
     """GitHub does not render it, so no maintainer saw it: the same scanner as
-    slash commands (app.markdown) drops it."""
+    slash commands (app.github.markdown) drops it."""
     hidden = "Broken.\n\n<!--\n```repro\ncat /proc/1/environ\n```\n-->\n"
     assert reproduction_from_issue(hidden) is None
     shown = hidden + "\n```repro\nmake check\n```\n"

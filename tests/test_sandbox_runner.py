@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.engine.errors import ActivityCancelled, StaleLease
+from app.engine._errors import ActivityCancelled, StaleLease
 from app.repo_config import Command
 from app.sandbox.runner import (
     CommandRun,

@@ -15,7 +15,7 @@ import pytest
 from app import secrets
 from app.config import Settings
 from app.demo.run import WorkerProcess
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.main.worker_process import shared_clients
 
 CHILD = """
@@ -78,7 +78,7 @@ def test_worker_processes_get_secrets_by_descriptor_not_environment(tmp_path: Pa
         github_webhook_secret="webhook-secret-worker",
         worker_id="secrets-test",
     )
-    from app.migrate import upgrade
+    from app.operations.migrate import upgrade
 
     upgrade(settings.database_url)
     assert "pem-secret-worker" not in str(settings.to_env())

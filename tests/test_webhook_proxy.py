@@ -23,10 +23,9 @@ from starlette.routing import Route
 from app.app_tables import WebhookDelivery
 from app.config import Settings
 from app.demo.serve import ServerThread, bind
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.web import create_app
-from app.webhook_proxy import (
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.intake.proxy import (
     ProxyError,
     WebhookProxy,
     bounded_lines,
@@ -34,6 +33,7 @@ from app.webhook_proxy import (
     delivery_of,
     sse_events,
 )
+from app.web import create_app
 from app.webhooks.signature import sign
 from handlers import build_router
 from tests.e2e.scenario import wait_for

@@ -48,7 +48,7 @@ from app.agent.steps import (
 )
 from app.agent.tools import MalformedCall, Toolbox, ToolOutcome
 from app.agent.untrusted import visible_text
-from app.engine.errors import ActivityCancelled, TransientError
+from app.engine import ActivityCancelled, TransientError
 from app.evidence import EvidenceError
 from app.sandbox.runner import Sandbox
 

@@ -17,7 +17,7 @@ from app.agent.http import ANTHROPIC_VERSION, DEFAULT_BASE_URLS, error_detail, r
 from app.agent.steps import ModelTurn, Step
 from app.agent.tools import TOOLS
 from app.agent.wire import anthropic_body, openai_body, parse_anthropic, parse_openai
-from app.engine.errors import TransientError
+from app.engine import TransientError
 
 Provider = Literal["openai", "anthropic"]
 

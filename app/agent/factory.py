@@ -35,7 +35,7 @@ from app.agent.http import DEFAULT_BASE_URLS
 from app.agent.journal import LoopHost
 from app.agent.proxy import DEFAULT_PROXY_ADDRESS, ModelProxy, Upstream
 from app.config import ConfigError
-from app.engine.errors import PermanentError
+from app.engine import PermanentError
 from app.repo_config import AgentConfig
 from app.sandbox.runner import Heartbeat, Sandbox
 

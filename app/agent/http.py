@@ -15,7 +15,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from app.engine.errors import PermanentError, TransientError
+from app.engine import PermanentError, TransientError
 
 DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",

@@ -35,8 +35,7 @@ from app.demo.scripted_model import API_KEY, ScriptedModel, demo_repair_script
 from app.demo.serve import ServerThread, bind
 from app.demo.spawn import spawn_repairbot
 from app.demo.stack import LocalStack
-from app.engine.runtime import SETTLED
-from app.engine.serve import until_stopped
+from app.engine import SETTLED, until_stopped
 from app.sandbox import describe
 from app.workflows.ids import repair_workflow_id
 

@@ -21,9 +21,9 @@ import httpx
 
 from app.config import Settings
 from app.demo.serve import ServerThread, bind, url_of
-from app.engine.runtime import Runtime
+from app.engine import Runtime
 from app.main.worker_process import build_runtime
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient, EmulatorError

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, Text, cast, delete, func, select
 
 from app.app_tables import EvidenceBlob
-from app.engine.tables import ActivityTask, HistoryEvent, SignalRecord, WorkflowRun
+from app.engine import ActivityTask, HistoryEvent, SignalRecord, WorkflowRun
 
 blobs = EvidenceBlob.__table__  # type: ignore[attr-defined]
 

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.engine.errors import TransientError
+from app.engine import TransientError
 from app.github.gitcmd import git_env, run_git
 from app.github.publish import git_auth_config, qualify_branch, remote_ref
 

@@ -35,7 +35,7 @@ from githubkit.exception import (
     RequestFailed,
 )
 
-from app.engine.errors import ActivityFailure, AmbiguousError, PermanentError, TransientError
+from app.engine import ActivityFailure, AmbiguousError, PermanentError, TransientError
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Raised before a single byte of the request left this machine.

@@ -26,7 +26,7 @@ from typing import Any
 from githubkit.exception import GitHubException
 from githubkit_schemas.v2026_03_10.models import FullRepository, Repository
 
-from app.engine.errors import PermanentError, TransientError
+from app.engine import PermanentError, TransientError
 from app.github.client import GitHubClientFactory, InstallationGitHub
 from app.github.errors import classified, classify, no_answer, status_of
 from app.github.repos import RepoRef

@@ -32,7 +32,7 @@ from typing import Literal
 
 from githubkit.exception import GitHubException, RequestFailed
 
-from app.engine.errors import TransientError
+from app.engine import TransientError
 from app.github.client import InstallationGitHub
 from app.github.errors import classified, classify, github_message, no_answer
 from app.github.repos import RepoRef

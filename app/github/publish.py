@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from app.engine.errors import AmbiguousError, PermanentError, TransientError
+from app.engine import AmbiguousError, PermanentError, TransientError
 from app.github.gitcmd import (
     DEFAULT_TIME_LIMIT,
     GitResult,

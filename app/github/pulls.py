@@ -20,7 +20,7 @@ from githubkit.exception import GitHubException, RequestFailed
 from githubkit.rest.paginator import Paginator
 from githubkit_schemas.v2026_03_10.models import PullRequest, PullRequestSimple
 
-from app.engine.errors import PermanentError
+from app.engine import PermanentError
 from app.github.client import InstallationGitHub
 from app.github.errors import classified, classify, github_message, no_answer
 from app.github.markers import Marker, OpId, find_marked, with_marker

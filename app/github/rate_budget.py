@@ -33,7 +33,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 
 from app.app_tables import GitHubRateBudget
-from app.engine.errors import TransientError
+from app.engine import TransientError
 from app.github.errors import SECONDARY_LIMIT_DELAY, rate_limit_delay
 
 _table = GitHubRateBudget.__table__  # type: ignore[attr-defined]

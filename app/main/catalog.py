@@ -16,7 +16,7 @@ from activities import (
     workspace,
 )
 from activities import example as example_activities
-from app.engine.registry import Registry
+from app.engine import Registry
 from app.workflows import config_check as config_check_workflow
 from app.workflows import example, repair, slash_command
 from app.workflows import onboarding as onboarding_workflow

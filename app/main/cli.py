@@ -18,11 +18,15 @@ import httpx
 
 from app import logs, secrets
 from app.config import ConfigError, Settings
-from app.engine.db import make_engine
-from app.engine.history import export_history
-from app.engine.store import Store
-from app.engine.tables import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES
-from app.migrate import upgrade
+from app.engine import (
+    CLOSED_STATUSES,
+    OPEN_STATUSES,
+    PARKED_STATUSES,
+    Store,
+    export_history,
+    make_engine,
+)
+from app.operations.migrate import upgrade
 from app.version import package_version
 
 #: What a CLI verb runs (``repairbot runs list`` -> ``cmd_runs_list``); exit status out.
@@ -123,7 +127,7 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
 
 def _phase_of(run: Any, settings: Settings) -> dict[str, Any] | None:
     """The run's own account of where it is, if its workflow answers ``status``."""
-    from app.engine.client import RuntimeClient
+    from app.engine import RuntimeClient
     from app.main.catalog import build_registry
 
     if run.status not in ("running", "cancelling"):
@@ -149,16 +153,16 @@ def _operator() -> str:
 
 
 async def _run_action(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine.client import RuntimeClient
+    from app.engine import RuntimeClient
     from app.main.catalog import build_registry
-    from app.run_actions import NotRetryable, RunNotFound, retry_run
+    from app.operations.run_actions import NotRetryable, RunNotFound, retry_run
 
     runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
     pool = None
     if settings.redis_url:
         # Prompt pickup; without Redis the outbox rows wait for a worker's relay.
-        from app.engine.arq_dispatch import ArqDispatcher
-        from app.engine.redis_channel import connect
+        from app.engine import ArqDispatcher
+        from app.engine import connect_redis as connect
 
         pool = await connect(settings.redis_url)
         runtime.use_dispatcher(ArqDispatcher(pool))
@@ -216,8 +220,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    from app.intake.proxy import ProxyError, check_channel_url
     from app.main.dev import run_dev
-    from app.webhook_proxy import ProxyError, check_channel_url
 
     proxy = args.webhook_proxy or settings.webhook_proxy_url
     if proxy:
@@ -230,7 +234,7 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _intake(settings: Settings) -> Any:
-    from app.intake import Intake
+    from app.intake.pipeline import Intake
     from app.main.catalog import build_registry
     from handlers import build_router
 
@@ -238,7 +242,7 @@ def _intake(settings: Settings) -> Any:
 
 
 def cmd_deliveries_list(args: argparse.Namespace, settings: Settings) -> int:
-    from app.deliveries import list_deliveries
+    from app.intake.deliveries import list_deliveries
 
     rows = list_deliveries(_store(settings), status=args.status, limit=args.limit)
     for row in rows:
@@ -286,9 +290,9 @@ def cmd_evidence_collect(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_runs_watch(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine.client import RuntimeClient
+    from app.engine import RuntimeClient
     from app.main.catalog import build_registry
-    from app.watch import watch
+    from app.operations.watch import watch
 
     runtime = RuntimeClient(make_engine(settings.database_url), build_registry())
     try:
@@ -298,7 +302,7 @@ def cmd_runs_watch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_tokens_create(args: argparse.Namespace, settings: Settings) -> int:
-    from app.api_tokens import TokenError, create_token
+    from app.operations.api_tokens import TokenError, create_token
 
     try:
         token = create_token(_store(settings), args.name, set(args.scope or ["read"]))
@@ -315,7 +319,7 @@ def cmd_tokens_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_tokens_list(args: argparse.Namespace, settings: Settings) -> int:
-    from app.api_tokens import list_tokens
+    from app.operations.api_tokens import list_tokens
 
     for t in list_tokens(_store(settings)):
         state = f"revoked {_when(t.revoked_at)}" if t.revoked_at else "active"
@@ -327,7 +331,7 @@ def cmd_tokens_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
-    from app.api_tokens import revoke_token
+    from app.operations.api_tokens import revoke_token
 
     if revoke_token(_store(settings), args.name):
         print(f"token {args.name!r} revoked")
@@ -338,7 +342,7 @@ def cmd_tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
 
 def _webhook_channel(wanted: str, settings: Settings) -> str:
     """``--webhook-proxy``: a channel URL as given, or ``new`` for a fresh one."""
-    from app.webhook_proxy import ProxyError, check_channel_url, create_channel
+    from app.intake.proxy import ProxyError, check_channel_url, create_channel
 
     async def create() -> str:
         async with httpx.AsyncClient() as client:
@@ -356,7 +360,7 @@ def _webhook_channel(wanted: str, settings: Settings) -> str:
 
 def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
     from app.main.web_process import serve_registration
-    from app.registration import Registrar
+    from app.operations.registration import Registrar
     from handlers import build_router
 
     channel = _webhook_channel(args.webhook_proxy, settings) if args.webhook_proxy else ""
@@ -402,7 +406,7 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_deliveries_reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    from app.delivery_reconciler import pending_redeliveries
+    from app.intake.reconciler import pending_redeliveries
     from app.main.worker_process import delivery_reconciler
 
     if not settings.github_app_id:
@@ -439,7 +443,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace, settings: Settings) -> int:
-    from app.config_check import check_config, summary
+    from app.operations.config_check import check_config, summary
     from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES
 
     path: Path = args.path
@@ -462,8 +466,8 @@ def cmd_config_check(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_config_init(args: argparse.Namespace, settings: Settings) -> int:
-    from app.config_check import check_config
     from app.onboarding.detect import detect, read_checkout, render_config
+    from app.operations.config_check import check_config
     from app.repo_config import CONFIG_PATH
 
     found = detect(*read_checkout(args.path))
@@ -856,7 +860,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every process of this deployment writes its metric files here and
         # /metrics merges them (prometheus_client's multiprocess mode). Set
         # before anything imports prometheus_client.
-        from app.metrics import use_multiprocess_dir
+        from app.operations.metrics import use_multiprocess_dir
 
         use_multiprocess_dir(settings.data_dir / "metrics")
     secrets.lock_down(os.environ, settings.secret_names())
@@ -885,7 +889,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            from app.metrics import process_exited
+            from app.operations.metrics import process_exited
 
             process_exited()
 

@@ -8,9 +8,9 @@ import logging
 import httpx
 
 from app.config import Settings
+from app.intake.proxy import WebhookProxy
 from app.main.web_process import run_web
 from app.main.worker_process import background
-from app.webhook_proxy import WebhookProxy
 
 log = logging.getLogger("repairbot.dev")
 

@@ -6,10 +6,10 @@ import asyncio
 import time
 
 from app.config import Settings
-from app.engine.db import make_engine
-from app.engine.runtime import SETTLED, Runtime
+from app.engine import SETTLED, Runtime, make_engine
 from app.main.catalog import build_registry
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
+from app.workflows.example import Survey, survey
 
 
 async def run_example(settings: Settings, *, items: list[str]) -> int:
@@ -25,7 +25,7 @@ async def run_example(settings: Settings, *, items: list[str]) -> int:
     started = time.monotonic()
     workflow_id = f"example-{int(time.time())}"
     try:
-        result = await runtime.start_workflow("example.survey", workflow_id, items)
+        result = await runtime.start(survey, Survey(items=items), id=workflow_id)
         print(f"started run {result.run_id} on {settings.database_url}")
         last = None
         while True:

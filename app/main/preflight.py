@@ -15,9 +15,9 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from app.config import Settings
-from app.engine.db import make_engine
+from app.engine import make_engine
 from app.github.auth import AppCredentials, CredentialsError
-from app.migrate import alembic_config
+from app.operations.migrate import alembic_config
 
 
 class Unready(Exception):

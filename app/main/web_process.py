@@ -10,16 +10,13 @@ from types import FrameType
 import uvicorn
 
 from app.config import Settings
-from app.engine.arq_dispatch import ArqDispatcher
-from app.engine.client import RuntimeClient
-from app.engine.db import make_engine
-from app.engine.heap import freeze_startup_heap
-from app.engine.redis_channel import connect
+from app.engine import ArqDispatcher, RuntimeClient, freeze_startup_heap, make_engine
+from app.engine import connect_redis as connect
 from app.main.catalog import build_registry
 from app.main.startup_line import log_startup
 from app.main.worker_process import background, build_runtime, delivery_reconciler
-from app.migrate import upgrade
-from app.registration import Registrar
+from app.operations.migrate import upgrade
+from app.operations.registration import Registrar
 from app.web import create_app
 from app.web.connections import (
     MAX_HEADER_BYTES,
@@ -65,7 +62,7 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
         log.warning("no REDIS_URL and no in-process worker: jobs wait for a worker's relay")
     app = create_app(settings, runtime, run_worker=with_worker, router=build_router())
     log_startup(settings, role="serve" if with_worker else "web", listening=f"http://{host}:{port}")
-    freeze_startup_heap()  # see app/engine/heap.py: no 100 ms collector pauses mid-request
+    freeze_startup_heap()  # see app/engine/_heap.py: no 100 ms collector pauses mid-request
     raise_open_file_limit()
     config = uvicorn.Config(
         app,

@@ -18,18 +18,21 @@ from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
 from app.agent.proxy import ModelProxy
 from app.config import Settings
-from app.delivery_reconciler import DeliveryReconciler
-from app.engine.activity_context import Dependencies
-from app.engine.db import make_engine
-from app.engine.heap import freeze_startup_heap
-from app.engine.runtime import Runtime
-from app.engine.serve import serve_arq, until_stopped
+from app.engine import (
+    Dependencies,
+    Runtime,
+    freeze_startup_heap,
+    make_engine,
+    serve_arq,
+    until_stopped,
+)
 from app.evidence import open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
+from app.intake.reconciler import DeliveryReconciler
 from app.main.catalog import build_registry
 from app.main.startup_line import log_startup
-from app.metrics import metered_transport
+from app.operations.metrics import metered_transport
 from app.repo_config import AgentConfig, Command
 from app.sandbox.runner import Sandbox
 from app.secrets import KnownSecrets, RedactingFilter
@@ -189,7 +192,7 @@ async def run_worker(settings: Settings) -> int:
 async def _run_worker(settings: Settings) -> int:
     runtime = build_runtime(settings)
     # Everything long-lived is built: keep it out of the collector's full
-    # passes, which otherwise stall the event loop for 100+ ms (app/engine/heap.py).
+    # passes, which otherwise stall the event loop for 100+ ms (app/engine/_heap.py).
     freeze_startup_heap()
     if not settings.redis_url:
         log.info("no REDIS_URL: running jobs in this process")

@@ -11,14 +11,15 @@ System calls: a seccomp filter (:mod:`app.sandbox.seccomp`) denies new
 namespaces, ``bpf``, ``keyctl``, ``io_uring``, ``perf_event_open``,
 ``userfaultfd``, ``ptrace``, mounting and more.
 
-User: a root worker keeps no privilege inside. bwrap runs as root to build
-the mounts, then ``setpriv`` drops to the sandbox uid/gid with no groups, no
-capabilities (bounding set included) and ``no_new_privs``, so setuid
-programs cannot climb back. An unprivileged worker uses a user namespace
-instead, with ``--disable-userns`` so that the command cannot create another
-one. There the sandbox user (uid 65534 inside) is the worker's user to the
-kernel outside: what keeps the worker's files from it is that they are not
-mounted (or masked), not their mode; see docs/security.md.
+User: the command never runs as the worker's uid nor with any privilege.
+bwrap builds the mounts as root (a root worker: real root; an unprivileged
+worker: root of a user namespace made beforehand, ``--userns``, in which
+uid 65534 is the worker's first subordinate uid, see
+:mod:`app.sandbox.userns`), then ``setpriv`` drops to the sandbox uid/gid
+with no groups, no capabilities (bounding set included) and
+``no_new_privs``, so setuid programs cannot climb back. In that user
+namespace no further one can be made (``user.max_user_namespaces`` = 0, set
+by its root, which the command is not); the seccomp filter denies them too.
 """
 
 from __future__ import annotations
@@ -45,32 +46,27 @@ def bwrap_argv(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    as_root: bool,
     seccomp_fd: int,
+    userns_fd: int | None,
     sockets: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
-    """The full command line: ``bwrap <options> -- [setpriv ... --] <argv>``.
+    """The full command line: ``bwrap <options> -- setpriv ... -- <argv>``.
 
     ``seccomp_fd``: a descriptor the child inherits holding the filter
-    (:func:`app.sandbox.seccomp.memfd`).
+    (:func:`app.sandbox.seccomp.memfd`); ``userns_fd``: the user namespace an
+    unprivileged worker made (``None`` for a root worker).
     """
     out = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
     out += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
     out.append("--unshare-net")  # never the host's network (docs/security.md)
     out += ["--seccomp", str(seccomp_fd)]
-    if not as_root:
-        out += ["--unshare-user", "--uid", str(isolation.uid), "--gid", str(isolation.gid)]
-        # No nested user namespace (and its fresh capability set). The root
-        # path has no user namespace to limit: its seccomp filter denies them.
-        out.append("--disable-userns")
+    if userns_fd is not None:
+        out += ["--userns", str(userns_fd)]
     for step in plan(isolation, writable, sockets):
         out += _render(step)
     out += ["--chdir", os.path.realpath(cwd)]
-    if as_root:
-        out += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-        out += ["--", *drop_privileges(isolation.uid, isolation.gid)]
-    else:
-        out.append("--")
+    out += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    out += ["--", *drop_privileges(isolation.uid, isolation.gid)]
     return [*out, *argv]
 
 

@@ -5,11 +5,11 @@ in fresh mount, PID, IPC, UTS (and network) namespaces, as root of them.
 Standard library only: it runs before anything else is visible. It builds
 the same view bubblewrap would: an empty tmpfs root, read-only binds, masks,
 read-write binds, a private ``/proc``, ``/dev`` and ``/tmp``; pivots into it,
-empties the capability bounding set, drops to the sandbox user (when it was
-real root; otherwise it becomes that user in a nested user namespace, so it
-is not root of the namespace that owns the mounts and cannot unmount a
-mask), forbids new privileges, loads the seccomp filter and executes the
-command. Any failure exits 125 before the command runs.
+empties the capability bounding set, drops to the sandbox user (a real
+user when the worker is root; a subordinate uid of the worker's user
+namespace otherwise, see :mod:`app.sandbox.userns`), forbids new
+privileges, loads the seccomp filter and executes the command. Any failure
+exits 125 before the command runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-CLONE_NEWUSER = 0x10000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
 #: pivot_root(2) has no libc wrapper; its system call number per architecture.
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
@@ -123,30 +122,12 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
 
 
-def _root_is_real() -> bool:
-    """Real root (not root of a user namespace): then there is a user to drop to."""
-    with open("/proc/self/uid_map") as fh:
-        return fh.read().split()[:3] == ["0", "0", "4294967295"]
-
-
 def _drop_bounding_set() -> None:
     """No capability can come back, not even through an exec as root."""
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last = int(fh.read())
     for cap in range(last + 1):
         _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
-
-
-def _leave_namespace_root(uid: int, gid: int) -> None:
-    """Root of our user namespace could unmount the masks: become ``uid`` in a
-    nested user namespace instead, where the mount namespace (owned by the
-    parent) grants nothing."""
-    _check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} 0 1"), ("gid_map", f"{gid} 0 1")):
-        with open(f"/proc/self/{name}", "w") as fh:
-            fh.write(text)
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
 
 
 class _SockFprog(ctypes.Structure):
@@ -161,15 +142,16 @@ def _load_seccomp(program: bytes) -> None:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     try:
-        uid_map_real = _root_is_real()
         build(spec)
         _drop_bounding_set()
-        if uid_map_real:
-            os.setgroups([])
-            os.setresgid(spec["gid"], spec["gid"], spec["gid"])
-            os.setresuid(spec["uid"], spec["uid"], spec["uid"])
-        else:
-            _leave_namespace_root(spec["uid"], spec["gid"])
+        # Root here is real root or, for an unprivileged worker, root of the
+        # user namespace it made, where ``uid`` is a subordinate uid: either
+        # way a user that is not the worker and owns none of the mounts.
+        os.setgroups([])
+        os.setresgid(spec["gid"], spec["gid"], spec["gid"])
+        os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+        if spec.get("close_fd") is not None:
+            os.close(spec["close_fd"])  # the user namespace: nothing for the command
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
         _load_seccomp(bytes.fromhex(spec["seccomp"]))
     except OSError as exc:

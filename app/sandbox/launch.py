@@ -26,7 +26,8 @@ from app.sandbox.bwrap import SETPRIV, bwrap_argv, bwrap_path
 from app.sandbox.cgroups import CommandCgroup
 from app.sandbox.forward import PortForward, wrap
 from app.sandbox.mounts import plan
-from app.sandbox.policy import Isolation, SandboxUnavailable
+from app.sandbox.policy import NOBODY, Isolation, SandboxUnavailable
+from app.sandbox.userns import Subordinate, UserNamespace, subordinate
 
 Backend = Literal["bwrap", "unshare", "none"]
 LimitsBy = Literal["cgroup", "rlimit"]
@@ -46,30 +47,57 @@ class Launch:
     preexec: Callable[[], None]
     #: An empty directory the ``unshare`` backend mounts the new root on.
     mount_point: Path | None = None
-    #: Descriptors the child inherits (bwrap's seccomp program).
+    #: Descriptors the child inherits (bwrap's seccomp program, the user namespace).
     pass_fds: tuple[int, ...] = ()
+    #: An unprivileged worker's: the sandbox user is a subordinate uid in it.
+    userns: UserNamespace | None = None
 
-    def cleanup(self) -> None:
-        """Kill anything left in the command's cgroup and remove it."""
+    def cleanup(self) -> str | None:
+        """Kill anything left in the command's cgroup and remove it; hand the
+        writable paths back to the worker. ``None``, or why handing back failed."""
         for fd in self.pass_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if self.userns is None or fd != self.userns.fd:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.mount_point is not None:
             with contextlib.suppress(OSError):
                 self.mount_point.rmdir()
+        # Last: nothing of the command is alive to change the files meanwhile.
+        return self.userns.release() if self.userns is not None else None
 
 
 def _as_root() -> bool:
     return os.geteuid() == 0
 
 
+def _sandbox_user() -> Subordinate | None:
+    """``None`` for a root worker (it drops to a real user); otherwise the
+    worker's subordinate ids, or SandboxUnavailable saying what is missing."""
+    if _as_root():
+        return None
+    ids = subordinate()
+    if isinstance(ids, str):
+        raise SandboxUnavailable(
+            f"no sandbox for repository commands: {ids}. Repository code was not run."
+        )
+    return ids
+
+
+def _namespace(ids: Subordinate | None, writable: Sequence[Path]) -> UserNamespace | None:
+    return None if ids is None else UserNamespace.create(ids, writable)
+
+
 @functools.cache
-def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
+def _probe_bwrap(bwrap: str, ids: Subordinate | None, uid: int, gid: int) -> str | None:
     """``None`` when bwrap builds a sandbox here; otherwise why not."""
-    if as_root and not os.access(SETPRIV, os.X_OK):
+    if not os.access(SETPRIV, os.X_OK):
         return f"{SETPRIV} (util-linux) is missing: cannot drop privileges inside the sandbox"
+    try:
+        userns = _namespace(ids, [])
+    except SandboxUnavailable as exc:
+        return str(exc)
     fd = seccomp.memfd()
     argv = bwrap_argv(
         bwrap,
@@ -77,15 +105,18 @@ def _probe_bwrap(bwrap: str, as_root: bool, uid: int, gid: int) -> str | None:
         PROBE,
         cwd=Path("/"),
         writable=[],
-        as_root=as_root,
         seccomp_fd=fd,
+        userns_fd=userns.fd if userns else None,
     )
+    fds = [fd, userns.fd] if userns else [fd]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=[fd])
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=fds)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be started: {exc}"
     finally:
         os.close(fd)
+        if userns is not None:
+            userns.release()
     if done.returncode != 0:
         return f"bwrap failed: {done.stderr.decode(errors='replace').strip()[:300]}"
     return None
@@ -95,6 +126,8 @@ def backend_for(isolation: Isolation) -> Backend:
     """The backend commands use under ``isolation``; raises SandboxUnavailable.
 
     ``auto``: bubblewrap when it works here, else ``unshare``, else refuse.
+    A worker that is not root needs subordinate ids for either (see
+    :mod:`app.sandbox.userns`).
     """
     if isolation.mode == "none":
         return "none"
@@ -102,13 +135,14 @@ def backend_for(isolation: Isolation) -> Backend:
         seccomp.program()
     except seccomp.SeccompUnsupported as exc:
         raise SandboxUnavailable(str(exc)) from None
+    ids = _sandbox_user()
     problems = []
     if isolation.mode in ("auto", "bwrap"):
         bwrap = bwrap_path()
         problem = (
             "bubblewrap (`bwrap`) is not installed"
             if bwrap is None
-            else _probe_bwrap(bwrap, _as_root(), isolation.uid, isolation.gid)
+            else _probe_bwrap(bwrap, ids, isolation.uid, isolation.gid)
         )
         if problem is None:
             return "bwrap"
@@ -118,7 +152,7 @@ def backend_for(isolation: Isolation) -> Backend:
         problem = (
             "util-linux `unshare` is not installed"
             if unshare is None
-            else _probe_unshare(unshare, _as_root(), isolation.uid, isolation.gid)
+            else _probe_unshare(unshare, ids, isolation.uid, isolation.gid)
         )
         if problem is None:
             return "unshare"
@@ -131,23 +165,30 @@ def backend_for(isolation: Isolation) -> Backend:
 
 
 @functools.cache
-def _probe_unshare(unshare: str, as_root: bool, uid: int, gid: int) -> str | None:
+def _probe_unshare(unshare: str, ids: Subordinate | None, uid: int, gid: int) -> str | None:
     """``None`` when util-linux ``unshare`` builds a sandbox here; otherwise why not."""
     mount_point = Path(tempfile.mkdtemp(prefix="repairbot-probe-"))
+    userns = None
     try:
+        userns = _namespace(ids, [])
         argv = unshare_argv(
             unshare,
             Isolation(uid=uid, gid=gid),
             PROBE,
             cwd=Path("/"),
             writable=[],
-            as_root=as_root,
             mount_point=mount_point,
+            userns_fd=userns.fd if userns else None,
         )
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+        fds = [userns.fd] if userns else []
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=fds)
+    except SandboxUnavailable as exc:
+        return str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare could not be started: {exc}"
     finally:
+        if userns is not None:
+            userns.release()
         with contextlib.suppress(OSError):
             mount_point.rmdir()
     if done.returncode != 0:
@@ -163,7 +204,12 @@ def describe(isolation: Isolation) -> str:
         return f"unavailable ({exc})"
     if backend == "none":
         return "none (REPAIRBOT_SANDBOX=none: commands run unisolated as the worker)"
-    user = f"uid {isolation.uid}" if _as_root() else "a user namespace"
+    ids = None if _as_root() else subordinate()
+    user = (
+        f"uid {isolation.uid}"
+        if not isinstance(ids, Subordinate)
+        else f"uid {NOBODY} of a user namespace, uid {ids.uid} outside"
+    )
     name = "bubblewrap" if backend == "bwrap" else "util-linux unshare"
     return f"{name} (own PID, mount and network namespaces; {user})"
 
@@ -185,26 +231,56 @@ def prepare(
     :mod:`app.sandbox.forward`) are its only ways out.
     """
     backend = backend_for(isolation)
-    mount_point = None
-    as_root = _as_root()
-    if backend != "none" and as_root:
+    limits = _Limits(memory_bytes, max_tasks, apply_rlimits)
+    userns = None
+    if backend != "none" and _as_root():
         for path in writable:
             _hand_over(path, isolation.uid, isolation.gid)
+    elif backend != "none":
+        userns = _namespace(_sandbox_user(), writable)  # hands ``writable`` over
+    try:
+        return _launch(isolation, backend, argv, cwd, writable, forwards, userns, limits)
+    except BaseException:
+        if userns is not None:
+            userns.release()  # the paths go back to the worker
+        raise
+
+
+@dataclass(frozen=True)
+class _Limits:
+    memory_bytes: int | None
+    max_tasks: int | None
+    apply_rlimits: Callable[[], None]
+
+
+def _launch(
+    isolation: Isolation,
+    backend: Backend,
+    argv: Sequence[str],
+    cwd: Path,
+    writable: Sequence[Path],
+    forwards: Sequence[PortForward],
+    userns: UserNamespace | None,
+    limits: _Limits,
+) -> Launch:
+    mount_point = None
+    userns_fds = (userns.fd,) if userns is not None else ()
     argv = wrap(argv, forwards, sandboxed=backend != "none")
     sockets = [(f.inside(), f.socket) for f in forwards]
-    pass_fds: tuple[int, ...] = ()
+    pass_fds: tuple[int, ...] = userns_fds
     if backend == "none":
         wrapped = list(argv)
     elif backend == "bwrap":
-        pass_fds = (seccomp.memfd(),)
+        seccomp_fd = seccomp.memfd()
+        pass_fds = (seccomp_fd, *userns_fds)
         wrapped = bwrap_argv(
             bwrap_path() or "bwrap",
             isolation,
             argv,
             cwd=cwd,
             writable=writable,
-            as_root=as_root,
-            seccomp_fd=pass_fds[0],
+            seccomp_fd=seccomp_fd,
+            userns_fd=userns.fd if userns is not None else None,
             sockets=sockets,
         )
     else:
@@ -215,16 +291,16 @@ def prepare(
             argv,
             cwd=cwd,
             writable=writable,
-            as_root=as_root,
             mount_point=mount_point,
+            userns_fd=userns.fd if userns is not None else None,
             sockets=sockets,
         )
-    cgroup = CommandCgroup.create(memory_bytes=memory_bytes, max_tasks=max_tasks)
+    cgroup = CommandCgroup.create(memory_bytes=limits.memory_bytes, max_tasks=limits.max_tasks)
 
     def preexec() -> None:
         if cgroup is not None:
             cgroup.join()
-        apply_rlimits()
+        limits.apply_rlimits()
 
     return Launch(
         argv=wrapped,
@@ -234,6 +310,7 @@ def prepare(
         preexec=preexec,
         mount_point=mount_point,
         pass_fds=pass_fds,
+        userns=userns,
     )
 
 
@@ -244,14 +321,17 @@ def unshare_argv(
     *,
     cwd: Path,
     writable: Sequence[Path],
-    as_root: bool,
     mount_point: Path,
+    userns_fd: int | None,
     sockets: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
-    """``unshare <namespaces> -- python enter.py <spec>``: the fallback backend."""
-    out = [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts", "--net"]
-    if not as_root:
-        out += ["--user", "--map-root-user"]
+    """``[nsenter --user] unshare <namespaces> -- python enter.py <spec>``: the
+    fallback backend. ``userns_fd``: an unprivileged worker's user namespace
+    (:mod:`app.sandbox.userns`), entered as its root before the rest is made."""
+    out = []
+    if userns_fd is not None:
+        out += ["nsenter", f"--user=/proc/self/fd/{userns_fd}", "--"]
+    out += [unshare, "--mount", "--pid", "--fork", "--kill-child", "--ipc", "--uts", "--net"]
     spec = {
         "root": str(mount_point),
         "mounts": plan(isolation, writable, sockets),
@@ -260,6 +340,7 @@ def unshare_argv(
         "gid": isolation.gid,
         "argv": list(argv),
         "seccomp": seccomp.program().hex(),
+        "close_fd": userns_fd,
     }
     return [*out, "--", sys.executable, "-I", "-S", str(ENTER), json.dumps(spec)]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.engine.errors import PermanentError
+from app.engine import PermanentError
 
 Mode = Literal["auto", "bwrap", "unshare", "none"]
 MODES: tuple[Mode, ...] = ("auto", "bwrap", "unshare", "none")

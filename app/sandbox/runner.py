@@ -4,7 +4,9 @@ What the sandbox promises (the isolation itself is the rest of :mod:`app.sandbox
 
 - Isolation: own PID, mount, network, IPC and UTS namespaces; only the
   workspace is writable and nothing of the worker is visible; an
-  unprivileged user. When no sandbox can be built the command does not run
+  unprivileged user that is not the worker's (:mod:`app.sandbox.userns`
+  when the worker is not root; the workspace is the worker's again after
+  the command). When no sandbox can be built the command does not run
   (:class:`~app.sandbox.SandboxUnavailable`, a permanent error), unless the
   operator set ``REPAIRBOT_SANDBOX=none``.
 - Environment: built from an allow-list, never inherited. Only ``PATH``,
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import resource
 import shutil
@@ -49,12 +52,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from app.engine.errors import ActivityCancelled
+from app.engine import ActivityCancelled
 from app.repo_config import Command
 from app.sandbox import Isolation, Launch, prepare
 from app.sandbox.egress import EgressPolicy, egress, proxy_env
 from app.sandbox.forward import PortForward
 from app.sandbox.mounts import plan, shows
+
+log = logging.getLogger("repairbot.sandbox")
 
 Heartbeat = Callable[[dict[str, Any]], Awaitable[bool]]
 
@@ -387,7 +392,10 @@ async def _launch(
     try:
         return await _run(command, launch, cwd, env, time_limit, network, sandbox, heartbeat)
     finally:
-        await asyncio.to_thread(launch.cleanup)
+        problem = await asyncio.to_thread(launch.cleanup)
+        if problem is not None:
+            # The workspace stays the sandbox user's; the next attempt builds a new one.
+            log.warning("%s", problem)
 
 
 async def _run(

@@ -27,13 +27,12 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from app.config import Settings
-from app.engine.client import RuntimeClient
-from app.engine.runtime import Runtime
+from app.engine import Runtime, RuntimeClient
 from app.evidence import open_evidence_store
-from app.intake import Intake
+from app.intake.pipeline import Intake
 from app.web.access import RepoAccess
 from app.web.api import Api
-from app.web.group_commit import GroupCommit
+from app.web.group_commit import GroupCommit, writers_for
 from app.web.guard import Guard
 from app.web.headers import SecurityHeaders
 from app.web.limits import BodyGate, BodyLimits
@@ -126,7 +125,10 @@ def create_app(
     if run_worker and worker is None:
         raise TypeError("run_worker needs the worker runtime (Runtime), not a client")
     intake = Intake(runtime.store, runtime.registry, router, settings)
-    writer = GroupCommit(intake, runtime.threads)
+    threads = runtime.threads
+    writer = GroupCommit(
+        intake, threads, writers=writers_for(runtime.store.engine, threads.threads)
+    )
     gate = BodyGate(
         BodyLimits(
             max_bytes=settings.webhook_max_bytes,

@@ -25,8 +25,8 @@ from typing import Literal
 import httpx
 from githubkit import GitHub, TokenAuthStrategy
 
-from app.engine.store import RunRow
-from app.runs_view import Visible, repo_id_of, repo_of
+from app.engine import RunRow
+from app.operations.runs_view import Visible, repo_id_of, repo_of
 from app.web.session import Session
 
 Level = Literal["read", "write"]

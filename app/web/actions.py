@@ -1,7 +1,7 @@
 """The run actions the dashboard and the API offer, in one place.
 
 Cancel, terminate and resume are the runtime's; retry (a new run for the same
-request) is ``app.run_actions.retry_run``. Each records who acted (``by``)
+request) is ``app.operations.run_actions.retry_run``. Each records who acted (``by``)
 with the reason in the run's history. Nothing else in app/web calls them, so
 which actions a run in a given state offers is decided here too.
 """
@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app import run_actions
-from app.engine.client import RuntimeClient
-from app.engine.store import RunRow
-from app.engine.tables import CLOSED_STATUSES, PARKED_STATUSES
+from app.engine import CLOSED_STATUSES, PARKED_STATUSES, RunRow, RuntimeClient
+from app.operations import run_actions
 
 ACTIONS = ("cancel", "retry", "resume", "terminate")
 

@@ -10,8 +10,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.engine.client import RuntimeClient
-from app.runs_view import RunFilters, RunSummary, list_runs, run_detail
+from app.engine import RuntimeClient
+from app.operations.runs_view import RunFilters, RunSummary, list_runs, run_detail
 from app.web import actions
 from app.web.access import Principal
 from app.web.guard import Guard

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from app.app_tables import WebhookDelivery
-from app.engine.store import Store
+from app.engine import Store
 from app.web.access import Principal
 
 deliveries = WebhookDelivery.__table__  # type: ignore[attr-defined]

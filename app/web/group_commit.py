@@ -10,13 +10,27 @@ recorded at once, alone (no added latency); deliveries that arrive while a
 transaction runs wait for it and then go together, at most ``max_batch`` per
 transaction.
 
+On PostgreSQL there are several writers (``writers_for``): a transaction's
+round trips, not its CPU, are most of its time there (the server is another
+process, each statement a wait), so one writer left the web process idle
+while a group's statements crossed one by one, and per-request transactions
+on separate connections (the durable floor, bench/intake.py) overtook it. A
+delivery that finds every writer busy queues for the first to finish. SQLite
+keeps one: it has one write lock, and a second writer would only wait for it
+in SQLite's sleeping busy handler.
+
 What each delivery is promised does not change:
 
 - it is answered only after the transaction that recorded it committed;
-- it affects only itself: :meth:`Intake.record` leaves the transaction as it
-  found it but for its own record (a copy recorded already is a no-op
-  ``INSERT``, a failing handler's writes are rolled back to its savepoint and
-  the failure recorded), so a duplicate or a broken handler costs the others
+- it affects only itself. The group goes first through
+  :meth:`Intake.record_group` (no savepoint per delivery, one ``INSERT`` for
+  all the records); whatever would need one delivery's writes taken back
+  alone (a failing handler, a copy committed meanwhile, a failed delivery
+  handled again) rolls that attempt back whole, and the group is recorded
+  again with :meth:`Intake.record`, which leaves the transaction as it found
+  it but for its own record (a copy recorded already is a no-op ``INSERT``,
+  a failing handler's writes are rolled back to its savepoint and the
+  failure recorded), so a duplicate or a broken handler costs the others
   nothing;
 - anything else (an error from one delivery's statements, a failed commit)
   rolls the whole transaction back, and then every delivery of it is recorded
@@ -32,17 +46,21 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from app.engine.store.async_store import StoreThreads
-from app.intake import LOOK, Checked, Intake, IntakeResult
-from app.metrics import instruments
+from app.engine import StoreThreads
+from app.intake.pipeline import LOOK, Checked, Intake, IntakeResult, SavepointsNeeded
+from app.operations.metrics import instruments
 
 log = logging.getLogger("repairbot.intake")
 
 #: Deliveries per transaction at most: bounds how long the write lock is held
 #: and how much one failed commit sends down the one-by-one path.
 MAX_BATCH = 64
+#: Concurrent transactions on PostgreSQL: enough to overlap a few groups'
+#: round trips; more would only split the groups (each one a COMMIT more).
+POSTGRES_WRITERS = 4
 
 Request = tuple[Mapping[str, str], bytes]
 #: A delivery's answer, or what its own recording raised (that request fails alone).
@@ -76,18 +94,12 @@ def _record(
     intake: Intake, signed: list[tuple[int, Checked]], outcomes: list[Outcome | None]
 ) -> None:
     try:
-        with intake.store.transaction() as tx:
-            earlier = intake.recorded(tx, [delivery.delivery_id for _, delivery in signed])
-            looked_up: set[str] = set()
-            for index, delivery in signed:
-                key = delivery.delivery_id
-                # A second copy within the group looks for itself (the first
-                # may have been recorded here, just now).
-                seen = earlier.get(key) if key not in looked_up else LOOK
-                looked_up.add(key)
-                before = len(tx.jobs)
-                result = intake.record(tx, delivery, seen)
-                outcomes[index] = replace(result, jobs=tx.jobs[before:])
+        try:
+            _record_fast(intake, signed, outcomes)
+        except SavepointsNeeded as reason:
+            # Rolled back whole: again, each delivery in a savepoint of its own.
+            log.info("group of %d recorded with savepoints: %s", len(signed), reason)
+            _record_with_savepoints(intake, signed, outcomes)
     except Exception as exc:
         log.warning(
             "group commit of %d deliveries failed; recording each alone", len(signed), exc_info=True
@@ -110,6 +122,43 @@ def _record(
                     unavailable = outcome
 
 
+def _record_fast(
+    intake: Intake, signed: list[tuple[int, Checked]], outcomes: list[Outcome | None]
+) -> None:
+    """The group in one transaction with one INSERT of all its records
+    (:meth:`Intake.record_group`): about half the statements per delivery."""
+    with intake.store.transaction() as tx:
+        earlier = intake.recorded(tx, [delivery.delivery_id for _, delivery in signed])
+        group = [(delivery, earlier.get(delivery.delivery_id)) for _, delivery in signed]
+        results = intake.record_group(tx, group)
+    for (index, _), result in zip(signed, results, strict=True):
+        outcomes[index] = result
+
+
+def _record_with_savepoints(
+    intake: Intake, signed: list[tuple[int, Checked]], outcomes: list[Outcome | None]
+) -> None:
+    with intake.store.transaction() as tx:
+        earlier = intake.recorded(tx, [delivery.delivery_id for _, delivery in signed])
+        looked_up: set[str] = set()
+        for index, delivery in signed:
+            key = delivery.delivery_id
+            # A second copy within the group looks for itself (the first
+            # may have been recorded here, just now).
+            seen = earlier.get(key) if key not in looked_up else LOOK
+            looked_up.add(key)
+            before = len(tx.jobs)
+            result = intake.record(tx, delivery, seen)
+            outcomes[index] = replace(result, jobs=tx.jobs[before:])
+
+
+def writers_for(engine: Engine, threads: int) -> int:
+    """How many transactions of deliveries may run at once on ``engine``."""
+    if engine.dialect.name == "postgresql":
+        return max(1, min(POSTGRES_WRITERS, threads))
+    return 1
+
+
 @dataclass
 class _Waiting:
     request: Request
@@ -117,20 +166,32 @@ class _Waiting:
 
 
 class GroupCommit:
-    """The web process's one writer of deliveries (one per app)."""
+    """The web process's writers of deliveries (one set per app)."""
 
-    def __init__(self, intake: Intake, threads: StoreThreads, *, max_batch: int = MAX_BATCH):
+    def __init__(
+        self,
+        intake: Intake,
+        threads: StoreThreads,
+        *,
+        max_batch: int = MAX_BATCH,
+        writers: int = 1,
+    ):
         self.intake = intake
         self.threads = threads
         self.max_batch = max_batch
-        #: Batches the writer ran (one transaction each, unless it failed and
+        #: Transactions of deliveries that may run at once.
+        self.writers = writers
+        #: Batches the writers ran (one transaction each, unless it failed and
         #: its deliveries were recorded one by one) and the deliveries in them.
         self.batches = 0
         self.deliveries = 0
-        #: Deliveries in the transaction running now (0: the writer is idle).
+        #: Deliveries in the transactions running now (0: every writer is idle).
         self.in_transaction = 0
+        #: The most transactions that ran at once so far.
+        self.most_at_once = 0
         self._queue: list[_Waiting] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._at_once = 0
 
     @property
     def waiting(self) -> int:
@@ -141,8 +202,10 @@ class GroupCommit:
         """Answer one delivery once the transaction that recorded it committed."""
         answer: asyncio.Future[IntakeResult] = asyncio.get_running_loop().create_future()
         self._queue.append(_Waiting((headers, body), answer))
-        if self._writer is None:
-            self._writer = asyncio.create_task(self._drain(), name="intake-writer")
+        # Every running writer takes the queue again when its transaction
+        # ends: a new one starts only while fewer than ``writers`` run.
+        if len(self._running) < self.writers:
+            self._running.add(asyncio.create_task(self._drain(), name="intake-writer"))
         # A request cancelled while waiting leaves the writer and the others alone.
         return await asyncio.shield(answer)
 
@@ -153,6 +216,7 @@ class GroupCommit:
                 batch = self._queue[: self.max_batch]
                 del self._queue[: self.max_batch]
                 await self._commit(batch)
+                batch = []
         except BaseException as exc:
             # Only a cancelled writer (the loop is closing) or a dead pool gets
             # here: no request may wait for an answer that will not come.
@@ -163,15 +227,22 @@ class GroupCommit:
             self._queue.clear()
             raise
         finally:
-            self._writer = None
+            # Here, not in a done callback: between the last look at the queue
+            # and a callback, a delivery could queue and find no writer to come.
+            task = asyncio.current_task()
+            assert task is not None
+            self._running.discard(task)
 
     async def _commit(self, batch: list[_Waiting]) -> None:
         requests = [waiting.request for waiting in batch]
-        self.in_transaction = len(batch)
+        self.in_transaction += len(batch)
+        self._at_once += 1
+        self.most_at_once = max(self.most_at_once, self._at_once)
         try:
             outcomes = await self.threads.run(record_together, self.intake, requests)
         finally:
-            self.in_transaction = 0
+            self.in_transaction -= len(batch)
+            self._at_once -= 1
         self.batches += 1
         self.deliveries += len(batch)
         instruments().intake_batch.observe(len(batch))

@@ -12,9 +12,9 @@ from urllib.parse import quote, urlsplit
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from app.api_tokens import verify_token
 from app.config import Settings
-from app.engine.store import Store
+from app.engine import Store
+from app.operations.api_tokens import verify_token
 from app.web.access import Principal, RepoAccess
 from app.web.session import SESSION_COOKIE, SessionCodec
 from app.web.signouts import is_signed_out

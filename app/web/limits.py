@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from app.metrics import instruments
+from app.operations.metrics import instruments
 from app.web.tally import Tally
 
 log = logging.getLogger("repairbot.web.limits")

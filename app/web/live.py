@@ -24,10 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.engine.client import RuntimeClient
-from app.engine.store import RunRow
-from app.engine.tables import CLOSED_STATUSES
-from app.runs_view import summarize
+from app.engine import CLOSED_STATUSES, RunRow, RuntimeClient
+from app.operations.runs_view import summarize
 from app.web.access import Principal
 from app.web.tally import Tally
 

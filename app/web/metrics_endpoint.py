@@ -16,10 +16,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.api_tokens import verify_token
 from app.config import Settings
-from app.engine.client import RuntimeClient
-from app.engine.store import Store
+from app.engine import RuntimeClient, Store
+from app.operations.api_tokens import verify_token
 from app.version import package_version
 from app.web.access import Principal
 
@@ -53,8 +52,8 @@ def metrics_endpoint(settings: Settings, runtime: RuntimeClient) -> Handler:
         generate_latest,
     )
 
-    from app.metrics import multiprocess, process_registry
-    from app.metrics_db import RecordCollector
+    from app.operations.metrics import multiprocess, process_registry
+    from app.operations.metrics_db import RecordCollector
 
     records = CollectorRegistry(auto_describe=False)
     records.register(BuildInfo(settings.code_version))

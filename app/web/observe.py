@@ -11,7 +11,7 @@ from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.engine.client import RuntimeClient
+from app.engine import RuntimeClient
 from app.evidence import EvidenceCorrupt, EvidenceMissing, EvidenceStore
 from app.web.access import Principal
 

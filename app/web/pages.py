@@ -20,12 +20,10 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from app.config import Settings
-from app.engine.client import RuntimeClient
-from app.engine.store import RunRow
-from app.engine.tables import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES
+from app.engine import CLOSED_STATUSES, OPEN_STATUSES, PARKED_STATUSES, RunRow, RuntimeClient
 from app.evidence import EvidenceError, open_evidence_store
-from app.intake import Intake
-from app.runs_view import (
+from app.intake.pipeline import Intake
+from app.operations.runs_view import (
     PER_PAGE,
     RunFilters,
     known_repositories,

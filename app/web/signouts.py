@@ -14,7 +14,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from app.app_tables import SignedOutSession
-from app.engine.store import Store
+from app.engine import Store
 
 signed_out = SignedOutSession.__table__  # type: ignore[attr-defined]
 

@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.engine.client import RuntimeClient
+from app.engine import RuntimeClient
 from app.logs import log_context
-from app.metrics import instruments
+from app.operations.metrics import instruments
 from app.web.group_commit import GroupCommit
 from app.web.limits import BodyGate, BodyRefused
 

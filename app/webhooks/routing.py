@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.store import StartResult, Tx
+from app.engine import Registry, StartResult, Tx
 from app.webhooks.events import RoutingKey
 
 Handler = Callable[[Any, "HandlerContext"], None]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from activities.repo_commands import BaselineTests, ReproductionResult
 from activities.test_outcomes import Comparison, named
-from app.markdown import code_block
+from app.github.markdown import code_block
 from app.repo_config import CONFIG_PATH
 from app.sandbox.runner import CommandResult
 from app.workflows.report import TESTS_GREEN

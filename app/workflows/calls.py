@@ -11,9 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.engine.context import WorkflowContext
-from app.engine.registry import ActivityDefn
-from app.engine.scheduler import WorkflowFuture
+from app.engine import ActivityDefn, WorkflowContext, WorkflowFuture
 
 R = TypeVar("R", bound=BaseModel)
 

@@ -14,11 +14,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from activities import config_check, github
-from app.config_check import Problem, check_config
-from app.engine.context import WorkflowContext
-from app.engine.registry import workflow
+from app.engine import WorkflowContext, workflow
 from app.github.checks import Conclusion
-from app.markdown import code_block
+from app.github.markdown import code_block
+from app.operations.config_check import Problem, check_config
 from app.repo_config import CONFIG_PATH, RepoConfig
 from app.workflows.calls import call
 

@@ -6,29 +6,49 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.example import measure
-from app.engine.context import WorkflowContext
-from app.engine.registry import workflow
+from pydantic import BaseModel
+
+from activities.example import Item, measure
+from app.engine import SignalDefn, WorkflowContext, typed_workflow
 
 
-@workflow("example.survey", version=1)
-async def survey(ctx: WorkflowContext, items: list[str]) -> dict[str, Any]:
+class Survey(BaseModel):
+    items: list[str]
+
+
+class GoAhead(BaseModel):
+    by: str
+
+
+class SurveyResult(BaseModel):
+    total_length: int
+    items: int
+    go_ahead: str
+    finished_at: str
+
+
+#: ``repairbot runs signal ID go '{"by": "..."}'`` lets a waiting survey finish early.
+GO = SignalDefn[GoAhead]("go")
+
+
+# Version 2: typed input and result (version 1 took a bare list); example runs
+# last seconds, so none of version 1 can still be open.
+@typed_workflow("example.survey", version=2, signals=(GO,))
+async def survey(ctx: WorkflowContext, input: Survey) -> SurveyResult:
     progress: dict[str, Any] = {"phase": "measuring", "done": 0}
     ctx.set_query("progress", lambda: dict(progress))
-    results = await ctx.gather(
-        *[ctx.activity(measure, item, step=f"measure-{i}") for i, item in enumerate(items)]
-    )
+    results = await ctx.gather(*[ctx.schedule(measure, Item(item=i)) for i in input.items])
     progress.update(phase="resting", done=len(results))
     await ctx.sleep(0.2)
     progress["phase"] = "waiting for a go-ahead"
-    go = await ctx.wait_signal("go", timeout=0.5)
+    go = await ctx.wait_for(GO, timeout=0.5)
     progress["phase"] = "done"
-    return {
-        "total_length": sum(r["length"] for r in results),
-        "items": len(results),
-        "go_ahead": go.payload if go else "timed out, went ahead anyway",
-        "finished_at": ctx.now().isoformat(),
-    }
+    return SurveyResult(
+        total_length=sum(r.length for r in results),
+        items=len(results),
+        go_ahead=f"given by {go.by}" if go else "timed out, went ahead anyway",
+        finished_at=ctx.now().isoformat(),
+    )
 
 
 WORKFLOWS = [survey]

@@ -19,10 +19,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from activities import github
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError, CleanupIncomplete, NeedsHuman, WorkflowCancelled
-from app.engine.registry import workflow
-from app.engine.scheduler import WorkflowFuture
+from app.engine import (
+    ActivityError,
+    CleanupIncomplete,
+    NeedsHuman,
+    WorkflowCancelled,
+    WorkflowContext,
+    WorkflowFuture,
+    workflow,
+)
 from app.workflows import repair_v1
 from app.workflows.calls import call
 from app.workflows.contracts import RunRequest

@@ -15,9 +15,7 @@ from activities import github
 from activities.agent import FeedbackInput
 from activities.repo_commands import VerifyInput, VerifyResult
 from activities.workspace import WorkspaceSpec
-from app.engine.context import WorkflowContext
-from app.engine.registry import ActivityDefn
-from app.engine.scheduler import WorkflowFuture
+from app.engine import ActivityDefn, WorkflowContext, WorkflowFuture
 from app.evidence import EvidenceRef
 from app.repo_config import CheckoutConfig, Command, RepoConfig
 from app.workflows.calls import call, first, schedule

@@ -14,8 +14,7 @@ from activities import approval as binding
 from activities import github, repo_commands
 from activities.agent import FeedbackInput
 from activities.repo_commands import ReproductionResult, StepInput, VerifyResult
-from app.engine.context import Signal
-from app.engine.errors import WorkflowCancelled
+from app.engine import Signal, WorkflowCancelled
 from app.workflows.calls import call, schedule
 from app.workflows.contracts import (
     PR_CLOSED,

@@ -18,9 +18,14 @@ from datetime import timedelta
 from typing import Any
 
 from activities import agent, github, repo_commands, workspace
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError, CleanupIncomplete, NeedsHuman, WorkflowCancelled
-from app.engine.registry import workflow
+from app.engine import (
+    ActivityError,
+    CleanupIncomplete,
+    NeedsHuman,
+    WorkflowCancelled,
+    WorkflowContext,
+    workflow,
+)
 from app.workflows.ids import repair_branch
 from app.workflows.report_v1 import pull_request_body, status_comment
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from activities import github, runs
-from app.engine.context import WorkflowContext
-from app.engine.registry import workflow
+from app.engine import WorkflowContext, workflow
 from app.workflows import slash_command_v1
 from app.workflows.calls import call
 from app.workflows.contracts import CommandRequest, RunRequest

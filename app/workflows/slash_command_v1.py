@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from activities import github, runs
-from app.engine.context import WorkflowContext
-from app.engine.registry import workflow
+from app.engine import WorkflowContext, workflow
 from handlers.slash import HELP
 
 WRITE_OR_HIGHER = frozenset({"admin", "maintain", "write"})

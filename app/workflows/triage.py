@@ -22,8 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from activities import github, runs, triage
-from app.engine.context import WorkflowContext
-from app.engine.registry import workflow
+from app.engine import WorkflowContext, workflow
 from app.workflows.calls import call
 from app.workflows.contracts import RunRequest
 from app.workflows.triage_contracts import CloseTriage, LabelTriage

@@ -11,8 +11,8 @@ import pytest
 from activities.workspace import WorkspaceSpec
 from app.agent import AgentPolicy
 from app.config import Settings
-from app.engine.activity_context import Dependencies
-from app.engine.db import make_engine
+from app.engine._activity_context import Dependencies
+from app.engine._db import make_engine
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.sandbox.runner import Sandbox
 from tests.activities.support import RecordingContext

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.workspace import WorkspaceSpec
-from app.engine.activity_context import Dependencies
-from app.engine.registry import ActivityDefn
+from app.engine._activity_context import Dependencies
+from app.engine._registry import ActivityDefn
 from app.evidence import EvidenceRef
 from app.repo_config import Command
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV

@@ -12,8 +12,8 @@ from activities.agent import propose_fix
 from activities.repo_commands import verify_candidate
 from activities.workspace import WorkspaceSpec
 from app.agent import AgentHttp, AgentPolicy
-from app.engine.activity_context import Dependencies
-from app.engine.errors import PermanentError, TransientError
+from app.engine._activity_context import Dependencies
+from app.engine._errors import PermanentError, TransientError
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import AgentConfig, Command
 from app.secrets import KnownSecrets

@@ -10,7 +10,7 @@ import pytest
 
 from activities.repo_commands import run_reproduction, verify_candidate
 from activities.workspace import WorkspaceSpec
-from app.engine.errors import ActivityCancelled
+from app.engine._errors import ActivityCancelled
 from app.evidence import EvidenceStore
 from app.repo_config import Command
 from tests.activities.support import PY, REPRO, TESTS, RecordingContext, call, with_patch

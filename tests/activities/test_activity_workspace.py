@@ -12,8 +12,8 @@ from sqlalchemy import update
 
 from activities.workspace import GitCredentials, InstallationGit, WorkspaceSpec, prepare_workspace
 from app.config import Settings
-from app.engine.activity_context import Dependencies
-from app.engine.errors import PermanentError, TransientError
+from app.engine._activity_context import Dependencies
+from app.engine._errors import PermanentError, TransientError
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.evidence.database import blobs
 from app.sandbox.runner import Sandbox

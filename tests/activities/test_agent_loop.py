@@ -17,8 +17,8 @@ from activities.workspace import WorkspaceSpec
 from app.agent import AgentHttp, AgentPolicy
 from app.agent.budget import Caps, LoopBudget, Price
 from app.agent.steps import TRIMMED
-from app.engine.activity_context import Dependencies
-from app.engine.errors import TransientError
+from app.engine._activity_context import Dependencies
+from app.engine._errors import TransientError
 from app.evidence import EvidenceStore
 from tests.activities.support import REPRO, TESTS, RecordingContext, SimulatedCrash, call
 from tests.activities.test_activity_agent import verify

@@ -23,11 +23,11 @@ from activities.workspace import ACTIVITIES as WORKSPACE_ACTIVITIES
 from activities.workspace import WorkspaceSpec, prepare_workspace
 from app.agent import AgentPolicy
 from app.config import Settings
-from app.engine.activity_context import Dependencies
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError
-from app.engine.registry import Registry, workflow
-from app.engine.runtime import Runtime
+from app.engine._activity_context import Dependencies
+from app.engine._context import WorkflowContext
+from app.engine._errors import ActivityError
+from app.engine._registry import Registry, workflow
+from app.engine._runtime import Runtime
 from app.evidence import FolderEvidenceStore
 from app.sandbox.runner import Sandbox
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV, SampleRepo

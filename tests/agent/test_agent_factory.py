@@ -12,7 +12,7 @@ from app.agent import AgentPolicy, BuiltinAgent, CommandAgent, LoopHost, build_a
 from app.agent.budget import price_of
 from app.agent.proxy import ModelProxy
 from app.config import ConfigError
-from app.engine.errors import PermanentError
+from app.engine._errors import PermanentError
 from app.evidence import FolderEvidenceStore
 from app.repo_config import AgentConfig, parse_repo_config
 

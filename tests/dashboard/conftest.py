@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 from app.evidence import open_evidence_store
 from app.web import create_app
 from emulator.app import Emulator

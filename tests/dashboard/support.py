@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.errors import WorkflowCancelled
-from app.engine.registry import activity, workflow
-from app.engine.runtime import Runtime
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._errors import WorkflowCancelled
+from app.engine._registry import activity, workflow
+from app.engine._runtime import Runtime
 
 log = logging.getLogger("tests.dashboard")
 SESSION_SECRET = "s" * 40

@@ -11,11 +11,11 @@ from urllib.parse import quote
 import httpx
 from sqlalchemy import Engine
 
-from app.api_tokens import create_token, list_tokens, revoke_token
 from app.config import Settings
 from app.demo.serve import ServerThread, bind
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.operations.api_tokens import create_token, list_tokens, revoke_token
 from app.web import create_app
 from app.web.live import MAX_STREAMS_PER_SESSION
 from app.web.session import SESSION_COOKIE, SessionCodec

@@ -7,7 +7,7 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from app.api_tokens import create_token
+from app.operations.api_tokens import create_token
 from app.web import actions
 from tests.dashboard.conftest import World
 from tests.dashboard.support import settle

@@ -18,8 +18,8 @@ import pytest
 from playwright.async_api import Page, async_playwright, expect
 
 from app.demo.serve import ServerThread, bind, url_of
-from app.engine.db import make_engine
-from app.engine.runtime import Runtime
+from app.engine._db import make_engine
+from app.engine._runtime import Runtime
 from app.web import create_app
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
@@ -182,6 +182,11 @@ async def test_the_runs_list_fits_a_phone(live: Live) -> None:
             duration = card.locator('td[data-label="Duration"]')
             await expect(duration).to_be_visible()
             await expect(duration).to_contain_text(" s")
+            # The locators above see the DOM as soon as it is parsed; the
+            # stylesheet may still be loading then (a browser shows nothing
+            # before it, but script can measure the unstyled layout). Measure
+            # the page the user sees: after its load event.
+            await page.wait_for_load_state("load")
             width = await page.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, f"the page is {width} px wide on a 390 px screen"
             await shoot(page, live, "runs-phone")

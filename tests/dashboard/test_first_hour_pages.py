@@ -8,8 +8,8 @@ from urllib.parse import quote
 
 from sqlalchemy import update
 
-from app.engine.store.schema import runs, tasks
-from app.runs_view import run_detail
+from app.engine._store.schema import runs, tasks
+from app.operations.runs_view import run_detail
 from app.web import actions
 from tests.dashboard.conftest import World
 

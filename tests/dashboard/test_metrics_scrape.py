@@ -11,12 +11,12 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from app.api_tokens import create_token
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.metrics import route_of
-from app.metrics_db import PHASES, metric_phase
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.operations.api_tokens import create_token
+from app.operations.metrics import route_of
+from app.operations.metrics_db import PHASES, metric_phase
 from app.version import package_version
 from app.web import create_app
 from handlers import build_router

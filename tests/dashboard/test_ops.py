@@ -18,10 +18,10 @@ import httpx
 from githubkit import GitHub, TokenAuthStrategy
 from prometheus_client import REGISTRY
 
-from app.api_tokens import create_token
 from app.logs import JsonLines, log_context
-from app.metrics import MeteredTransport, route_of
-from app.watch import watch
+from app.operations.api_tokens import create_token
+from app.operations.metrics import MeteredTransport, route_of
+from app.operations.watch import watch
 from tests.dashboard.conftest import GITHUB, World
 from tests.waiting import wait_until
 
@@ -43,7 +43,7 @@ def test_route_labels_are_bounded() -> None:
 def test_process_metrics_are_merged_across_processes(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     count = (
-        "from app.metrics import instruments\n"
+        "from app.operations.metrics import instruments\n"
         "m = instruments()\n"
         "m.github_calls.labels('GET', '/repos/{owner}/{repo}', '200').inc()\n"
         "m.intake_seconds.labels('202').observe(0.01)\n"
@@ -52,7 +52,7 @@ def test_process_metrics_are_merged_across_processes(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-c", count], env=env, check=True)
     render = (
         "from prometheus_client import generate_latest\n"
-        "from app.metrics import process_registry\n"
+        "from app.operations.metrics import process_registry\n"
         "print(generate_latest(process_registry()).decode())\n"
     )
     out = subprocess.run(

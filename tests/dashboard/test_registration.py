@@ -17,7 +17,7 @@ import pytest
 from app.config import ConfigError, Settings
 from app.github.auth import AppCredentials
 from app.github.client import GitHubClientFactory
-from app.registration import Registrar, manifest
+from app.operations.registration import Registrar, manifest
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
 from handlers import build_router

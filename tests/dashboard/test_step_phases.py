@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.runs_view import phase_of_step
+from app.operations.runs_view import phase_of_step
 
 
 @pytest.mark.parametrize(

@@ -18,12 +18,12 @@ from sqlalchemy import Engine, func, select
 
 from app.app_tables import DeliveryScan, WebhookDelivery
 from app.config import Settings
-from app.delivery_reconciler import MAX_REQUESTS, DeliveryReconciler, pending_redeliveries
-from app.engine.registry import Registry
-from app.engine.store import Store
+from app.engine._registry import Registry
+from app.engine._store import Store
 from app.github.auth import AppCredentials
 from app.github.client import GitHubClientFactory
-from app.intake import Intake
+from app.intake.pipeline import Intake
+from app.intake.reconciler import MAX_REQUESTS, DeliveryReconciler, pending_redeliveries
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
 from emulator.faults import Fault

@@ -3,12 +3,13 @@ real webhooks between them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from app.demo.stack import LocalStack
+from tests.e2e.workers import Worker, workers
 
 
 @pytest.fixture
@@ -26,3 +27,9 @@ async def stack(tmp_path: Path, seed: Path, db_url: str) -> AsyncIterator[LocalS
     await local.start_github(seed, database_url=db_url)
     yield local
     await local.stop()
+
+
+@pytest.fixture(params=["root", "unprivileged"])
+def worker(request: pytest.FixtureRequest, tmp_path: Path, db_url: str) -> Iterator[Worker]:
+    """The root worker in the stack, then an unprivileged worker process beside it."""
+    yield from workers(request, tmp_path, db_url)

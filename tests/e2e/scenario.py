@@ -15,7 +15,7 @@ from typing import Any
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE
 from app.demo.run import WorkerProcess
 from app.demo.stack import LocalStack
-from app.engine.store import RunRow
+from app.engine._store import RunRow
 from app.workflows.ids import issue_of_branch, repair_workflow_id
 
 
@@ -126,7 +126,7 @@ def record_history(stack: LocalStack, number: int, name: str) -> None:
     history (``tests/histories/<name>.json``) that CI replays on every change."""
     if os.environ.get("REPAIRBOT_RECORD_HISTORIES") != "1":
         return
-    from app.engine.history import export_history
+    from app.engine._history import export_history
 
     assert stack.runtime is not None
     history = export_history(stack.runtime.store, workflow_id(stack, number))

@@ -44,11 +44,11 @@ from app.config import Settings
 from app.demo.project import FIXED_LINE, ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.spawn import spawn_repairbot
 from app.demo.stack import LocalStack
-from app.engine.db import make_engine
-from app.engine.runtime import Runtime
-from app.engine.store.schema import STALE_WRITES, counters, outbox, tasks
+from app.engine._db import make_engine
+from app.engine._runtime import Runtime
+from app.engine._store.schema import STALE_WRITES, counters, outbox, tasks
 from app.main.catalog import build_registry
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from app.workflows.ids import repair_workflow_id
 from tests.engine.private_services import PrivatePostgres, PrivateRedis, wait_port
 

@@ -21,7 +21,7 @@ import pytest
 
 from app.demo.project import ISSUE_BODY, fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.engine.history import export_history
+from app.engine._history import export_history
 from app.evidence import EvidenceStore
 from tests.e2e.scenario import (
     github_state,
@@ -30,6 +30,8 @@ from tests.e2e.scenario import (
     wait_phase,
     workflow_id,
 )
+from tests.e2e.workers import Worker
+from tests.unprivileged_user import PYTHON
 
 CANARIES = {
     "GITHUB_PRIVATE_KEY": "canary-env-private-key-d41c",
@@ -40,20 +42,22 @@ CANARIES = {
 
 @pytest.fixture
 def seed(tmp_path: Path) -> Path:
-    return write_project(tmp_path / "project")
+    # A Python any worker can run: the unprivileged one cannot reach the test's.
+    return write_project(tmp_path / "project", python=PYTHON or sys.executable)
 
 
-def hostile_issue(stack: LocalStack, db_url: str, key_file: Path) -> str:
+def hostile_issue(stack: LocalStack, db_url: str, key_file: Path, worker: Worker) -> str:
     assert stack.settings is not None
-    data = stack.settings.data_dir
+    data = worker.data_dir(stack)
+    python = worker.python
     port = urlsplit(stack.settings.github_api_url).port
     db = db_url.removeprefix("sqlite:///")
     steal = (
         "cat /proc/*/environ | tr '\\\\0' '\\\\n'; "
         f"cat {key_file} {db}; ls -R {data} {data}/workspaces; "
-        f"{sys.executable} -c 'import socket; "
+        f"{python} -c 'import socket; "
         f'socket.create_connection((\\"127.0.0.1\\", {port}), 3)\'; '
-        f"{sys.executable} -m unittest tests.test_punctuation"
+        f"{python} -m unittest tests.test_punctuation"
     )
     return f'{ISSUE_BODY}\n\n```repro\nsh -c "{steal}"\n```\n'
 
@@ -65,17 +69,24 @@ async def test_a_repro_block_that_hunts_secrets_finds_none(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    worker: Worker,
 ) -> None:
+    """Under the root worker and the unprivileged one (tests/e2e/workers.py)."""
     caplog.set_level(logging.INFO)
     for name, value in CANARIES.items():
         monkeypatch.setenv(name, value)  # as if the worker had been started the old way
     assert stack.settings is not None
-    key_file = tmp_path / "app-key.pem"
+    key_file = worker.home / "app-key.pem"
     key_file.write_text(stack.settings.github_private_key)
-    stack.start_repairbot(
-        agent_command=tuple(fix_agent_command()), github_private_key_file=key_file
+    key_file.chmod(0o600)
+    worker.start(
+        stack,
+        environ=CANARIES,
+        agent_command=tuple(fix_agent_command(python=worker.python)),
+        github_private_key_file=worker.own(key_file),
     )
-    number = await open_labelled_issue(stack, body=hostile_issue(stack, db_url, key_file))
+    body = hostile_issue(stack, db_url, key_file, worker)
+    number = await open_labelled_issue(stack, body=body)
     status = await wait_phase(stack, number, "awaiting-review", timeout=120)
     assert status["pull_number"]  # the run went on: reproduced, repaired, verified, PR
 
@@ -91,7 +102,7 @@ async def test_a_repro_block_that_hunts_secrets_finds_none(
     assert run is not None
     places: dict[str, str] = {
         "history": str(export_history(stack.runtime.store, run.run_id)),
-        "logs": caplog.text,
+        "logs": caplog.text + worker.logs(),
     }
     # Every artifact the run's history names, read back from the evidence store.
     store = stack.runtime.worker.deps.get(EvidenceStore)
@@ -112,6 +123,8 @@ async def test_a_repro_block_that_hunts_secrets_finds_none(
     for where, text in places.items():
         for secret in secrets:
             assert secret not in text, f"{secret[:12]}... leaked into {where}"
+    if worker.uid is not None:  # its commands ran as a subordinate uid, not as the worker
+        assert "uid 65534 of a user namespace" in worker.sandbox_line(), worker.logs()[-3000:]
     # The attempts really ran, and really failed.
     assert "No such file or directory" in reproduction_logs
     assert "Connection refused" in reproduction_logs

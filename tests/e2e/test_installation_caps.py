@@ -12,8 +12,8 @@ from sqlalchemy import insert
 
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.engine.store.schema import runs, tasks
-from app.installation_caps import PRICED_ACTIVITY
+from app.engine._store.schema import runs, tasks
+from app.operations.installation_caps import PRICED_ACTIVITY
 from tests.e2e.scenario import (
     github_state,
     open_labelled_issue,

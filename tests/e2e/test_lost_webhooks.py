@@ -16,11 +16,11 @@ import pytest
 from sqlalchemy import func, select
 
 from app.app_tables import WebhookDelivery
-from app.delivery_reconciler import pending_redeliveries
 from app.demo.project import fix_agent_command, write_project
 from app.demo.run import WorkerProcess
 from app.demo.serve import ServerThread, bind
 from app.demo.stack import LocalStack
+from app.intake.reconciler import pending_redeliveries
 from app.web import create_app
 from handlers import build_router
 from tests.e2e.scenario import github_state, open_labelled_issue, wait_end, wait_for, wait_phase
@@ -125,7 +125,7 @@ async def test_the_cli_runs_one_reconciler_pass(
     import asyncio
 
     from app.main.cli import main
-    from app.migrate import upgrade
+    from app.operations.migrate import upgrade
 
     assert stack.settings is not None and stack.emulator is not None
     assert stack._app_socket is not None

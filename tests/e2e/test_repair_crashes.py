@@ -16,7 +16,7 @@ from app.config import Settings
 from app.demo.project import FIXED_LINE, fix_agent_command, write_project
 from app.demo.run import WorkerProcess
 from app.demo.stack import LocalStack
-from app.engine.runtime import Runtime
+from app.engine._runtime import Runtime
 from tests.e2e.scenario import (
     file_on_branch,
     github_state,

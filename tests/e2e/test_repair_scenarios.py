@@ -115,7 +115,7 @@ async def test_retry_reads_the_issue_as_it_is_now(stack: LocalStack) -> None:
     The maintainer edits the block out and an operator retries: the new run
     reads the issue again and runs the configured reproduction instead of
     replaying the old body."""
-    from app import run_actions
+    from app.operations import run_actions
 
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
     repro = shlex.join([sys.executable, "-m", "unittest", "tests.test_slugify"])
@@ -438,6 +438,42 @@ async def test_a_dismissal_only_github_shows_stops_the_merge(stack: LocalStack) 
     await stack.gh.deliveries.release()
 
 
+#: Reviews the merge's re-read of GitHub sees: its first page (per_page=100).
+REVIEWS_READ = 100
+
+
+@SQLITE_ONLY
+async def test_a_dismissal_only_its_webhook_shows_stops_the_merge(stack: LocalStack) -> None:
+    """Recovery test 8, the dismissal signal: the approval comes after a
+    page's worth of comment reviews, so the merge's re-read of the reviews
+    does not reach it; the dismissal's webhook, delivered with the approval's,
+    is what asks for a new review."""
+    people = stack.people
+    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    number = await open_labelled_issue(stack)
+    status = await wait_phase(stack, number, "awaiting-review")
+    pull = status["pull_number"]
+    for n in range(REVIEWS_READ):
+        await review(stack, pull, "COMMENT", as_user=people.owner, body=f"Note {n}.")
+    await stack.gh.deliveries.wait(timeout=60)
+    await stack.gh.deliveries.hold()
+    approval = await review(stack, pull, "APPROVE", body="Looks right.")
+    await stack.gh.dismiss_review(
+        people.owner, stack.repo_name, pull, approval["id"], as_user=people.owner
+    )
+    first_page = await stack.gh.rest(
+        "GET",
+        f"/repos/{people.owner}/{stack.repo_name}/pulls/{pull}/reviews?per_page={REVIEWS_READ}",
+        as_user=people.owner,
+    )
+    assert approval["id"] not in {r["id"] for r in first_page}
+    assert await stack.gh.deliveries.release() >= 2
+    await wait_status_comment(stack, number, "was dismissed: please review again", timeout=60)
+    await wait_phase(stack, number, "awaiting-review")
+    assert scheduled(stack, number, "github.merge") == []
+    assert (await github_state(stack, number))["pulls"][0]["merged_at"] is None
+
+
 @SQLITE_ONLY
 async def test_an_approval_that_expires_while_the_run_waits_is_not_merged(
     stack: LocalStack,
@@ -625,7 +661,7 @@ async def test_base_fast_forward_rebuilds_the_proposal_on_the_new_tip(stack: Loc
     assert _tree_of(stack, merged["merge_commit_sha"])[0] == _tree_of(stack, rebuilt)[0]
     assert file_on_branch(stack, "main", "CHANGELOG.md") == "- unrelated change\n"
     # A merged run offers no retry: not on the dashboard, not through the CLI's path.
-    from app import run_actions
+    from app.operations import run_actions
     from app.web import actions
 
     assert actions.available(run) == []

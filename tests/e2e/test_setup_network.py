@@ -19,9 +19,11 @@ import pytest
 
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.engine.history import export_history
+from app.engine._history import export_history
 from app.evidence import EvidenceStore
 from tests.e2e.scenario import open_labelled_issue, wait_phase, workflow_id
+from tests.e2e.workers import Worker
+from tests.unprivileged_user import PYTHON
 
 PROBE = r"""
 import json, os, socket, sys
@@ -44,13 +46,15 @@ print("PROBE " + json.dumps(out))
 
 @pytest.fixture
 def seed(tmp_path: Path) -> Path:
-    return write_project(tmp_path / "project")
+    # A Python any worker can run: the unprivileged one cannot reach the test's.
+    return write_project(tmp_path / "project", python=PYTHON or sys.executable)
 
 
 @pytest.mark.slow
 async def test_a_networked_setup_reaches_none_of_the_workers_services(
-    stack: LocalStack, seed: Path
+    stack: LocalStack, seed: Path, worker: Worker
 ) -> None:
+    """Under the root worker and the unprivileged one (tests/e2e/workers.py)."""
     settings = stack.settings
     assert settings is not None
     targets = [
@@ -63,7 +67,7 @@ async def test_a_networked_setup_reaches_none_of_the_workers_services(
     ]
     people = stack.people
     config = (seed / ".github" / "repairbot.yml").read_text()
-    config += f"network: setup\nsetup: [[{json.dumps(sys.executable)}, .github/probe.py]]\n"
+    config += f"network: setup\nsetup: [[{json.dumps(worker.python)}, .github/probe.py]]\n"
     await stack.gh.push_as(
         people.owner,
         people.owner,
@@ -76,7 +80,7 @@ async def test_a_networked_setup_reaches_none_of_the_workers_services(
         },
         message="setup that wants the network",
     )
-    stack.start_repairbot(agent_command=tuple(fix_agent_command()))
+    worker.start(stack, agent_command=tuple(fix_agent_command(python=worker.python)))
     number = await open_labelled_issue(stack)
     status = await wait_phase(stack, number, "awaiting-review", timeout=180)
     assert status["pull_number"]
@@ -105,3 +109,5 @@ async def test_a_networked_setup_reaches_none_of_the_workers_services(
         assert isinstance(via, dict) and len(via) == len(targets)
         assert all(v.startswith("HTTP/1.1 403") for v in via.values()), probe
     assert all(probe["proxy"] == "none" for probe in candidate)
+    if worker.uid is not None:  # its commands ran as a subordinate uid, not as the worker
+        assert "uid 65534 of a user namespace" in worker.sandbox_line(), worker.logs()[-3000:]

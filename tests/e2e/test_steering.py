@@ -20,7 +20,7 @@ from sqlalchemy import select
 from app.app_tables import Installation
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import WEBHOOK_SECRET, LocalStack
-from app.engine.store.schema import tasks
+from app.engine._store.schema import tasks
 from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import (
     github_state,

@@ -5,8 +5,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from sqlalchemy import Engine
 
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 
 RuntimeFactory = Callable[[Registry], Runtime]
 

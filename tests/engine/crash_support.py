@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 
-from app.engine import history_commands as ev
-from app.engine.db import make_engine
-from app.engine.runtime import SETTLED
-from app.engine.store import RunRow, Store
-from app.engine.tables import ActivityTask, OutboxRow, WorkerRecord
+from app.engine import _history_commands as ev
+from app.engine._db import make_engine
+from app.engine._runtime import SETTLED
+from app.engine._store import RunRow, Store
+from app.engine._tables import ActivityTask, OutboxRow, WorkerRecord
 from tests.engine.crash_worker import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]

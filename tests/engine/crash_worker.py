@@ -28,13 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.activity_context import ActivityContext, Dependencies
-from app.engine.context import WorkflowContext
-from app.engine.db import make_engine
-from app.engine.errors import ActivityCancelled, ActivityError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Absent, Found, Registry, activity, workflow
-from app.engine.runtime import Runtime
+from pydantic import BaseModel
+
+from app.engine._activity_context import ActivityContext, Dependencies
+from app.engine._context import WorkflowContext
+from app.engine._db import make_engine
+from app.engine._errors import ActivityCancelled, ActivityError
+from app.engine._policy import RetryPolicy, Timeouts
+from app.engine._registry import Absent, Found, Registry, activity, workflow
+from app.engine._runtime import Runtime
+from app.engine._typed import typed_workflow
 from app.workflows.calls import first
 from tests.engine.ticket_service import TicketService
 
@@ -224,8 +227,45 @@ async def ticket_flow(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, A
     return {"ticket_id": ticket["id"]}
 
 
+class ChildInput(BaseModel):
+    n: int
+
+
+class ChildResult(BaseModel):
+    n: int
+
+
+@typed_workflow("crash_child")
+async def crash_child(ctx: WorkflowContext, input: ChildInput) -> ChildResult:
+    return ChildResult(n=input.n)
+
+
+class ParentInput(BaseModel):
+    child_id: str
+
+
+class ParentResult(BaseModel):
+    child_run: str
+
+
+@typed_workflow("crash_parent")
+async def crash_parent(ctx: WorkflowContext, input: ParentInput) -> ParentResult:
+    """Starts one child (``ctx.start_workflow``, a recorded command) and ends."""
+    child_run: str = await ctx.start_workflow(crash_child, ChildInput(n=7), id=input.child_id)
+    return ParentResult(child_run=child_run)
+
+
 REGISTRY = Registry.of(
-    [crash_pipeline, crash_heartbeat, crash_stale, ticket_flow, crash_long_hold, crash_stop_one],
+    [
+        crash_pipeline,
+        crash_heartbeat,
+        crash_stale,
+        ticket_flow,
+        crash_long_hold,
+        crash_stop_one,
+        crash_parent,
+        crash_child,
+    ],
     [square, chunked, gated, open_ticket, open_ticket_reconciled, long_hold, until_stopped],
 )
 
@@ -253,7 +293,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         db_patience=args.db_patience,
     )
     # 0: no execution is kept, so every completion and workflow task commits
-    # on its own (the unfused path), never fused (app/engine/store/fused.py).
+    # on its own (the unfused path), never fused (app/engine/_store/fused.py).
     runtime.worker.cache.capacity = args.cache_size
     return runtime
 
@@ -264,7 +304,7 @@ async def run_in_process(runtime: Runtime) -> None:
 
 
 async def run_arq(runtime: Runtime, args: argparse.Namespace) -> None:
-    from app.engine.serve import serve_arq
+    from app.engine._serve import serve_arq
 
     # Wired as app/main/worker_process.py wires it: SIGTERM drains, SIGKILL is a crash.
     await serve_arq(

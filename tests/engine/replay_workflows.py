@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.registry import Registry, WorkflowDefn, activity, workflow
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._registry import Registry, WorkflowDefn, activity, workflow
 
 
 @activity("lookup")

@@ -9,15 +9,15 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.engine import history_commands as ev
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityCancelled, ActivityError
-from app.engine.policy import Timeouts
-from app.engine.registry import Registry, activity, workflow
-from app.engine.replay import WorkflowExecution, WorkflowTaskResult
-from app.engine.runtime import Runtime
-from app.engine.store.schema import tasks
+from app.engine import _history_commands as ev
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._errors import ActivityCancelled, ActivityError
+from app.engine._policy import Timeouts
+from app.engine._registry import Registry, activity, workflow
+from app.engine._replay import WorkflowExecution, WorkflowTaskResult
+from app.engine._runtime import Runtime
+from app.engine._store.schema import tasks
 from app.workflows.calls import first
 
 LOG: list[str] = []

@@ -13,10 +13,10 @@ from arq.constants import job_key_prefix
 from redis.asyncio import Redis
 from sqlalchemy import Engine, func, select
 
-from app.engine.arq_dispatch import ArqDispatcher, arq_workers
-from app.engine.jobs import DEFAULT_QUEUE
-from app.engine.runtime import Runtime
-from app.engine.store.schema import outbox
+from app.engine._arq_dispatch import ArqDispatcher, arq_workers
+from app.engine._jobs import DEFAULT_QUEUE
+from app.engine._runtime import Runtime
+from app.engine._store.schema import outbox
 from tests.engine.test_workflows_basic import REGISTRY
 from tests.waiting import history_has, wait_until
 
@@ -147,8 +147,8 @@ async def test_in_process_stop_ends_a_consumer_whose_job_absorbed_the_cancel() -
     returns): the consumer must still end, or ``stop()`` waits forever."""
     import asyncio
 
-    from app.engine.dispatch import InProcessDispatcher
-    from app.engine.jobs import Job, workflow_task_job
+    from app.engine._dispatch import InProcessDispatcher
+    from app.engine._jobs import Job, workflow_task_job
 
     started = asyncio.Event()
 

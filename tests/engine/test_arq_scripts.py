@@ -1,4 +1,4 @@
-"""The one-round-trip enqueue and start (app/engine/arq_scripts.py) keep
+"""The one-round-trip enqueue and start (app/engine/_arq_scripts.py) keep
 arq's keys and rules, on the real Redis: what the dispatcher writes is a job
 arq reads, a double send is one job, a job in progress or not yet due is not
 started, and a server that lost the scripts gets them again."""
@@ -14,10 +14,10 @@ from arq.constants import in_progress_key_prefix
 from arq.jobs import Job as ArqJob
 from arq.jobs import JobStatus
 
-from app.engine.arq_dispatch import JOB_FUNCTION, ArqDispatcher
-from app.engine.arq_scripts import START, START_SCRIPT, Script
-from app.engine.jobs import DEFAULT_QUEUE, Job
-from app.engine.redis_channel import connect, load_job
+from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher
+from app.engine._arq_scripts import START, START_SCRIPT, Script
+from app.engine._jobs import DEFAULT_QUEUE, Job
+from app.engine._redis_channel import connect, load_job
 
 pytestmark = pytest.mark.redis
 

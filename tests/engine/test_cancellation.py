@@ -6,12 +6,17 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityCancelled, ActivityError, CleanupIncomplete, WorkflowCancelled
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Registry, activity, workflow
-from app.engine.replay import WorkflowExecution
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._errors import (
+    ActivityCancelled,
+    ActivityError,
+    CleanupIncomplete,
+    WorkflowCancelled,
+)
+from app.engine._policy import RetryPolicy, Timeouts
+from app.engine._registry import Registry, activity, workflow
+from app.engine._replay import WorkflowExecution
 from tests.waiting import history_has, wait_until
 
 LOG: list[str] = []

@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.engine.activity_context import ActivityContext
-from app.engine.client import RuntimeClient
-from app.engine.context import WorkflowContext
-from app.engine.db import make_engine
-from app.engine.errors import WorkflowNotFound
-from app.engine.registry import Registry, activity, workflow
-from app.engine.runtime import Runtime
-from app.engine.store.async_store import StoreThreads, threads_for
+from app.engine._activity_context import ActivityContext
+from app.engine._client import RuntimeClient
+from app.engine._context import WorkflowContext
+from app.engine._db import make_engine
+from app.engine._errors import WorkflowNotFound
+from app.engine._registry import Registry, activity, workflow
+from app.engine._runtime import Runtime
+from app.engine._store.async_store import StoreThreads, threads_for
 from app.web import create_app
 from handlers import build_router
 

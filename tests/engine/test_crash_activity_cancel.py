@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine import history_commands as ev
+from app.engine import _history_commands as ev
 from tests.engine.crash_support import CrashLab, assert_history_sound, by_step
 
 

@@ -15,9 +15,9 @@ import pytest
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio import Redis
 
-from app.engine.arq_dispatch import ArqDispatcher
-from app.engine.jobs import DEFAULT_QUEUE, Job, workflow_queue
-from app.engine.redis_channel import connect
+from app.engine._arq_dispatch import ArqDispatcher
+from app.engine._jobs import DEFAULT_QUEUE, Job, workflow_queue
+from app.engine._redis_channel import connect
 from tests.engine.crash_support import CrashLab, assert_history_sound, by_step
 from tests.engine.crash_worker import REGISTRY
 

@@ -1,4 +1,4 @@
-"""Crash recovery around the fused step (app/engine/store/fused.py): one
+"""Crash recovery around the fused step (app/engine/_store/fused.py): one
 transaction records an activity's result, commits the workflow task it
 wakes and claims the next activity for the same worker.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from app.engine import history_commands as ev
+from app.engine import _history_commands as ev
 from tests.engine.crash_support import (
     CrashLab,
     assert_history_sound,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import history_commands as ev
-from app.engine.store import STALE_WRITES
+from app.engine import _history_commands as ev
+from app.engine._store import STALE_WRITES
 from tests.engine.crash_support import (
     CrashLab,
     assert_history_sound,
@@ -174,7 +174,7 @@ def test_paused_stale_worker_completion_is_rejected(db_url: str, tmp_path: Path)
             (2, 2, "B"),
         ]
         # Attempt 1 was claimed eagerly, in the commit that recorded "before"
-        # and scheduled "gated" (app/engine/store/fused.py): the stale token
+        # and scheduled "gated" (app/engine/_store/fused.py): the stale token
         # an eager claim hands out is refused like any other.
         assert gated[0]["started_at"] == lab.task(run_id, ":gated").scheduled_at
         # Attempt 1's record shows how it ended (lease expired) and that its

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import history_commands as ev
+from app.engine import _history_commands as ev
 from tests.engine.crash_support import CrashLab, assert_history_sound
 from tests.engine.ticket_service import TicketService
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.engine.db import make_engine
-from app.migrate import upgrade
+from app.engine._db import make_engine
+from app.operations.migrate import upgrade
 from tests.conftest import _truncate_all
 from tests.engine.crash_support import CrashLab
 from tests.engine.private_services import PrivatePostgres

@@ -18,11 +18,11 @@ from arq.worker import func
 from redis.asyncio import Redis
 from sqlalchemy import Engine
 
-from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher, Consumer
-from app.engine.doorbell import Doorbell, channel, ring
-from app.engine.jobs import DEFAULT_QUEUE, Job, activity_job, timer_job, workflow_task_job
-from app.engine.redis_channel import connect, redis_settings
-from app.engine.runtime import Runtime
+from app.engine._arq_dispatch import ArqConsumers, ArqDispatcher, Consumer
+from app.engine._doorbell import Doorbell, channel, ring
+from app.engine._jobs import DEFAULT_QUEUE, Job, activity_job, timer_job, workflow_task_job
+from app.engine._redis_channel import connect, redis_settings
+from app.engine._runtime import Runtime
 from tests.engine.private_services import PrivateRedis
 from tests.engine.test_workflows_basic import REGISTRY
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.engine.tables import WorkerRecord
+from app.engine._tables import WorkerRecord
 from tests.engine.crash_support import ROOT, CrashLab
 
 pytestmark = pytest.mark.redis

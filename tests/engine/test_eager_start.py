@@ -10,11 +10,11 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.registry import Registry, activity, workflow
-from app.engine.runtime import Runtime
-from app.engine.store.statements import TASK_BY_OPERATION
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._registry import Registry, activity, workflow
+from app.engine._runtime import Runtime
+from app.engine._store.statements import TASK_BY_OPERATION
 
 ran: list[str] = []
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError, AmbiguousError, DeadlineExceeded, TransientError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Absent, Found, Registry, Unknown, activity, workflow
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._errors import ActivityError, AmbiguousError, DeadlineExceeded, TransientError
+from app.engine._policy import RetryPolicy, Timeouts
+from app.engine._registry import Absent, Found, Registry, Unknown, activity, workflow
 
 # An external "world" the activities act on, so the tests can see effects.
 WORLD: dict[str, Any] = {}

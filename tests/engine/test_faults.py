@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from app.engine.faults import FaultPoints
+from app.engine._faults import FaultPoints
 
 
 def test_inert_without_a_spec() -> None:
@@ -31,7 +31,7 @@ def test_fires_on_the_named_point_detail_and_count(
     spec: str, hits: list[tuple[str, str]], dies: bool
 ) -> None:
     code = (
-        "from app.engine.faults import FaultPoints\n"
+        "from app.engine._faults import FaultPoints\n"
         f"points = FaultPoints({spec!r})\n"
         f"for name, detail in {hits!r}:\n"
         "    points.hit(name, detail)\n"
@@ -42,7 +42,7 @@ def test_fires_on_the_named_point_detail_and_count(
 
 def test_a_stall_blocks_there_once_then_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     stalls: list[float] = []
-    monkeypatch.setattr("app.engine.faults.time.sleep", stalls.append)
+    monkeypatch.setattr("app.engine._faults.time.sleep", stalls.append)
     points = FaultPoints("activity.before_complete:a@2+7.5")
     points.hit("activity.before_complete", "b")
     points.hit("activity.before_complete", "a")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.engine.heap import freeze_startup_heap
+from app.engine._heap import freeze_startup_heap
 
 
 class Node:

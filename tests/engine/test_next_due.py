@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import Engine, insert
 
-from app.engine.store import Store
-from app.engine.store.schema import tasks, timers
-from app.engine.store.workers import workers
+from app.engine._store import Store
+from app.engine._store.schema import tasks, timers
+from app.engine._store.workers import workers
 
 SILENCE = 15.0
 

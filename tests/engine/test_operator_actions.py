@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import OPERATOR_RESUME, WorkflowContext
-from app.engine.errors import WorkflowCancelled
-from app.engine.registry import Registry, activity, workflow
-from app.engine.runtime import Runtime
+from app.engine._activity_context import ActivityContext
+from app.engine._context import OPERATOR_RESUME, WorkflowContext
+from app.engine._errors import WorkflowCancelled
+from app.engine._registry import Registry, activity, workflow
+from app.engine._runtime import Runtime
 
 LOG: list[str] = []
 

@@ -17,10 +17,10 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, ResponseError
 from sqlalchemy import Engine
 
-from app.engine.arq_dispatch import ArqConsumers, ArqDispatcher, arq_workers
-from app.engine.jobs import DEFAULT_QUEUE
-from app.engine.redis_channel import RefusedJob, connect, load_job, redis_settings
-from app.engine.runtime import Runtime
+from app.engine._arq_dispatch import ArqConsumers, ArqDispatcher, arq_workers
+from app.engine._jobs import DEFAULT_QUEUE
+from app.engine._redis_channel import RefusedJob, connect, load_job, redis_settings
+from app.engine._runtime import Runtime
 from tests.engine.crash_support import CrashLab
 from tests.engine.private_services import PrivateRedis, free_port
 from tests.engine.test_workflows_basic import REGISTRY

@@ -23,12 +23,12 @@ from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from sqlalchemy import Engine, select
 
-from app.engine.arq_dispatch import ArqDispatcher
-from app.engine.client import RuntimeClient
-from app.engine.jobs import relayed_id, workflow_queue, workflow_task_job
-from app.engine.reconciler import Reconciler
-from app.engine.redis_channel import connect
-from app.engine.store.schema import outbox
+from app.engine._arq_dispatch import ArqDispatcher
+from app.engine._client import RuntimeClient
+from app.engine._jobs import relayed_id, workflow_queue, workflow_task_job
+from app.engine._reconciler import Reconciler
+from app.engine._redis_channel import connect
+from app.engine._store.schema import outbox
 from tests.engine.crash_support import CrashLab, by_step
 from tests.engine.crash_worker import REGISTRY
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.history import replay_recorded
-from app.engine.registry import Registry
+from app.engine._history import replay_recorded
+from app.engine._registry import Registry
 from app.main.catalog import build_registry
 from tests.engine import replay_workflows
 

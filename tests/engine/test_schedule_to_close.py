@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError, TransientError
-from app.engine.policy import RetryPolicy, Timeouts
-from app.engine.registry import Registry, activity, workflow
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._errors import ActivityError, TransientError
+from app.engine._policy import RetryPolicy, Timeouts
+from app.engine._registry import Registry, activity, workflow
 
 ATTEMPTS: list[int] = []
 

@@ -1,13 +1,13 @@
 """The store's connections on PostgreSQL without a ping per checkout
-(app/engine/db.py): a pooled connection the server dropped is survived."""
+(app/engine/_db.py): a pooled connection the server dropped is survived."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import text
 
-from app.engine.db import make_engine
-from app.engine.store import Store
+from app.engine._db import make_engine
+from app.engine._store import Store
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +47,7 @@ def test_an_idle_connection_is_pinged_and_replaced(
 ) -> None:
     """A connection idle past IDLE_PING whose server process was terminated is
     replaced at checkout, before any statement runs on it."""
-    monkeypatch.setattr("app.engine.db.IDLE_PING", 0.0)
+    monkeypatch.setattr("app.engine._db.IDLE_PING", 0.0)
     engine = make_engine(postgres_url, pool_size=1)
     try:
         with engine.connect() as conn:

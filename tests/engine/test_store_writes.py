@@ -1,6 +1,6 @@
 """The store's folded writes: a run's start in one guarded INSERT, a run's
 close in fewer statements, and on PostgreSQL a claim, a completion and an
-eager schedule each in one statement (app/engine/store/combined.py). Each
+eager schedule each in one statement (app/engine/_store/combined.py). Each
 test reads the rows back: what is written must be what the separate
 statements wrote, on both databases."""
 
@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from app.engine import history_commands as ev
-from app.engine.history_commands import HistoryCommand
-from app.engine.jobs import activity_job, timer_job
-from app.engine.policy import ActivityOptions, Timeouts
-from app.engine.store import Store
-from app.engine.store.eager import EagerOffer
-from app.engine.store.schema import attempts, events, outbox, runs, tasks, timers
-from app.engine.store.statements import SCHEDULE_ACTIVITY
+from app.engine import _history_commands as ev
+from app.engine._history_commands import HistoryCommand
+from app.engine._jobs import activity_job, timer_job
+from app.engine._policy import ActivityOptions, Timeouts
+from app.engine._store import Store
+from app.engine._store.eager import EagerOffer
+from app.engine._store.schema import attempts, events, outbox, runs, tasks, timers
+from app.engine._store.statements import SCHEDULE_ACTIVITY
 
 OPTIONS = ActivityOptions(timeouts=Timeouts(start_to_close=60.0))
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.determinism import check_module_source
-from app.engine.errors import DeterminismViolation
-from app.engine.registry import Registry, WorkflowDefn, activity, workflow
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._determinism import check_module_source
+from app.engine._errors import DeterminismViolation
+from app.engine._registry import Registry, WorkflowDefn, activity, workflow
 from tests.waiting import history_has, wait_until
 
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlmodel import Session
 
-from app.engine.tables import ActivityTask, HistoryEvent, WorkflowRun
+from app.engine._tables import ActivityTask, HistoryEvent, WorkflowRun
 from app.evidence import DatabaseEvidenceStore
 from app.evidence.collect import collect_unreferenced
 from app.evidence.database import blobs

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, select, update
 
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.evidence import (
     DatabaseEvidenceStore,
     EvidenceCorrupt,

@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gh_scene import KeyPair, Scene
 
 from app.config import Settings
-from app.engine.errors import PermanentError
+from app.engine._errors import PermanentError
 from app.github.auth import (
     AppCredentials,
     AppJWTAuthStrategy,

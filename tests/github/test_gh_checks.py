@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from gh_scene import Scene
 
-from app.engine.errors import PermanentError, TransientError
+from app.engine._errors import PermanentError, TransientError
 from app.github.checks import CheckRunView, ensure_check_run
 from app.github.markers import OpId
 

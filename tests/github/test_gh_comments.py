@@ -7,7 +7,7 @@ import httpx
 import pytest
 from gh_scene import Scene
 
-from app.engine.errors import AmbiguousError, PermanentError, TransientError
+from app.engine._errors import AmbiguousError, PermanentError, TransientError
 from app.github.client import InstallationGitHub
 from app.github.comments import CommentResult, ensure_comment
 from app.github.markers import Marker, OpId, parse_marker

@@ -9,7 +9,7 @@ import pytest
 from gh_scene import Scene
 from sqlalchemy import Engine
 
-from app.engine.errors import TransientError
+from app.engine._errors import TransientError
 from app.github.conditional import (
     ConditionalTransport,
     DatabaseConditionalStore,

@@ -14,7 +14,7 @@ from githubkit.exception import (
 )
 from githubkit.response import Response
 
-from app.engine.errors import AmbiguousError, PermanentError, TransientError
+from app.engine._errors import AmbiguousError, PermanentError, TransientError
 from app.github.errors import classified, classify, no_answer, rate_limit_delay
 
 URL = "https://api.github.com/repos/octo/demo/issues/1/comments"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from gh_scene import Scene
 
-from app.engine.errors import TransientError
+from app.engine._errors import TransientError
 from app.github.forks import Account, ForkRefused, ensure_fork, proposal_account
 from app.github.markers import OpId
 from app.github.pulls import ensure_pull_request, find_pull_requests

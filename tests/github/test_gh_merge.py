@@ -9,11 +9,11 @@ from gh_scene import Scene
 from sqlalchemy import Engine
 
 from activities.github import GitHubAccess, RevertInput, RevertResult, propose_revert
-from app.engine.activity_context import Dependencies
-from app.engine.context import WorkflowContext
-from app.engine.errors import TransientError
-from app.engine.registry import Registry, workflow
-from app.engine.runtime import Runtime
+from app.engine._activity_context import Dependencies
+from app.engine._context import WorkflowContext
+from app.engine._errors import TransientError
+from app.engine._registry import Registry, workflow
+from app.engine._runtime import Runtime
 from app.github.markers import OpId
 from app.github.merge import (
     HeadMoved,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from gh_scene import LocalGit, Scene, git
 
-from app.engine.errors import PermanentError, TransientError
+from app.engine._errors import PermanentError, TransientError
 from app.github import gitcmd
 from app.github.branches import BranchDeletion, Deletion, delete_branch_if_at
 from app.github.publish import (

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from gh_scene import Scene
 
-from app.engine.errors import PermanentError, TransientError
+from app.engine._errors import PermanentError, TransientError
 from app.github.markers import Marker, OpId, parse_marker
 from app.github.pulls import PullResult, ensure_pull_request
 

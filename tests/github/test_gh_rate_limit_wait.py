@@ -12,12 +12,12 @@ from gh_scene import Scene
 from sqlalchemy import Engine, select
 
 from activities.github import API, GitHubAccess, branch_head
-from app.engine.activity_context import Dependencies
-from app.engine.context import WorkflowContext
-from app.engine.policy import ActivityOptions, Timeouts
-from app.engine.registry import Registry, workflow
-from app.engine.runtime import Runtime
-from app.engine.store.schema import tasks
+from app.engine._activity_context import Dependencies
+from app.engine._context import WorkflowContext
+from app.engine._policy import ActivityOptions, Timeouts
+from app.engine._registry import Registry, workflow
+from app.engine._runtime import Runtime
+from app.engine._store.schema import tasks
 
 GET_REF = "GET /repos/{owner}/{repo}/git/ref/{ref}"
 #: The real activity, with a deadline shorter than the reset GitHub will ask for.

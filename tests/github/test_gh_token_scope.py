@@ -14,7 +14,7 @@ import httpx
 import pytest
 from gh_scene import Scene, git
 
-from app.engine.errors import TransientError
+from app.engine._errors import TransientError
 from app.github.gitcmd import fetch_commit
 from app.github.publish import Identity, Patch, PushStatus, build_commit, publish_branch
 

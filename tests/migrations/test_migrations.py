@@ -8,8 +8,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from app.app_tables import whole_schema
-from app.engine.db import make_engine
-from app.migrate import downgrade, upgrade
+from app.engine._db import make_engine
+from app.operations.migrate import downgrade, upgrade
 
 
 def test_migrations_match_the_models(db_url: str) -> None:
@@ -61,7 +61,7 @@ def test_0009_keys_repair_runs_by_repository_id(db_url: str) -> None:
     one) keep one active key each; downgrade puts the names back."""
     from sqlalchemy import delete, insert, select
 
-    from app.engine.store.schema import runs, signals
+    from app.engine._store.schema import runs, signals
 
     engine = make_engine(db_url)
     with engine.begin() as conn:

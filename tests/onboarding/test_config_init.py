@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config_check import check_config
 from app.main.cli import main
 from app.onboarding.detect import MAX_CANDIDATE_BYTES, detect, read_checkout, render_config
+from app.operations.config_check import check_config
 
 
 def test_a_scripts_text_never_becomes_a_command(tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
 """The sandbox as an unprivileged worker builds it (the Dockerfile's user), both backends.
 
-The test process is root here, so each test starts a child Python as a
-throwaway uid (``setpriv --reuid``, no groups, no capabilities) that runs
-commands through app.sandbox (tests/sandbox/unprivileged_driver.py). There
-the sandbox is a user namespace: the sandbox user is uid 65534 inside and
-the worker's uid to the kernel outside, so a 0600 file of the worker's is
-kept away by not being mounted (or by a mask), never by its mode.
+The test process is root here, so each test creates a throwaway user
+(``useradd``, which also gives it a subordinate uid and gid range in
+/etc/subuid and /etc/subgid, as on any Debian machine) and starts a child
+Python as that user (``setpriv --reuid``, no groups, no capabilities) that
+runs commands through app.sandbox (tests/sandbox/unprivileged_driver.py).
+There the sandbox user is uid 65534 of a user namespace and the worker's
+first subordinate uid outside (app/sandbox/userns.py): not the worker.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import shutil
 import subprocess
-import sys
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,77 +25,50 @@ from typing import Any
 import pytest
 
 from tests.sandbox import probes
+from tests.unprivileged_user import PYTHON, UNAVAILABLE, as_user, python_env, throwaway_user
 
-ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("unprivileged_driver.py")
 KEY = "unprivileged-worker-private-key-5d2c"
 
-
-def _reachable_by_others(path: str) -> bool:
-    """Every directory on the way may be crossed, and the file run, by any user."""
-    real = Path(os.path.realpath(path))
-    if not real.is_file() or not real.stat().st_mode & 0o001:
-        return False
-    return all(parent.stat().st_mode & 0o001 for parent in real.parents)
-
-
-def _python_for_others() -> str:
-    """This interpreter if another user can run it, else the system's of the same version
-    (the test's own may live under a 0700 home, like pyenv's under /root)."""
-    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (sys.executable, system):
-        if _reachable_by_others(candidate):
-            return os.path.realpath(candidate)
-    return ""
-
-
-PYTHON = _python_for_others()
-
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not PYTHON or shutil.which("setpriv") is None,
-    reason="needs root (to become a throwaway user), setpriv, and a Python "
-    f"{sys.version_info.major}.{sys.version_info.minor} other users can run",
-)
+pytestmark = pytest.mark.skipif(bool(UNAVAILABLE), reason=UNAVAILABLE)
 
 
 @dataclass
 class Worker:
     uid: int
     home: Path  # the worker's own directory (0700), like /home/repairbot
-    key_file: Path  # 0600, the worker's, in a directory commands may read
+    key_file: Path  # 0600, the worker's, in a directory commands may read, masked
+    exposed_key: Path  # 0600, the worker's, in that directory, not masked
     hidden_key: Path  # 0600, the worker's, outside anything the sandbox shows
     workspace: Path
 
 
-def free_uid() -> int:
-    taken = {int(line.split(":")[2]) for line in Path("/etc/passwd").read_text().splitlines()}
-    while True:
-        uid = 20000 + secrets.randbelow(20000)
-        if uid not in taken:
-            return uid
-
-
-@pytest.fixture
-def worker() -> Iterator[Worker]:
-    uid = free_uid()
+def make_worker(uid: int) -> Worker:
     home = Path(tempfile.mkdtemp(prefix="repairbot-unpriv-"))
     readable = home / "tools"  # an operator's read-only path holding a key by mistake
     readable.mkdir()
     key_file = readable / "app.pem"
-    key_file.write_text(KEY)
-    key_file.chmod(0o600)
+    exposed_key = readable / "exposed.pem"  # not masked: only its mode protects it
     hidden_key = home / "github-app.json"
-    hidden_key.write_text(KEY)
-    hidden_key.chmod(0o600)
+    for key in (key_file, exposed_key, hidden_key):
+        key.write_text(KEY)
+        key.chmod(0o600)
     workspace = home / "ws"
     workspace.mkdir()
-    for path in (home, readable, key_file, hidden_key, workspace):
+    for path in (home, readable, key_file, exposed_key, hidden_key, workspace):
         os.chown(path, uid, uid)
     home.chmod(0o711)  # others may pass (bwrap needs to reach the mounts), not list
-    try:
-        yield Worker(uid, home, key_file, hidden_key, workspace)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    return Worker(uid, home, key_file, exposed_key, hidden_key, workspace)
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    with throwaway_user() as uid:
+        made = make_worker(uid)
+        try:
+            yield made
+        finally:
+            shutil.rmtree(made.home, ignore_errors=True)
 
 
 async def as_worker(worker: Worker, mode: str, commands: dict[str, Any], **spec: Any) -> Any:
@@ -110,22 +81,16 @@ async def as_worker(worker: Worker, mode: str, commands: dict[str, Any], **spec:
         "commands": commands,
         **spec,
     }
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(worker.home),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]]),
-    }
-    setpriv = [
-        "setpriv", f"--reuid={worker.uid}", f"--regid={worker.uid}", "--clear-groups",
-        "--inh-caps=-all", "--bounding-set=-all",
-    ]  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
-        *setpriv, PYTHON, str(DRIVER), json.dumps(payload),
-        cwd=worker.home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        *as_user(worker.uid), PYTHON, str(DRIVER), json.dumps(payload),
+        cwd=worker.home, env=python_env(worker.home),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode == 0, err.decode()
-    return json.loads(out)
+    got = json.loads(out)
+    assert "unavailable" not in got or spec.get("may_refuse"), got["unavailable"]
+    return got
 
 
 @pytest.fixture(params=["bwrap", "unshare"])
@@ -144,6 +109,90 @@ async def test_the_workers_0600_key_files_are_not_readable(worker: Worker, mode:
     assert all(KEY not in r["output"] for r in got.values()), got
     assert "65534" in got["shown"]["output"].split(), got["shown"]  # not the worker uid
     assert "No such file or directory" in got["absent"]["output"]
+
+
+async def test_a_0600_file_of_the_worker_is_unreadable_even_when_mounted(
+    worker: Worker, mode: str
+) -> None:
+    """Not masked, in a path the sandbox shows: only its mode protects it, because
+    the sandbox user is a subordinate uid outside, not the worker."""
+    commands = {
+        "read": {"shell": f"cat {worker.exposed_key}; echo; id -u; stat -c %u {worker.home}"},
+    }
+    got = await as_worker(worker, mode, commands)
+    read = got["read"]
+    assert read["backend"] == mode
+    assert KEY not in read["output"], read
+    assert "Permission denied" in read["output"], read
+    assert "65534" in read["output"].split(), read
+
+
+async def test_the_sandbox_writes_the_workspace_and_the_worker_gets_it_back(
+    worker: Worker, mode: str
+) -> None:
+    """The command may make files only it could read (0700 directory, 0000 and
+    0600 files); afterwards they are the worker's: readable and removable."""
+    (worker.workspace / "tracked.txt").write_text("before\n")
+    os.chown(worker.workspace / "tracked.txt", worker.uid, worker.uid)
+    shell = (
+        "echo after >> tracked.txt && mkdir -m 0700 out && echo secret > out/private "
+        "&& chmod 0000 out/private && echo mine > out/mine && chmod 0600 out/mine "
+        "&& mkdir -m 0000 out/locked && ln -s /etc/passwd out/link && chmod 0700 . && echo ok"
+    )
+    got = await as_worker(
+        worker,
+        mode,
+        {"write": {"shell": shell}},
+        read_back=["tracked.txt", "out/private", "out/mine"],
+        remove="out",
+    )
+    assert got["write"]["output"].strip() == "ok", got["write"]
+    assert got["read_back"] == {
+        "tracked.txt": {"text": "before\nafter\n", "uid": worker.uid},
+        "out/private": {"text": "secret\n", "uid": worker.uid},
+        "out/mine": {"text": "mine\n", "uid": worker.uid},
+    }
+    assert got["removed"] is True
+    assert worker.workspace.stat().st_uid == worker.uid
+    assert os.stat("/etc/passwd").st_uid == 0  # the link was not followed
+
+
+async def test_a_workspace_a_killed_worker_left_behind_is_still_removed(
+    worker: Worker, mode: str
+) -> None:
+    """The worker died during the command, so nothing handed the files back:
+    removing the workspace reclaims them in a namespace of the same mapping."""
+    shell = (
+        "mkdir -m 0700 left && echo x > left/f && chmod 0000 left/f "
+        "&& mkdir -m 0000 left/locked && echo ok"
+    )
+    got = await as_worker(
+        worker,
+        mode,
+        {"write": {"shell": shell}},
+        killed_before_hand_back=True,
+        remove_workspace=".",  # the command's directory: handed over, never back
+    )
+    assert got["write"]["output"].strip() == "ok", got["write"]
+    assert got["left_owner"] not in (worker.uid, 0)  # the sandbox user's, outside
+    assert got["workspace_removed"] is True, got
+
+
+async def test_without_a_subordinate_range_nothing_runs(mode: str) -> None:
+    """No range in /etc/subuid: the sandbox user would be the worker's own uid,
+    so repository code is refused, with one line that says why."""
+    with throwaway_user(subordinate_ids=False) as uid:
+        worker = make_worker(uid)
+        try:
+            marker = worker.workspace / "ran"
+            commands = {"run": {"shell": f"touch {marker}"}}
+            got = await as_worker(worker, mode, commands, may_refuse=True)
+            assert not marker.exists()
+        finally:
+            shutil.rmtree(worker.home, ignore_errors=True)
+    reason = got["unavailable"]
+    assert "has no range in /etc/subuid and /etc/subgid" in reason, reason
+    assert "\n" not in reason
 
 
 async def test_no_nested_namespace_no_capability_seccomp_on(worker: Worker, mode: str) -> None:
@@ -167,12 +216,11 @@ async def test_no_nested_namespace_no_capability_seccomp_on(worker: Worker, mode
     assert ordinary["pool"] == 285 and ordinary["fork"] == 7
 
 
-async def test_bwrap_disables_nested_user_namespaces_even_without_the_filter(
-    worker: Worker,
-) -> None:
-    """The guard alone (``--disable-userns``): the seccomp filter is swapped for allow-all."""
+async def test_no_nested_user_namespace_even_without_the_filter(worker: Worker, mode: str) -> None:
+    """The guard alone (``user.max_user_namespaces`` = 0 in the worker's user
+    namespace): the seccomp filter is swapped for allow-all."""
     commands = {"unshare": {"shell": "unshare -U true; echo rc=$?"}}
-    got = await as_worker(worker, "bwrap", commands, without_seccomp=True)
+    got = await as_worker(worker, mode, commands, without_seccomp=True)
     assert "No space left on device" in got["unshare"]["output"], got
     assert "rc=1" in got["unshare"]["output"]
 

@@ -9,8 +9,8 @@ from sqlalchemy import Engine, select
 
 from app.app_tables import WebhookDelivery
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 from app.web import create_app
 from handlers import build_router
 from tests.web.support import SECRET, STAND_INS, Poster

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from app.engine.context import WorkflowContext
-from app.engine.registry import workflow
+from app.engine._context import WorkflowContext
+from app.engine._registry import workflow
 from app.webhooks.signature import sign
 from tests.shared_data import WEBHOOK_EXAMPLES
 

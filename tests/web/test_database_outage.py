@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
-from app.engine.db import make_engine
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._db import make_engine
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 from app.web import create_app
 from handlers import build_router
 from tests.web.support import SECRET, STAND_INS, Poster, example

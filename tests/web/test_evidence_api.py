@@ -10,13 +10,13 @@ import os
 import httpx
 from sqlalchemy import Engine, update
 
-from app.api_tokens import create_token
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.engine.store import Store
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.engine._store import Store
 from app.evidence import DatabaseEvidenceStore
 from app.evidence.database import blobs
+from app.operations.api_tokens import create_token
 from app.web import create_app
 from handlers import build_router
 

@@ -12,6 +12,7 @@ queue behind it; then they let go.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -22,12 +23,14 @@ from sqlalchemy import Engine, func, select, text
 
 from app.app_tables import WebhookDelivery
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.engine.store.schema import runs
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.engine._store.schema import runs
+from app.intake.pipeline import Intake, IntakeResult
 from app.web import create_app
-from app.web.group_commit import GroupCommit
+from app.web.group_commit import POSTGRES_WRITERS, GroupCommit, record_together
 from app.webhooks.routing import HandlerContext, Router
+from app.webhooks.signature import sign
 from handlers import build_router
 from tests.web.support import SECRET, STAND_INS, Poster, example
 
@@ -51,16 +54,20 @@ async def app(db_engine: Engine) -> AsyncIterator[tuple[Poster, GroupCommit]]:
     settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
     runtime = Runtime(db_engine, Registry.of(STAND_INS))
     web = create_app(settings, runtime, router=Router(build_router(), failing))
+    writer = web.state.intake_writer
+    # One writer, so that what queues behind the first delivery forms one
+    # group on PostgreSQL too (its several writers: test_writers_at_once).
+    writer.writers = 1
     transport = httpx.ASGITransport(app=web)
     async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:
-        yield Poster(client, SECRET), web.state.intake_writer
+        yield Poster(client, SECRET), writer
 
 
 @contextmanager
 def writers_held(engine: Engine) -> Iterator[None]:
     """No other connection can write a delivery until the block ends."""
     with engine.connect() as conn:
-        tx = conn.begin()  # SQLite: BEGIN IMMEDIATE, the write lock (app/engine/db.py)
+        tx = conn.begin()  # SQLite: BEGIN IMMEDIATE, the write lock (app/engine/_db.py)
         if conn.dialect.name == "postgresql":
             conn.execute(text("LOCK TABLE webhook_deliveries IN EXCLUSIVE MODE"))
         try:
@@ -235,3 +242,97 @@ async def test_a_delivery_alone_is_written_at_once(app: Any, db_engine: Engine) 
         response = await poster.post("issues", _labeled(n + 1), delivery=f"d-{n}")
         assert response.status_code == 202
     assert (writer.batches, writer.deliveries) == (3, 3)
+
+
+async def test_a_duplicate_in_a_group_needs_no_savepoints(
+    app: Any, db_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fast path (one INSERT for the group's records, no savepoint each)
+    answers a second copy within the group itself, without handling it."""
+    poster, writer = app
+    caplog.set_level("INFO", logger="repairbot.intake")
+    async with grouped(writer, db_engine, poster) as post:
+        a = post("issues", _labeled(1), delivery="a")
+        a_again = post("issues", _labeled(1), delivery="a")
+    assert [a.result().status_code, a_again.result().status_code] == [202, 200]
+    assert "already received" in a_again.result().json()["message"]
+    assert "recorded with savepoints" not in caplog.text
+    assert _rows(db_engine)["a"].status == "handled" and len(_run_ids(db_engine)) == 1
+
+
+async def test_a_failing_handler_sends_its_group_through_savepoints(
+    app: Any, db_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that fails in the fast path: the group, whole, is rolled back
+    and recorded again with a savepoint per delivery, still in one transaction."""
+    poster, writer = app
+    caplog.set_level("INFO", logger="repairbot.intake")
+    async with grouped(writer, db_engine, poster) as post:
+        b = post("issues", _labeled(2), delivery="b")
+        doomed = post("ping", example("ping", "ping"), delivery="doomed")
+    assert "recorded with savepoints: a handler failed on delivery doomed" in caplog.text
+    assert b.result().status_code == 202 and "failed" in doomed.result().json()["message"]
+    rows = _rows(db_engine)
+    assert (rows["b"].status, rows["doomed"].status) == ("handled", "failed")
+    # Redone in one transaction (one clock reading), not one delivery at a time.
+    assert rows["b"].received_at == rows["doomed"].received_at
+    assert not any(w.startswith("doomed-") for w in _run_ids(db_engine))
+
+
+async def test_a_copy_committed_after_the_lookup_takes_the_handling_back(
+    db_engine: Engine,
+) -> None:
+    """Another transaction may commit a copy between the group's lookup and
+    its INSERT (another writer, another web process): the INSERT then writes
+    fewer rows than the group has, and the run the handler started for the
+    copy must not stay. Here the lookup is made to miss the copy."""
+    settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
+    runtime = Runtime(db_engine, Registry.of(STAND_INS))
+    intake = Intake(runtime.store, runtime.registry, build_router(), settings)
+    star, labeled = json.dumps(STAR).encode(), json.dumps(_labeled(7)).encode()
+
+    def request(event: str, body: bytes) -> tuple[dict[str, str], bytes]:
+        headers = {"x-github-event": event, "x-github-delivery": "copy"}
+        return headers | {"x-hub-signature-256": sign(body, SECRET)}, body
+
+    [first] = record_together(intake, [request("star", star)])
+    assert first.status_code == 202
+    intake.recorded = lambda tx, ids: {}  # type: ignore[method-assign]
+    [again] = record_together(intake, [request("issues", labeled)])
+    assert isinstance(again, IntakeResult)
+    assert again.status_code == 200 and "already received" in again.message
+    assert _run_ids(db_engine) == set()
+    assert _rows(db_engine)["copy"].status == "ignored"
+
+
+@pytest.fixture
+async def writers_app(db_engine: Engine) -> AsyncIterator[tuple[Poster, GroupCommit]]:
+    settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
+    runtime = Runtime(db_engine, Registry.of(STAND_INS))
+    web = create_app(settings, runtime, router=build_router())
+    transport = httpx.ASGITransport(app=web)
+    async with httpx.AsyncClient(transport=transport, base_url="http://repairbot") as client:
+        yield Poster(client, SECRET), web.state.intake_writer
+
+
+async def test_writers_at_once(writers_app: Any, db_engine: Engine) -> None:
+    """PostgreSQL: up to ``writers`` transactions run at once, the next
+    delivery queues for the first to finish. SQLite: one writer."""
+    poster, writer = writers_app
+    if db_engine.dialect.name != "postgresql":
+        assert writer.writers == 1
+        return
+    assert writer.writers == POSTGRES_WRITERS
+    writer.writers = 2
+    with writers_held(db_engine):
+        first = asyncio.create_task(poster.post("issues", _labeled(1), delivery="w-1"))
+        await until(lambda: writer.in_transaction == 1)
+        second = asyncio.create_task(poster.post("issues", _labeled(2), delivery="w-2"))
+        await until(lambda: writer.in_transaction == 2)
+        third = asyncio.create_task(poster.post("issues", _labeled(3), delivery="w-3"))
+        await until(lambda: writer.waiting == 1)
+        assert writer.in_transaction == 2
+    answers = await asyncio.gather(first, second, third)
+    assert [a.status_code for a in answers] == [202] * 3
+    assert writer.most_at_once == 2 and (writer.batches, writer.deliveries) == (3, 3)
+    assert len(_run_ids(db_engine)) == 3

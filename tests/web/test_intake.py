@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from app.app_tables import Installation
-from app.engine.store.schema import runs, signals
+from app.engine._store.schema import runs, signals
 from app.workflows.ids import repair_workflow_id
 from tests.web.support import EXAMPLES, example
 

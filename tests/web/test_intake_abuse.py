@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.demo.serve import ServerThread, bind
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 from app.web import create_app
 from app.web.connections import (
     MAX_HEADER_BYTES,

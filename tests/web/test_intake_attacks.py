@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.migrate import upgrade
+from app.operations.migrate import upgrade
 from tests.web.abuse import ATTACKER, answer, connect, genuine, head, wait_continue
 from tests.web.support import SECRET
 

@@ -33,10 +33,10 @@ from sqlalchemy import Engine, func, select
 
 from app.app_tables import WebhookDelivery
 from app.config import Settings
-from app.engine.db import make_engine
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.intake import delivery_key
+from app.engine._db import make_engine
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.intake.pipeline import delivery_key
 from app.web import create_app
 from app.webhooks.signature import sign
 from handlers import build_router

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import select
 
 from app.app_tables import WebhookDelivery
-from app.engine.db import make_engine
+from app.engine._db import make_engine
 from app.webhooks.signature import sign
 from tests.web.support import EXAMPLES, SECRET
 

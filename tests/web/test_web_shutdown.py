@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import select
 
 from app.app_tables import WebhookDelivery
-from app.engine.db import make_engine
-from app.migrate import upgrade
+from app.engine._db import make_engine
+from app.operations.migrate import upgrade
 from app.webhooks.signature import sign
 from tests.web.support import SECRET
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select
 
 from app.app_tables import InstallationRepository
-from app.engine.store.schema import signals
+from app.engine._store.schema import signals
 from app.workflows.ids import legacy_repair_workflow_id, repair_workflow_id
 from app.workflows.triage_contracts import REPOSITORY_MOVED
 from tests.web.conftest import web  # noqa: F401 (the fixture)

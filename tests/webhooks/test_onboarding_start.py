@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
 from app.main.web_process import build_router
 from app.web import create_app
 from app.workflows.onboarding import onboarding_workflow_id

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.context import WorkflowContext
-from app.engine.errors import ActivityError
-from app.engine.policy import RetryPolicy
-from app.engine.registry import Registry, activity, workflow
+from app.engine._activity_context import ActivityContext
+from app.engine._context import WorkflowContext
+from app.engine._errors import ActivityError
+from app.engine._policy import RetryPolicy
+from app.engine._registry import Registry, activity, workflow
 
 
 @activity("kit.greet")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.errors import TransientError
-from app.engine.jobs import WORKFLOW_TASK, Job
+from app.engine._errors import TransientError
+from app.engine._jobs import WORKFLOW_TASK, Job
 from app.engine.testing import FakeActivities, Replayer, RunStuck, WorkflowEnvironment
 from app.engine.testing.clock import DEFAULT_START, ManualClock
 from app.engine.testing.dispatcher import StepDispatcher

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.errors import ActivityCancelled
+from app.engine._errors import ActivityCancelled
 from app.engine.testing import FakeActivities, WorkflowEnvironment
 from app.workflows.contracts import PR_CLOSED, PR_SYNCHRONIZED
 from tests.workflows.repair_scenario import (

@@ -8,7 +8,7 @@ import copy
 import json
 from typing import Any
 
-from app.engine.errors import PermanentError
+from app.engine._errors import PermanentError
 from app.engine.testing import Call
 from app.workflows.contracts import REVIEW
 from tests.workflows.repair_scenario import (

@@ -7,7 +7,7 @@ DEFAULT_START = 1_800_000_000.0
 
 
 class ManualClock:
-    """Epoch seconds; callable, so it is an ``app.engine.clock.Clock``."""
+    """Epoch seconds; callable, so it is an ``app.engine._clock.Clock``."""
 
     def __init__(self, start: float = DEFAULT_START) -> None:
         self.now = start

@@ -9,8 +9,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from app.engine.clock import Clock
-from app.engine.jobs import RETRACT, Job
+from app.engine._clock import Clock
+from app.engine._jobs import RETRACT, Job
 
 log = logging.getLogger("repairbot.testing")
 

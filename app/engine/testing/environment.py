@@ -19,15 +19,15 @@ from typing import Any, TypeVar
 
 from sqlmodel import SQLModel
 
-from app.engine import tables as _tables  # noqa: F401  (registers the runtime's tables)
-from app.engine.activity_context import Dependencies
-from app.engine.client import SETTLED
-from app.engine.db import make_engine
-from app.engine.history import export_history
-from app.engine.history_commands import RecordedEvent
-from app.engine.registry import Registry
-from app.engine.runtime import Runtime
-from app.engine.store import RunRow
+from app.engine import _tables  # noqa: F401  (registers the runtime's tables)
+from app.engine._activity_context import Dependencies
+from app.engine._client import SETTLED
+from app.engine._db import make_engine
+from app.engine._history import export_history
+from app.engine._history_commands import RecordedEvent
+from app.engine._registry import Registry
+from app.engine._runtime import Runtime
+from app.engine._store import RunRow
 from app.engine.testing.clock import ManualClock
 from app.engine.testing.dispatcher import StepDispatcher
 from app.engine.testing.fakes import FakeActivities

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.activity_context import ActivityContext
-from app.engine.errors import PermanentError
-from app.engine.registry import ActivityDefn, Registry
+from app.engine._activity_context import ActivityContext
+from app.engine._errors import PermanentError
+from app.engine._registry import ActivityDefn, Registry
 
 #: What a fake does when called: a function of the call (sync or async)
 #: returning the result or raising; or a canned value; or an exception

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.history import replay_recorded
-from app.engine.history_commands import RecordedEvent
-from app.engine.registry import Registry, WorkflowDefn
+from app.engine._history import replay_recorded
+from app.engine._history_commands import RecordedEvent
+from app.engine._registry import Registry, WorkflowDefn
 
 _POSITION = re.compile(r"at command (\d+)")
 

@@ -1,0 +1,113 @@
+"""What an activity sees of the runtime: who it is, and a way to heartbeat.
+
+Heartbeat details double as a checkpoint: an activity that saves one with
+:meth:`ActivityContext.checkpoint` finds it in ``last_checkpoint`` on its
+next attempt (after a crash, a lost lease or a transient failure), and every
+later heartbeat carries it along, so a progress beat never erases it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from app.engine._db_retry import retrying
+from app.engine._faults import FaultPoints
+from app.engine._store import Claim, Store
+from app.engine._store.async_store import StoreThreads
+
+T = TypeVar("T")
+
+#: The key under which a checkpoint travels in the heartbeat details.
+CHECKPOINT_KEY = "checkpoint"
+
+
+class Dependencies:
+    """Shared clients built once per worker (GitHub factory, evidence store...),
+    looked up by type so activities stay typed."""
+
+    def __init__(self, *objects: object) -> None:
+        self._by_type: dict[type, object] = {}
+        for obj in objects:
+            self.add(obj)
+
+    def add(self, obj: object) -> None:
+        self._by_type[type(obj)] = obj
+
+    def get(self, kind: type[T]) -> T:
+        found = self._by_type.get(kind)
+        if found is None:
+            for obj in self._by_type.values():
+                if isinstance(obj, kind):
+                    return obj
+            raise LookupError(f"no {kind.__name__} was given to this worker")
+        assert isinstance(found, kind)
+        return found
+
+
+class ActivityContext:
+    def __init__(
+        self,
+        claim: Claim,
+        *,
+        store: Store,
+        threads: StoreThreads,
+        deps: Dependencies,
+        worker_id: str,
+        faults: FaultPoints,
+    ) -> None:
+        self.run_id = claim.run_id
+        self.workflow_id = claim.workflow_id
+        self.operation_id = claim.operation_id
+        self.activity = claim.activity
+        self.attempt = claim.attempt
+        self.task_id = claim.task_id
+        self.token = claim.token
+        self.worker_id = worker_id
+        self.deps = deps
+        self.cancel_requested = False
+        self._store = store
+        self._threads = threads
+        self._faults = faults
+        previous = claim.heartbeat_details
+        #: The checkpoint the previous attempt saved last (``None`` on a first attempt).
+        self.last_checkpoint: Any = (
+            previous.get(CHECKPOINT_KEY) if isinstance(previous, dict) else None
+        )
+        self._checkpoint: Any = self.last_checkpoint
+        #: How long a heartbeat rides out a database outage before failing.
+        self.db_patience = 0.0
+
+    async def heartbeat(self, details: Any = None) -> bool:
+        """Extend the lease, record progress; True if cancellation was requested.
+
+        Raises :class:`StaleLease` if this attempt lost its lease: stop at once.
+        """
+        if self._checkpoint is not None:
+            progress = details if isinstance(details, dict) else {"progress": details}
+            details = {**progress, CHECKPOINT_KEY: self._checkpoint}
+        answer = await retrying(
+            lambda: self._store.heartbeat(self.task_id, self.token, details),
+            what=f"heartbeating {self.operation_id}",
+            patience=self.db_patience,
+            threads=self._threads,
+        )
+        self.cancel_requested = self.cancel_requested or answer
+        self._faults.hit("activity.after_heartbeat", self.activity)
+        return self.cancel_requested
+
+    async def checkpoint(self, value: Any) -> bool:
+        """Record ``value`` durably (a heartbeat) for a later attempt to resume
+        from; True if cancellation was requested. Keep it small: it is
+        rewritten with every heartbeat; large bodies go to evidence."""
+        self._checkpoint = value
+        return await self.heartbeat({})
+
+    def fault(self, name: str) -> None:
+        """A named fault point inside the activity's own code (crash tests)."""
+        self._faults.hit(name, self.activity)
+
+    def dep(self, kind: type[T]) -> T:
+        # Deprecated: an activity's dependencies are its instance's attributes
+        # (``typed_activity_method`` + ``Registry.register_activities``), given
+        # explicitly; this type-keyed lookup stays until product code moves.
+        return self.deps.get(kind)
