@@ -17,6 +17,23 @@ from app.app_tables import whole_schema
 from app.engine._db import make_engine
 from app.operations.migrate import upgrade
 
+#: Where the tests that start the whole stack live (tests/e2e, and the
+#: benchmarks in tests/bench, which start workers and load them), and the crash tests
+#: (tests/engine/test_crash_*.py) that kill worker processes: slow unless
+#: marked ``fast``. ``scripts/test --fast`` leaves the slow ones out.
+STACK_TESTS = ("e2e", "bench")
+CRASH_TESTS = "test_crash_"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path
+        in_stack = any(folder in path.parts for folder in STACK_TESTS)
+        whole_stack = in_stack or path.name.startswith(CRASH_TESTS)
+        if whole_stack and item.get_closest_marker("fast") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 PG_ADMIN_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
+from app.engine._clock import Clock, clock_datetime, system_clock
 from app.engine._dispatch import Dispatcher
 from app.engine._errors import WorkflowNotFound
 from app.engine._faults import FaultPoints
@@ -49,11 +49,14 @@ class RuntimeClient:
         *,
         fault_point: str = "",
         threads: StoreThreads | None = None,
+        clock: Clock = system_clock,
     ) -> None:
         self.engine = engine
         self.registry = registry
         self.faults = FaultPoints(fault_point)
-        self.store = Store(engine, faults=self.faults)
+        #: The one clock of this runtime (see app/engine/_clock.py).
+        self.clock = clock
+        self.store = Store(engine, faults=self.faults, clock=clock)
         #: The one way from a coroutine to the store (see async_store).
         self.threads = threads or StoreThreads.for_engine(engine)
         self.dispatcher: Dispatcher | None = None
@@ -197,7 +200,9 @@ class RuntimeClient:
         defn = self.registry.workflow(run.workflow_name, run.workflow_version)
         execution = WorkflowExecution(defn, run_id=run.run_id, workflow_id=run.workflow_id)
         try:
-            execution.apply(self.store.load_events(run.run_id), task_time=datetime.now(UTC))
+            execution.apply(
+                self.store.load_events(run.run_id), task_time=clock_datetime(self.clock)
+            )
             return execution.query(name)
         finally:
             execution.close()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from app.engine._clock import Clock, system_clock
 from app.engine._jobs import RETRACT, Job
 
 log = logging.getLogger("repairbot.dispatch")
@@ -29,8 +29,15 @@ class InProcessDispatcher:
     """Runs jobs in this process on a bounded pool of asyncio tasks: the
     embedded default (SQLite plus one process, no Redis)."""
 
-    def __init__(self, run_job: Callable[[Job], Awaitable[None]], *, concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        run_job: Callable[[Job], Awaitable[None]],
+        *,
+        concurrency: int = 8,
+        clock: Clock = system_clock,
+    ) -> None:
         self._run_job = run_job
+        self._clock = clock
         self._concurrency = concurrency
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._known: set[str] = set()  # job ids queued, deferred or running
@@ -40,7 +47,7 @@ class InProcessDispatcher:
 
     async def enqueue(self, jobs: Sequence[Job]) -> None:
         loop = asyncio.get_running_loop()
-        now = time.time()
+        now = self._clock()
         for job in jobs:
             if job.kind == RETRACT:
                 self._retract(job.job_id)

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 
 from app.engine._activity_context import Dependencies
 from app.engine._client import SETTLED, RuntimeClient
+from app.engine._clock import Clock, system_clock
 from app.engine._db_retry import retrying
 from app.engine._dispatch import Dispatcher, InProcessDispatcher
 from app.engine._jobs import Job
@@ -43,8 +44,9 @@ class Runtime(RuntimeClient):
         liveness_interval: float = 1.0,
         worker_silence: float = 15.0,
         db_patience: float = 15.0,
+        clock: Clock = system_clock,
     ) -> None:
-        super().__init__(engine, registry, fault_point=fault_point)
+        super().__init__(engine, registry, fault_point=fault_point, clock=clock)
         # One identity per process: a restarted worker that keeps its configured
         # id must not look like the live continuation of the one that died.
         self.worker_id = f"{worker_id}/{uuid.uuid4().hex[:8]}"
@@ -64,6 +66,7 @@ class Runtime(RuntimeClient):
             concurrency=concurrency,
             db_patience=db_patience,
             threads=self.threads,
+            clock=clock,
         )
         self.concurrency = concurrency
         self.reconcile_interval = reconcile_interval
@@ -77,6 +80,7 @@ class Runtime(RuntimeClient):
             waiting=self.jobs_waiting,
             relay_grace=relay_grace,
             worker_silence=worker_silence,
+            clock=clock,
             threads=self.threads,
         )
 
@@ -84,7 +88,9 @@ class Runtime(RuntimeClient):
 
     async def start_in_process(self) -> None:
         """Embedded mode: run jobs and the reconciler in this process."""
-        dispatcher = InProcessDispatcher(self.worker.run_job, concurrency=self.concurrency)
+        dispatcher = InProcessDispatcher(
+            self.worker.run_job, concurrency=self.concurrency, clock=self.clock
+        )
         dispatcher.start()
         self.use_dispatcher(dispatcher)
         self.start_liveness()

@@ -13,12 +13,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
 from app.engine._activity_context import ActivityContext, Dependencies
+from app.engine._clock import Clock, clock_datetime, system_clock
 from app.engine._db_retry import is_transient, retrying
 from app.engine._errors import ActivityFailure, StaleLease
 from app.engine._faults import FaultPoints
@@ -116,8 +116,11 @@ class Worker:
         concurrency: int = 8,
         db_patience: float = 15.0,
         threads: StoreThreads | None = None,
+        clock: Clock = system_clock,
     ) -> None:
         self.store = store
+        #: The runtime's clock (see app/engine/_clock.py): stored times are compared with it.
+        self.clock = clock
         #: Every store call goes through these threads, never on the event loop.
         self.threads = threads or StoreThreads.for_engine(store.engine)
         self.registry = registry
@@ -192,7 +195,7 @@ class Worker:
         are only hints: the claim or the guarded commit decides, and the job's
         outbox row stays until it is consumed, so a crash loses nothing."""
         remote: list[Job] = []
-        now = time.time()
+        now = self.clock()
         for job in jobs:
             if self._can_run_eagerly(job, now):
                 await self._slots.acquire()  # free now: checked just above
@@ -313,7 +316,7 @@ class Worker:
         if resumed is None:
             return True  # nothing new since the cached state
         execution, events = resumed
-        step = execution.apply(events, task_time=datetime.now(UTC))
+        step = execution.apply(events, task_time=clock_datetime(self.clock))
         offer = self._offer(step)
         try:
             jobs = await self.threads.run(self.store.commit_workflow_task, run, step, offer=offer)
@@ -454,7 +457,7 @@ class Worker:
             faults=self.faults,
         )
         actx.db_patience = self.db_patience
-        remaining = claim.started_at + claim.options.timeouts.start_to_close - time.time()
+        remaining = claim.started_at + claim.options.timeouts.start_to_close - self.clock()
         try:
             if claim.needs_reconcile and defn.reconcile is not None:
                 verdict = await asyncio.wait_for(defn.reconcile(actx, claim.input), remaining)
@@ -550,7 +553,7 @@ class Worker:
                 },
             )
             bind_log_context(run_id=run.run_id)
-            step = execution.apply([completed], task_time=datetime.now(UTC))
+            step = execution.apply([completed], task_time=clock_datetime(self.clock))
             offer = self._offer(step)
             self.faults.hit("fused.before_commit")
             try:

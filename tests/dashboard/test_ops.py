@@ -23,6 +23,7 @@ from app.operations.api_tokens import create_token
 from app.operations.metrics import MeteredTransport, route_of
 from app.operations.watch import watch
 from tests.dashboard.conftest import GITHUB, World
+from tests.waiting import wait_until
 
 
 def test_route_labels_are_bounded() -> None:
@@ -143,7 +144,7 @@ async def test_runs_watch_follows_a_run_to_its_end(world: World) -> None:
             watch, world.runtime, world.runs["widgets#2"], interval=0.05, out=out, timeout=30
         )
     )
-    await asyncio.sleep(0.5)
+    await wait_until("the watch showing the run", out.getvalue)
     await world.runtime.cancel("repair:octo/widgets#2", "not needed")
     code = await asyncio.wait_for(watching, 40)
     text = out.getvalue()

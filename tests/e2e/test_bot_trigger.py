@@ -45,6 +45,7 @@ def _workspaces(stack: LocalStack) -> list[str]:
 
 
 @SQLITE_ONLY
+@pytest.mark.fast
 async def test_a_bot_not_on_the_allow_list_is_refused_before_any_clone(
     stack: LocalStack,
 ) -> None:

@@ -25,6 +25,7 @@ def seed(tmp_path: Path) -> Path:
     return write_project(tmp_path / "project")
 
 
+@pytest.mark.fast
 async def test_happy_path_to_merge(stack: LocalStack) -> None:
     stack.start_repairbot(agent_command=tuple(fix_agent_command()))
     number = await open_labelled_issue(stack)

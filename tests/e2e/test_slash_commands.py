@@ -82,6 +82,7 @@ async def test_commands_from_readers_get_one_polite_refusal(stack: LocalStack) -
     assert len(refusals) == 1
 
 
+@pytest.mark.fast
 async def test_repair_status_cancel_and_retry_from_a_maintainer(stack: LocalStack) -> None:
     """``/repair`` starts the issue's run, ``/repair status`` describes it,
     ``/repair retry`` starts a fresh run once it ended; each is answered once."""

@@ -18,6 +18,7 @@ from app.engine._jobs import DEFAULT_QUEUE
 from app.engine._runtime import Runtime
 from app.engine._store.schema import outbox
 from tests.engine.test_workflows_basic import REGISTRY
+from tests.waiting import history_has, wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -58,7 +59,7 @@ async def test_redis_flush_mid_run_loses_nothing(arq_runtime: Runtime, redis_url
     await arq_runtime.wait_for("arq-flush", statuses=("running",))
     redis = Redis.from_url(redis_url)
     # Let the workflow reach its wait, then throw away everything Redis holds.
-    await asyncio.sleep(0.3)
+    await wait_until("the run waits", history_has(arq_runtime, "arq-flush", "timer_started"))
     await redis.flushdb()
     await arq_runtime.signal("arq-flush", "approve", {"ok": 1}, dedupe_key="s1")
     await redis.flushdb()  # the signal's job is gone too: the outbox relay brings it back

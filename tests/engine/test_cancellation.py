@@ -17,6 +17,7 @@ from app.engine._errors import (
 from app.engine._policy import RetryPolicy, Timeouts
 from app.engine._registry import Registry, activity, workflow
 from app.engine._replay import WorkflowExecution
+from tests.waiting import history_has, wait_until
 
 LOG: list[str] = []
 
@@ -176,8 +177,7 @@ async def test_cleanup_scheduled_in_the_cancelling_task_runs(make_runtime: Any) 
 async def test_unhandled_cancel_ends_the_run_cancelled(make_runtime: Any) -> None:
     rt = await make_runtime(REGISTRY)
     await rt.start_workflow("ignores-cancel", "c-plain")
-    await rt.wait_for("c-plain", statuses=("running",))
-    await asyncio.sleep(0.1)
+    await wait_until("the run sleeps", history_has(rt, "c-plain", "timer_started"))
     await rt.cancel("c-plain", "label removed")
     run = await rt.wait_for("c-plain")
     assert run.status == "cancelled"

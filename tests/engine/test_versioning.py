@@ -14,6 +14,7 @@ from app.engine._context import WorkflowContext
 from app.engine._determinism import check_module_source
 from app.engine._errors import DeterminismViolation
 from app.engine._registry import Registry, WorkflowDefn, activity, workflow
+from tests.waiting import history_has, wait_until
 
 
 @activity("noop")
@@ -38,7 +39,8 @@ async def test_changed_code_parks_the_run_with_a_diff(make_runtime: Any) -> None
     original = WorkflowDefn("flow", 1, _v1)
     rt = await make_runtime(Registry.of([original], [noop]))
     await rt.start_workflow("flow", "nd-1")
-    await asyncio.sleep(0.3)
+    # The old code ran its first step and waits for the signal.
+    await wait_until("step one recorded", history_has(rt, "nd-1", "activity_completed"))
     await rt.stop()  # the worker with the old code goes away (a deploy)
 
     edited = WorkflowDefn("flow", 1, _v1_edited)
@@ -60,7 +62,8 @@ async def test_run_keeps_its_version_and_workers_take_only_their_versions(
     v1, v2 = WorkflowDefn("flow", 1, _v1), WorkflowDefn("flow", 2, _v2)
     only_v2 = await make_runtime(Registry.of([v2], [noop]))
     started = await only_v2.start_workflow("flow", "pinned", version=1)
-    await asyncio.sleep(0.3)
+    # The run's job reached the worker, which left it alone.
+    await wait_until("the job taken", lambda: only_v2.dispatcher.jobs_run >= 1)
     assert only_v2.store.load_run(started.run_id).history_length == 1  # untouched
     both = await make_runtime(Registry.of([v1, v2], [noop]))
     await both.signal("pinned", "go", None, dedupe_key="go")

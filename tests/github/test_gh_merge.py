@@ -24,6 +24,7 @@ from app.github.merge import (
     read_pull,
 )
 from app.github.pulls import ensure_pull_request
+from tests.waiting import wait_until
 
 MERGE = "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"
 BRANCH = "repairbot/issue-1"
@@ -100,8 +101,12 @@ async def test_head_moved_between_read_and_merge_is_refused_by_github(
     number, approved = proposal
     fault = await scene.client.faults.add(MERGE, "delay", delay=0.5)
     merging = asyncio.create_task(merge_pinned(scene.gh, scene.repo, number, approved))
-    while not any(f["fired"] for f in await scene.client.faults.list() if f["id"] == fault["id"]):
-        await asyncio.sleep(0.01)  # our PUT is in, held by the emulator
+
+    async def put_is_held() -> bool:
+        faults = await scene.client.faults.list()
+        return any(f["fired"] for f in faults if f["id"] == fault["id"])
+
+    await wait_until("our PUT is in, held by the emulator", put_is_held)
     moved = await push_branch(BRANCH, {"calc.py": "def add(a, b):\n    return b + a\n"})
     assert await merging == HeadMoved(approved, moved)  # GitHub answered 409
     assert not merged_in_emulator(scene, number)

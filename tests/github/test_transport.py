@@ -112,6 +112,8 @@ class SlowServer:
 
     delay: float
     port: int = 0
+    #: Set once a ``/slow`` request has arrived whole (it is then held).
+    slow_arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -126,6 +128,7 @@ class SlowServer:
             if length:
                 await reader.readexactly(length)
             if head.startswith(b"POST /slow"):
+                self.slow_arrived.set()
                 await asyncio.sleep(self.delay)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             await writer.drain()
@@ -142,7 +145,7 @@ async def test_a_client_closing_leaves_the_shared_pool_to_the_others() -> None:
     async with srv:
         slow_client = httpx.AsyncClient(transport=shared, base_url=base)
         slow = asyncio.create_task(slow_client.post("/slow", json={"merge": True}))
-        await asyncio.sleep(0.1)  # the slow request is on the wire
+        await asyncio.wait_for(state.slow_arrived.wait(), 10)  # the slow request is in
         quick_client = httpx.AsyncClient(transport=shared, base_url=base)
         assert (await quick_client.get("/quick")).status_code == 200
         await quick_client.aclose()  # as githubkit does after each request
