@@ -72,9 +72,9 @@ class PooledGitHub(GitHub[A]):
     async def get_async_client(self) -> AsyncGenerator[httpx.AsyncClient, None]:
         if self._pooled is None:
             client = await self._create_async_client()
-            client.cookies = httpx.Cookies(
-                CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
-            )
+            # The jar itself, not httpx.Cookies(jar): the setter copies a
+            # Cookies' contents into a default jar, dropping the policy.
+            client.cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
             self._pooled = client
         yield self._pooled
 
