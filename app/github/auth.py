@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import httpx
+import jwt
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from githubkit import AppAuthStrategy
@@ -70,19 +71,75 @@ class AppCredentials:
             raise CredentialsError("GitHub App private key must be an RSA key (JWTs use RS256)")
 
 
+#: A JWT is valid for ten minutes (GitHub's maximum); it is signed again after eight.
+JWT_LIFETIME = timedelta(minutes=10)
+JWT_REUSE = timedelta(minutes=8)
+#: Issued this far in the past, against clock drift (as GitHub advises).
+JWT_BACKDATE = timedelta(minutes=1)
+
+
+class AppJWT:
+    """The App's JWT: the private key parsed once, the token signed once and
+    reused for :data:`JWT_REUSE`.
+
+    githubkit parses the PEM key for every JWT it signs, and signs one for
+    every token mint that finds its cache empty, which all the runs starting
+    together do at once (an ``await`` sits between its cache read and write).
+    Here nothing awaits between the check and the reuse, so one event loop
+    signs one JWT per period.
+    """
+
+    def __init__(self, issuer: str, private_key: str, *, clock: Clock = utcnow) -> None:
+        self.issuer = issuer
+        self._key = load_pem_private_key(private_key.encode(), password=None)
+        self._clock = clock
+        self._token = ""
+        self._renew_at = datetime.min.replace(tzinfo=UTC)
+        #: JWTs signed so far (tests read it).
+        self.signed = 0
+
+    def current(self) -> str:
+        now = self._clock()
+        if now >= self._renew_at:
+            issued = now - JWT_BACKDATE
+            claims = {"iss": self.issuer, "iat": issued, "exp": issued + JWT_LIFETIME}
+            self._token = jwt.encode(claims, self._key, algorithm="RS256")  # type: ignore[arg-type]
+            self._renew_at = now + JWT_REUSE
+            self.signed += 1
+        return self._token
+
+    def __repr__(self) -> str:
+        return f"AppJWT(issuer={self.issuer!r})"
+
+
 class _QuietAppAuth(AppAuth):
+    jwts: AppJWT
+
     def __repr__(self) -> str:
         return f"AppAuth(app_id={self.app_id!r}, private_key=<hidden>)"
 
+    def get_jwt(self) -> str:
+        return self.jwts.current()
+
+    async def aget_jwt(self) -> str:
+        return self.jwts.current()
+
 
 class AppJWTAuthStrategy(AppAuthStrategy):
-    """githubkit's App strategy with the private key kept out of reprs."""
+    """githubkit's App strategy with the private key kept out of reprs and
+    one :class:`AppJWT` shared by every request of this strategy."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # type: ignore[no-untyped-call]
+        self.jwts = AppJWT(str(self.app_id), self.private_key)
 
     def __repr__(self) -> str:
         return f"AppJWTAuthStrategy(app_id={self.app_id!r}, private_key=<hidden>)"
 
     def get_auth_flow(self, github: GitHubCore[AppJWTAuthStrategy]) -> httpx.Auth:
-        return _QuietAppAuth(github, self.app_id, self.private_key)
+        auth = _QuietAppAuth(github, self.app_id, self.private_key)
+        auth.jwts = self.jwts
+        return auth
 
 
 @dataclass(frozen=True)

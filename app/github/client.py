@@ -10,13 +10,16 @@ the reconcile step that keeps effects single.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, cast
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any, TypeVar, cast
 
 import httpx
 from githubkit import GitHub
+from githubkit.auth.base import BaseAuthStrategy
 from githubkit.cache import MemCacheStrategy
 from githubkit.config import Config, get_config
 from githubkit.utils import UNSET
@@ -48,8 +51,42 @@ from app.github.transport import SharedTransport
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
-InstallationGitHub = GitHub[InstallationAuthStrategy]
-AppGitHub = GitHub[AppJWTAuthStrategy]
+A = TypeVar("A", bound=BaseAuthStrategy)
+
+
+class PooledGitHub(GitHub[A]):
+    """githubkit's client, sending every request through one long-lived httpx client.
+
+    Outside ``async with``, githubkit builds an ``httpx.AsyncClient`` around
+    each request (auth flow, headers, the environment's proxy settings) and
+    closes it afterwards: about a seventh of a worker's CPU per repair run
+    went there (docs/benchmarks.md, CPU per repair run). The connection pool
+    underneath was already shared (app/github/transport.py), so keeping the
+    client changes nothing on the wire. It keeps no cookies, as the one-shot
+    clients kept none between requests.
+    """
+
+    _pooled: httpx.AsyncClient | None = None
+
+    @asynccontextmanager
+    async def get_async_client(self) -> AsyncGenerator[httpx.AsyncClient, None]:
+        if self._pooled is None:
+            client = await self._create_async_client()
+            # The jar itself, not httpx.Cookies(jar): the setter copies a
+            # Cookies' contents into a default jar, dropping the policy.
+            client.cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+            self._pooled = client
+        yield self._pooled
+
+    async def aclose_pooled(self) -> None:
+        """Close the kept httpx client (the shared pool under it stays open)."""
+        client, self._pooled = self._pooled, None
+        if client is not None:
+            await client.aclose()
+
+
+InstallationGitHub = PooledGitHub[InstallationAuthStrategy]
+AppGitHub = PooledGitHub[AppJWTAuthStrategy]
 
 
 class GitHubClientFactory:
@@ -102,7 +139,7 @@ class GitHubClientFactory:
             # run, or two Apps) would otherwise read each other's entries.
             cache_strategy=MemCacheStrategy(),
         )
-        self._app = GitHub(
+        self._app: AppGitHub = PooledGitHub(
             AppJWTAuthStrategy(credentials.app_id, credentials.private_key), config=self._config
         )
         self.tokens = InstallationTokenCache(self._mint, refresh_margin=refresh_margin, clock=clock)
@@ -132,7 +169,10 @@ class GitHubClientFactory:
         return f"GitHubClientFactory(base_url={self.base_url!r})"
 
     async def aclose(self) -> None:
-        """Close the connection pool every client of this factory shares."""
+        """Close the kept clients and the connection pool they share."""
+        clients: list[PooledGitHub[Any]] = [self._app, *self._installations.values()]
+        for client in clients:
+            await client.aclose_pooled()
         await self.transport.close()
 
     def app(self) -> AppGitHub:
@@ -151,7 +191,7 @@ class GitHubClientFactory:
         client = self._installations.get(scope)
         if client is None:
             key: int | TokenScope = scope if repository else installation_id
-            client = GitHub(
+            client = PooledGitHub(
                 InstallationAuthStrategy(self.tokens, key),
                 config=self._installation_config(installation_id),
             )

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, Table, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from app.app_tables import GitHubConditional
@@ -122,6 +123,19 @@ class DatabaseConditionalStore:
             "body": stored.body,
             "stored_at": self._now(),
         }
+        upsert = _UPSERTS.get(self.engine.dialect.name)
+        if upsert is not None:
+            # One statement, one transaction: most answers are stored for the
+            # first time, where update-then-insert paid two.
+            statement = upsert(_table).values(
+                installation_id=installation_id, request_key=key, **row
+            )
+            statement = statement.on_conflict_do_update(
+                index_elements=[_table.c.installation_id, _table.c.request_key], set_=row
+            )
+            with self.engine.begin() as conn:
+                conn.execute(statement)
+            return
         # Update, else insert; two workers storing the same answer at once may
         # both insert: the loser's duplicate is simply dropped.
         with self.engine.begin() as conn:
@@ -131,6 +145,13 @@ class DatabaseConditionalStore:
             conn.execute(
                 _table.insert().values(installation_id=installation_id, request_key=key, **row)
             )
+
+
+#: ``INSERT ... ON CONFLICT DO UPDATE`` where the database has it.
+_UPSERTS: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
 
 
 class ConditionalTransport(httpx.AsyncBaseTransport):
