@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from activities import installation_caps as caps
 from app.workflows.calls import call
-from app.workflows.repair_base import Finished, Next, RunBase
+from app.workflows.repair_base import Finished, RunBase
+from app.workflows.state import Next
 
 #: The first pause before asking for a slot again, and the longest.
 FIRST_WAIT_SECONDS = 15.0

@@ -32,9 +32,10 @@ from app.workflows import repair_v1
 from app.workflows.calls import call
 from app.workflows.contracts import RunRequest
 from app.workflows.installation_slots import InstallationSlot
-from app.workflows.repair_base import Finished, Next
+from app.workflows.repair_base import Finished
 from app.workflows.repair_review import ReviewPhases
 from app.workflows.repair_work import WorkPhases
+from app.workflows.state import Next
 from app.workflows.triage_contracts import ISSUE_DELETED
 from app.workflows.trigger_check import bot_may_trigger
 

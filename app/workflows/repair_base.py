@@ -7,7 +7,7 @@ Deterministic code only: effects are activities, time is ``ctx.now()``.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -21,7 +21,7 @@ from app.repo_config import CheckoutConfig, Command, RepoConfig
 from app.workflows.calls import again, call, first, schedule, unsuspended, waits_out
 from app.workflows.contracts import RunRequest
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
-from app.workflows.state import Outcome, Phase, RunState
+from app.workflows.state import Next, Outcome, Phase, RunState
 from app.workflows.triage_contracts import REPOSITORY_MOVED, RepositoryMovedSignal
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 (an activity's input model)
@@ -29,18 +29,6 @@ R = TypeVar("R", bound=BaseModel)
 
 POLICY_VERSION = "2026-11-30.2"
 CHECK_NAME = "repairbot"
-
-#: Where a phase goes next. ``done`` ends the loop with a merge.
-Next = Literal[
-    "preparing",
-    "reproducing",
-    "repairing",
-    "publishing",
-    "awaiting-review",
-    "merging",
-    "confirming",
-    "done",
-]
 
 
 class Finished(Exception):

@@ -25,8 +25,8 @@ from app.workflows.contracts import (
     PullSynchronizedSignal,
     ReviewSignal,
 )
-from app.workflows.repair_base import POLICY_VERSION, Finished, Next, RunBase
-from app.workflows.state import Approval, PullState
+from app.workflows.repair_base import POLICY_VERSION, Finished, RunBase
+from app.workflows.state import Approval, Next, PullState
 
 WAITED_FOR = (REVIEW, PR_CLOSED, PR_SYNCHRONIZED)
 #: The drift check's interval grows to at most this many times the configured one.

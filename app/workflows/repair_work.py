@@ -17,9 +17,9 @@ from app.workflows.base_evidence import (
 )
 from app.workflows.calls import call
 from app.workflows.ids import head_owner, run_branch
-from app.workflows.repair_base import Finished, Next, RunBase
+from app.workflows.repair_base import Finished, RunBase
 from app.workflows.report import pull_request_body
-from app.workflows.state import Contract, Limits, PullState
+from app.workflows.state import Contract, Limits, Next, PullState
 
 
 class WorkPhases(RunBase):

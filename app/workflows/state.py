@@ -13,11 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.evidence import EvidenceRef
 from app.repo_config import Budgets
 
-#: The phases a run goes through, in order. ``awaiting-review`` may lead back
-#: to ``repairing`` (changes requested) and ``merging`` back to
-#: ``awaiting-review`` (a renewed review); nothing else goes backwards.
-Phase = Literal[
-    "accepted",
+#: The phases a run works through, in order; ``done`` ends the loop with a
+#: merge. ``awaiting-review`` may lead back to ``repairing`` (changes
+#: requested) and ``merging`` back to ``awaiting-review`` (a renewed review);
+#: nothing else goes backwards. Also what a phase says comes next.
+Next = Literal[
     "preparing",
     "reproducing",
     "repairing",
@@ -27,6 +27,8 @@ Phase = Literal[
     "confirming",
     "done",
 ]
+#: Where a run is: one of the phases, or ``accepted`` before any work.
+Phase = Literal["accepted", Next]
 
 #: How a run can end. Each has a headline and next steps in :mod:`report`.
 Outcome = Literal[
