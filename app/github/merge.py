@@ -83,7 +83,7 @@ MergeOutcome = Merged | HeadMoved | NotMergeable
 
 
 @dataclass(frozen=True)
-class PullState:
+class PullSnapshot:
     """What a merge decision needs from a pull request, read fresh."""
 
     number: int
@@ -97,7 +97,7 @@ class PullState:
     mergeable: bool | None = None
 
 
-async def read_pull(gh: InstallationGitHub, repo: RepoRef, number: int) -> PullState:
+async def read_pull(gh: InstallationGitHub, repo: RepoRef, number: int) -> PullSnapshot:
     """The pull request as GitHub holds it now.
 
     githubkit asks for API version 2026-03-10, which no longer returns
@@ -117,7 +117,7 @@ async def read_pull(gh: InstallationGitHub, repo: RepoRef, number: int) -> PullS
                 headers={"X-GitHub-Api-Version": MERGE_SHA_VERSION},
             )
         merge_sha = _merge_sha(old.json())
-    return PullState(
+    return PullSnapshot(
         number=pr.number,
         state=pr.state,
         merged=pr.merged,
@@ -142,7 +142,7 @@ def base_modified(exc: BaseException) -> bool:
     )
 
 
-def _settled(pr: PullState, approved_sha: str) -> MergeOutcome | None:
+def _settled(pr: PullSnapshot, approved_sha: str) -> MergeOutcome | None:
     """The outcome the pull request's current state already decides, if any."""
     if pr.merged:
         if pr.head_sha != approved_sha:
@@ -189,7 +189,7 @@ async def merge_pinned(
 
 async def _read_until_known(
     gh: InstallationGitHub, repo: RepoRef, number: int, patience: MergePatience
-) -> PullState:
+) -> PullSnapshot:
     """Read the pull request, re-reading while GitHub still computes ``mergeable``.
 
     Still unknown after the allowed reads, the state is returned as is: the
