@@ -25,6 +25,7 @@ from app.workflows.contracts import (
     PullSynchronizedSignal,
     ReviewSignal,
 )
+from app.workflows.permissions import may_write
 from app.workflows.repair_base import POLICY_VERSION, Finished, RunBase
 from app.workflows.state import Approval, Next, PullState
 
@@ -108,13 +109,9 @@ class ReviewPhases(RunBase):
         self.seen_reviews = self.seen_reviews | {review.review_id}
         if review.state not in ("approved", "changes_requested"):
             return None
-        granted = await call(
-            self.ctx,
-            github.permission,
-            github.PermissionInput(**self.repo_fields(), user=review.reviewer),
-            step=f"reviewer-{review.review_id}",
-        )
-        if not granted.may_write:
+        if not await may_write(
+            self.ctx, review.reviewer, step=f"reviewer-{review.review_id}", **self.repo_fields()
+        ):
             await self.report(
                 detail=f"A review by @{review.reviewer} was ignored: reviews count only from "
                 "people with write access."
@@ -221,13 +218,9 @@ class ReviewPhases(RunBase):
                 "The policy changed since the approval (repairbot's version or "
                 "`.github/repairbot.yml` on the base branch): please review again."
             )
-        granted = await call(
-            self.ctx,
-            github.permission,
-            github.PermissionInput(**self.repo_fields(), user=bound.reviewer),
-            step=f"approver-recheck-{n}",
-        )
-        if not granted.may_write:
+        if not await may_write(
+            self.ctx, bound.reviewer, step=f"approver-recheck-{n}", **self.repo_fields()
+        ):
             return (
                 f"@{bound.reviewer} no longer has write access, so their approval does not "
                 "count any more: someone with write access must approve."

@@ -17,6 +17,7 @@ from app.workflows.base_evidence import (
 )
 from app.workflows.calls import call
 from app.workflows.ids import head_owner, run_branch
+from app.workflows.permissions import may_write
 from app.workflows.repair_base import Finished, RunBase
 from app.workflows.report import pull_request_body
 from app.workflows.state import Contract, Limits, Next, PullState
@@ -36,13 +37,9 @@ class WorkPhases(RunBase):
         request = self.request
         if request.trigger != "label" or request.sender_is_bot:
             return True
-        granted = await call(
-            self.ctx,
-            github.permission,
-            github.PermissionInput(**self.repo_fields(), user=request.requested_by),
-            step="trigger-permission",
+        return await may_write(
+            self.ctx, request.requested_by, step="trigger-permission", **self.repo_fields()
         )
-        return granted.may_write
 
     def trigger_counts(self) -> bool:
         request = self.request
@@ -61,13 +58,9 @@ class WorkPhases(RunBase):
             return False
         if author == self.request.requested_by and self.request.trigger == "comment":
             return True  # the command workflow checked this person already
-        granted = await call(
-            self.ctx,
-            github.permission,
-            github.PermissionInput(**self.repo_fields(), user=author),
-            step="issue-author-permission",
+        return await may_write(
+            self.ctx, author, step="issue-author-permission", **self.repo_fields()
         )
-        return granted.may_write
 
     # -- preparing ----------------------------------------------------------------
 
