@@ -36,7 +36,7 @@ from bench.environment import ROOT
 from bench.spec import INPROCESS, OURS, POSTGRES, SQLITE, Case
 
 # A prefix, so it matches the store as one module or as a package of mixins.
-STORE = "app/engine/store"
+STORE = "app/engine/_store"
 DBOS_FILES = ("dbos/_sys_db", "dbos/_core")
 # The table a statement touches, skipping a schema prefix ("main"., "dbos".).
 _TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+(?:"?[a-z_]+"?\.)?"?([a-z_]+)', re.IGNORECASE)

@@ -16,7 +16,7 @@ from app.engine import (
     Registry,
     RetryPolicy,
     WorkflowContext,
-    activity,
+    typed_activity,
     workflow,
 )
 from app.engine._store.schema import tasks
@@ -36,18 +36,18 @@ class Answer(BaseModel):
     said: str
 
 
-@activity("suspendable", retry=RetryPolicy(initial_interval=0.01, max_attempts=5))
-async def suspendable(actx: ActivityContext, raw: dict[str, Any]) -> dict[str, Any]:
+@typed_activity("suspendable", retry=RetryPolicy(initial_interval=0.01, max_attempts=5))
+async def suspendable(actx: ActivityContext, ask: Ask) -> Answer:
     WORLD.setdefault("attempts", []).append(actx.attempt)
     failure = WORLD.get("failure")
     if failure is not None:
         raise failure
-    return {"said": raw["what"]}
+    return Answer(said=ask.what)
 
 
 @workflow("suspendable-flow")
 async def suspendable_flow(ctx: WorkflowContext, _: Any) -> Any:
-    answer = await call(ctx, suspendable, Ask(what="hello"), Answer, step="ask")
+    answer = await call(ctx, suspendable, Ask(what="hello"), step="ask")
     return answer.said
 
 
