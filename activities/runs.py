@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from app.contracts.ids import REPAIR_WORKFLOW, request_workflow_id
+from app.contracts.requests import RunRequest
 from app.engine import (
     OPEN_STATUSES,
     PARKED_STATUSES,
@@ -18,8 +20,6 @@ from app.engine import (
     typed_activity,
 )
 from app.operations.run_actions import landed
-from app.workflows.contracts import RunRequest
-from app.workflows.ids import REPAIR_WORKFLOW, request_workflow_id
 
 DB = RetryPolicy(initial_interval=0.5, max_attempts=10)
 DB_TIMEOUTS = Timeouts(start_to_close=60)

@@ -47,6 +47,7 @@ from typing import Any
 from redis.asyncio import Redis
 from sqlalchemy import Engine, func, select, text
 
+from app.contracts.ids import repair_workflow_id
 from app.demo.fleet import Fleet, wait_healthy
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
@@ -55,7 +56,6 @@ from app.engine._runtime import SETTLED, Runtime
 from app.engine._tables import ActivityAttempt, ActivityTask, WorkflowRun
 from app.main.catalog import build_registry
 from app.operations.migrate import upgrade
-from app.workflows.ids import repair_workflow_id
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision
 from bench.spec import POSTGRES

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from app.contracts.ids import repair_workflow_ids
+from app.contracts.requests import RunRequest
 from app.webhooks.events import IssueCommentEvent, IssuesEvent
 from app.webhooks.models import Repository
 from app.webhooks.routing import HandlerContext
-from app.workflows.contracts import RunRequest
-from app.workflows.ids import repair_workflow_ids
 
 
 def issue_run(ctx: HandlerContext, repository: Repository, issue_number: int) -> str:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from sqlalchemy import bindparam, delete, insert, update
 
 from app.app_tables import Installation, InstallationRepository
+from app.contracts.triage_inputs import INSTALLATION_RESUMED
 from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
 from app.webhooks.routing import HandlerContext, Router
 from app.workflows.onboarding import ONBOARDING_WORKFLOW, OnboardRequest, onboarding_workflow_id
-from app.workflows.triage_contracts import INSTALLATION_RESUMED
 from handlers.moves import end_runs, installation_open_runs, installation_runs
 
 router = Router()

@@ -10,10 +10,10 @@ under a new delivery id, does nothing.
 
 from __future__ import annotations
 
+from app.contracts.ids import COMMAND_WORKFLOW, command_workflow_id
+from app.contracts.requests import CommandRequest, CommandSpec
 from app.webhooks.events import IssueCommentEvent
 from app.webhooks.routing import HandlerContext, Router
-from app.workflows.contracts import CommandRequest, CommandSpec
-from app.workflows.ids import COMMAND_WORKFLOW, command_workflow_id
 from handlers.inputs import repair_request
 from handlers.slash import SlashCommand, parse_command
 

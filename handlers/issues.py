@@ -13,15 +13,15 @@ close is GitHub's side effect of the run's merge are GitHub questions too.
 
 from __future__ import annotations
 
-from app.webhooks.events import IssuesEvent
-from app.webhooks.routing import HandlerContext, Router
-from app.workflows.contracts import RunRequest
-from app.workflows.ids import (
+from app.contracts.ids import (
     CLOSE_TRIAGE_WORKFLOW,
     LABEL_TRIAGE_WORKFLOW,
     triage_workflow_id,
 )
-from app.workflows.triage_contracts import ISSUE_DELETED, CloseTriage, LabelTriage
+from app.contracts.requests import RunRequest
+from app.contracts.triage_inputs import ISSUE_DELETED, CloseTriage, LabelTriage
+from app.webhooks.events import IssuesEvent
+from app.webhooks.routing import HandlerContext, Router
 from handlers.inputs import issue_run, repair_request
 from handlers.moves import move_run
 

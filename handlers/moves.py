@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from sqlalchemy import and_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.contracts.ids import REPAIR_WORKFLOW, repair_workflow_id
 from app.engine import schema
 from app.webhooks.models import Repository
 from app.webhooks.routing import HandlerContext
-from app.workflows.ids import REPAIR_WORKFLOW, repair_workflow_id
 
 #: What a run's record says when the thing it worked on vanished with all its
 #: resources: nothing is left on GitHub that the run could clean.

@@ -9,15 +9,15 @@ again (it knows its own).
 
 from __future__ import annotations
 
-from app.webhooks.events import PullRequestEvent
-from app.webhooks.routing import HandlerContext, Router
-from app.workflows.contracts import (
+from app.contracts.ids import issue_of_branch
+from app.contracts.requests import (
     PR_CLOSED,
     PR_SYNCHRONIZED,
     PullClosedSignal,
     PullSynchronizedSignal,
 )
-from app.workflows.ids import issue_of_branch
+from app.webhooks.events import PullRequestEvent
+from app.webhooks.routing import HandlerContext, Router
 from handlers.inputs import issue_run
 
 router = Router()

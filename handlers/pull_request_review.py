@@ -3,10 +3,10 @@ deduplicated by review id, carrying who reviewed which commit, how and when."""
 
 from __future__ import annotations
 
+from app.contracts.ids import issue_of_branch
+from app.contracts.requests import REVIEW, ReviewSignal
 from app.webhooks.events import PullRequestReviewEvent
 from app.webhooks.routing import HandlerContext, Router
-from app.workflows.contracts import REVIEW, ReviewSignal
-from app.workflows.ids import issue_of_branch
 from handlers.inputs import issue_run
 
 router = Router()

@@ -8,9 +8,9 @@ from __future__ import annotations
 from sqlalchemy import update
 
 from app.app_tables import InstallationRepository
+from app.contracts.triage_inputs import REPOSITORY_MOVED, RepositoryMovedSignal
 from app.webhooks.events import RepositoryEvent
 from app.webhooks.routing import HandlerContext, Router
-from app.workflows.triage_contracts import REPOSITORY_MOVED, RepositoryMovedSignal
 from handlers.inputs import clone_url
 from handlers.moves import end_runs, repository_runs
 

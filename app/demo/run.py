@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings
+from app.contracts.ids import repair_workflow_id
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.scripted_model import API_KEY, ScriptedModel, demo_repair_script
 from app.demo.serve import ServerThread, bind
@@ -37,7 +38,6 @@ from app.demo.spawn import spawn_repairbot
 from app.demo.stack import LocalStack
 from app.engine import SETTLED, until_stopped
 from app.sandbox import describe
-from app.workflows.ids import repair_workflow_id
 
 
 @dataclass

@@ -8,6 +8,8 @@ What is here, by purpose:
 - Declaring work from type hints (pydantic models in and out):
   ``typed_workflow``, ``typed_activity``, ``typed_activity_method`` (an
   activity that is a method of an object holding its dependencies),
+  ``activity_contract`` (an activity's name, models and policy without its
+  body: what workflows call) and ``implements`` (the method that is its body),
   ``SignalDefn``; ``await ctx.call(activity, Input(...))`` returns the result
   model. The untyped ``workflow``, ``activity``, ``Signal`` remain while
   product code moves over. ``Registry``; the contexts a
@@ -81,6 +83,8 @@ from app.engine._typed import (
     TypedActivity,
     TypedFuture,
     TypedWorkflow,
+    activity_contract,
+    implements,
     typed_activity,
     typed_activity_method,
     typed_workflow,
@@ -158,9 +162,11 @@ __all__ = [
     "WorkflowFuture",
     "WorkflowRun",
     "activity",
+    "activity_contract",
     "connect_redis",
     "export_history",
     "freeze_startup_heap",
+    "implements",
     "make_engine",
     "run_row",
     "schema",

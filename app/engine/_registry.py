@@ -139,16 +139,20 @@ class Registry:
         self.activities[defn.name] = defn
 
     def register_activities(self, instance: object) -> list[str]:
-        """Register every activity declared with ``typed_activity_method`` on
-        ``instance``'s class, run on ``instance`` (which holds their
+        """Register every activity declared with ``typed_activity_method`` or
+        ``implements`` on ``instance``'s class, run on ``instance`` (which holds their
         dependencies, given explicitly instead of looked up by type).
         Returns their names; an instance with none is an error."""
-        from app.engine._typed import TypedActivity  # typed builds on this module
+        from app.engine._typed import (  # typed builds on this module
+            TypedActivity,
+            check_implementation,
+        )
 
         names = []
         for cls in reversed(type(instance).__mro__):
             for attr in vars(cls).values():
-                if isinstance(attr, TypedActivity) and not attr.bound:
+                if isinstance(attr, TypedActivity) and attr.method is not None:
+                    check_implementation(attr, type(instance))
                     self.add_activity(attr.bind(instance))
                     names.append(attr.name)
         if not names:

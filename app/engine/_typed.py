@@ -132,6 +132,9 @@ class TypedActivity(ActivityDefn, Generic[I, R]):
     bound: bool = True
     method: Callable[..., Awaitable[Any]] | None = None
     method_reconcile: Callable[..., Awaitable[ReconcileResult]] | None = field(default=None)
+    #: The contract this method implements (``@implements``): registration
+    #: checks the method's hinted models against it.
+    contract: TypedActivity[Any, Any] | None = None
 
     def __get__(self, instance: object, owner: type | None = None) -> TypedActivity[I, R]:
         # ``Greeter.compose`` (and ``greeter.compose``) is the declaration
@@ -264,6 +267,99 @@ def typed_activity_method(
         )
 
     return wrap
+
+
+def _unbound(activity_name: str) -> Callable[[ActivityContext, Any], Awaitable[Any]]:
+    async def unbound(_actx: ActivityContext, _raw: Any) -> Any:
+        raise RuntimeError(
+            f"activity {activity_name} has no body here: register an instance implementing "
+            "it with Registry.register_activities"
+        )
+
+    return unbound
+
+
+async def _reconciled_elsewhere(_actx: ActivityContext, _raw: Any) -> ReconcileResult:
+    raise RuntimeError("a contract's reconcile runs in its implementation")
+
+
+def activity_contract(
+    name: str,
+    input: type[I],
+    result: type[R],
+    *,
+    retry: RetryPolicy | None = None,
+    timeouts: Timeouts | None = None,
+    reconciled: bool = False,
+) -> TypedActivity[I, R]:
+    """An activity declared without its body: what workflows call.
+
+    ``ctx.call(contract, input)`` works as with any typed activity; the body
+    is a method marked ``@implements(contract)`` on a class whose instance
+    (holding its dependencies) is given to :meth:`Registry.register_activities`.
+    ``reconciled``: the implementation answers ``reconcile=`` (workflows
+    record whether an activity has one, so the contract must say)."""
+    activity_name = _checked_name(name)
+    for label, kind in (("input", input), ("result", result)):
+        if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+            raise TypeError(f"activity {activity_name}: its {label} must be a pydantic model")
+    return TypedActivity(
+        name=activity_name,
+        fn=_unbound(activity_name),
+        options=_options(retry, timeouts),
+        reconcile=_reconciled_elsewhere if reconciled else None,
+        input_type=input,
+        result_type=result,
+        bound=False,
+    )
+
+
+def implements(
+    contract: TypedActivity[I, R],
+    *,
+    reconcile: Callable[[Any, ActivityContext, I], Awaitable[ReconcileResult]] | None = None,
+) -> Callable[[Callable[[Any, ActivityContext, I], Awaitable[R]]], TypedActivity[I, R]]:
+    """Mark ``async def method(self, actx, input: In) -> Out`` as the body of
+    ``contract`` (same name, options; :meth:`Registry.register_activities`
+    refuses it if its hinted models are not the contract's)."""
+
+    def wrap(fn: Callable[[Any, ActivityContext, I], Awaitable[R]]) -> TypedActivity[I, R]:
+        if (reconcile is None) != (contract.reconcile is None):
+            raise TypeError(
+                f"{fn.__qualname__} implements {contract.name}: the contract is "
+                f"{'' if contract.reconcile else 'not '}reconciled, so give "
+                f"{'a' if contract.reconcile else 'no'} reconcile="
+            )
+        input_type, result_type = _hinted_models(fn, skip=2)
+        return TypedActivity(
+            name=contract.name,
+            fn=_unbound(contract.name),
+            options=contract.options,
+            reconcile=contract.reconcile,
+            input_type=input_type,
+            result_type=result_type,
+            bound=False,
+            method=fn,
+            method_reconcile=reconcile,
+            contract=contract,
+        )
+
+    return wrap
+
+
+def check_implementation(defn: TypedActivity[Any, Any], owner: type) -> None:
+    """Refuse an ``@implements`` method whose models are not its contract's."""
+    contract = defn.contract
+    if contract is None:
+        return
+    mine = (defn.input_type, defn.result_type)
+    theirs = (contract.input_type, contract.result_type)
+    if mine != theirs:
+        raise TypeError(
+            f"{owner.__name__} implements activity {contract.name} as "
+            f"({mine[0].__name__}) -> {mine[1].__name__}, but its contract is "
+            f"({theirs[0].__name__}) -> {theirs[1].__name__}"
+        )
 
 
 @dataclass(frozen=True)

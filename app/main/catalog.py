@@ -15,7 +15,7 @@ from activities import (
     trigger_config,
     workspace,
 )
-from activities import example as example_activities
+from activities.example import ExampleActivities
 from app.engine import Registry
 from app.workflows import config_check as config_check_workflow
 from app.workflows import example, repair, slash_command
@@ -24,7 +24,7 @@ from app.workflows import triage as triage_workflows
 
 
 def build_registry() -> Registry:
-    return Registry.of(
+    registry = Registry.of(
         [
             *example.WORKFLOWS,
             *slash_command.WORKFLOWS,
@@ -34,7 +34,6 @@ def build_registry() -> Registry:
             *config_check_workflow.WORKFLOWS,
         ],
         [
-            *example_activities.ACTIVITIES,
             *github.ACTIVITIES,
             *runs.ACTIVITIES,
             *installation_caps.ACTIVITIES,
@@ -48,3 +47,5 @@ def build_registry() -> Registry:
             *config_check.ACTIVITIES,
         ],
     )
+    registry.register_activities(ExampleActivities())
+    return registry

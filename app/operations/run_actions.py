@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.contracts.ids import REPAIR_WORKFLOW
 from app.engine import CLOSED_STATUSES, RunRow, RuntimeClient
-from app.workflows.ids import REPAIR_WORKFLOW
 
 #: Outcomes after which the fix is on the base branch: a retry would repair
 #: code that no longer has the bug (or fight the revert a human decides on).

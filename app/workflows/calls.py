@@ -20,9 +20,9 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from app.contracts.triage_inputs import INSTALLATION_RESUMED
 from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture
 from app.github.errors import InstallationSuspended
-from app.workflows.triage_contracts import INSTALLATION_RESUMED
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 (an activity's input model)
 R = TypeVar("R", bound=BaseModel)

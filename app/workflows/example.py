@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from activities.example import Item, measure
+from app.contracts.example import Item, measure
 from app.engine import SignalDefn, WorkflowContext, typed_workflow
 
 

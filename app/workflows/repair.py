@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from activities import github
+from app.contracts.requests import RunRequest
+from app.contracts.triage_inputs import ISSUE_DELETED
 from app.engine import (
     ActivityError,
     CleanupIncomplete,
@@ -30,13 +32,11 @@ from app.engine import (
 )
 from app.workflows import repair_v1
 from app.workflows.calls import call
-from app.workflows.contracts import RunRequest
 from app.workflows.installation_slots import InstallationSlot
 from app.workflows.repair_base import Finished
 from app.workflows.repair_review import ReviewPhases
 from app.workflows.repair_work import WorkPhases
 from app.workflows.state import Next
-from app.workflows.triage_contracts import ISSUE_DELETED
 from app.workflows.trigger_check import bot_may_trigger
 
 #: Outcomes that park the run (it holds the issue until a human retries it).

@@ -15,14 +15,14 @@ from activities import github
 from activities.agent import FeedbackInput
 from activities.repo_commands import VerifyInput, VerifyResult
 from activities.workspace import WorkspaceSpec
+from app.contracts.requests import RunRequest
+from app.contracts.triage_inputs import REPOSITORY_MOVED, RepositoryMovedSignal
 from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture
 from app.evidence import EvidenceRef
 from app.repo_config import CheckoutConfig, Command, RepoConfig
 from app.workflows.calls import again, call, first, schedule, unsuspended, waits_out
-from app.workflows.contracts import RunRequest
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
 from app.workflows.state import Next, Outcome, Phase, RunState
-from app.workflows.triage_contracts import REPOSITORY_MOVED, RepositoryMovedSignal
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 (an activity's input model)
 R = TypeVar("R", bound=BaseModel)

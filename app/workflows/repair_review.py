@@ -14,10 +14,7 @@ from activities import approval as binding
 from activities import github, repo_commands
 from activities.agent import FeedbackInput
 from activities.repo_commands import BaselineTests, StepInput
-from app.engine import Signal, WorkflowCancelled
-from app.workflows.base_evidence import baseline_sentence
-from app.workflows.calls import call
-from app.workflows.contracts import (
+from app.contracts.requests import (
     PR_CLOSED,
     PR_SYNCHRONIZED,
     REVIEW,
@@ -25,6 +22,9 @@ from app.workflows.contracts import (
     PullSynchronizedSignal,
     ReviewSignal,
 )
+from app.engine import Signal, WorkflowCancelled
+from app.workflows.base_evidence import baseline_sentence
+from app.workflows.calls import call
 from app.workflows.permissions import may_write
 from app.workflows.repair_base import POLICY_VERSION, Finished, RunBase
 from app.workflows.state import Approval, Next, PullState

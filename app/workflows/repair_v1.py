@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from activities import agent, github, repo_commands, workspace
+from app.contracts.ids import repair_branch
 from app.engine import (
     ActivityError,
     CleanupIncomplete,
@@ -26,7 +27,6 @@ from app.engine import (
     WorkflowContext,
     workflow,
 )
-from app.workflows.ids import repair_branch
 from app.workflows.report_v1 import pull_request_body, status_comment
 
 POLICY_VERSION = "2026-11-30.1"

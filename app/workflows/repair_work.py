@@ -8,6 +8,7 @@ from activities.agent import FeedbackInput, ProposeInput, ProposeResult
 from activities.repo_commands import BaselineTests, ReproductionResult, StepInput
 from app.agent.budget import Caps as AgentCaps
 from app.agent.budget import Usage as AgentUsage
+from app.contracts.ids import head_owner, run_branch
 from app.repo_config import reproduction_from_issue
 from app.workflows.base_evidence import (
     baseline_sentence,
@@ -16,7 +17,6 @@ from app.workflows.base_evidence import (
     setup_failed,
 )
 from app.workflows.calls import call
-from app.workflows.ids import head_owner, run_branch
 from app.workflows.permissions import may_write
 from app.workflows.repair_base import Finished, RunBase
 from app.workflows.report import pull_request_body

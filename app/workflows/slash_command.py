@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from activities import github, runs
+from app.contracts.requests import CommandRequest, RunRequest
 from app.engine import WorkflowContext, workflow
 from app.workflows import slash_command_v1
 from app.workflows.calls import call
-from app.workflows.contracts import CommandRequest, RunRequest
 from handlers.slash import HELP
 
 

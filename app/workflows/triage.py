@@ -22,10 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 from activities import github, runs, triage
+from app.contracts.requests import RunRequest
+from app.contracts.triage_inputs import CloseTriage, LabelTriage
 from app.engine import WorkflowContext, workflow
 from app.workflows.calls import call
-from app.workflows.contracts import RunRequest
-from app.workflows.triage_contracts import CloseTriage, LabelTriage
 
 #: Seconds between looks at a run that is still cancelling (doubling), and
 #: how long a relabel waits for it before it says why it gave up.

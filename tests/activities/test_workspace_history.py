@@ -79,7 +79,7 @@ class _Ctx:
 
 
 def test_the_repositorys_checkout_setting_reaches_every_workspace() -> None:
-    from app.workflows.contracts import RunRequest
+    from app.contracts.requests import RunRequest
     from app.workflows.repair_base import RunBase
 
     request = RunRequest(

@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from app.contracts.ids import issue_of_branch, repair_workflow_id
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE
 from app.demo.run import WorkerProcess
 from app.demo.stack import LocalStack
 from app.engine._store import RunRow
-from app.workflows.ids import issue_of_branch, repair_workflow_id
 
 
 async def open_labelled_issue(

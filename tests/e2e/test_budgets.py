@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from app.contracts.ids import repair_branch
 from app.demo.project import BUGGY_LINE, fix_agent_command, write_project
 from app.demo.run import builtin_agent_env, demo_test_command
 from app.demo.scripted_model import demo_repair_script
 from app.demo.stack import LocalStack
-from app.workflows.ids import repair_branch
 from tests.agent.fake_llm import FakeLLM
 from tests.e2e import scenario
 

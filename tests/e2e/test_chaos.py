@@ -41,6 +41,7 @@ from redis.asyncio import Redis
 from sqlalchemy import func, select
 
 from app.config import Settings
+from app.contracts.ids import repair_workflow_id
 from app.demo.project import FIXED_LINE, ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.spawn import spawn_repairbot
 from app.demo.stack import LocalStack
@@ -49,7 +50,6 @@ from app.engine._runtime import Runtime
 from app.engine._store.schema import STALE_WRITES, counters, outbox, tasks
 from app.main.catalog import build_registry
 from app.operations.migrate import upgrade
-from app.workflows.ids import repair_workflow_id
 from tests.engine.private_services import PrivatePostgres, PrivateRedis, wait_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(900)]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from app.contracts.ids import repair_branch
 from app.demo.project import (
     BUGGY_LINE,
     FIXED_LINE,
@@ -29,7 +30,6 @@ from app.demo.project import (
     write_project,
 )
 from app.demo.stack import LocalStack
-from app.workflows.ids import repair_branch
 from tests.e2e.scenario import (
     activity_results,
     branch_sha,

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.contracts.ids import repair_workflow_id
 from app.demo.fleet import Fleet, wait_healthy
 from app.demo.project import FIXED_LINE, ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
@@ -29,7 +30,6 @@ from app.engine._runtime import SETTLED, Runtime
 from app.engine._store import Store
 from app.main.catalog import build_registry
 from app.operations.api_tokens import create_token
-from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import file_on_branch
 
 REPOS = ("slugify", "slugify-two", "slugify-three")

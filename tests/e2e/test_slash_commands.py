@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.contracts.ids import command_workflow_id
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.workflows.ids import command_workflow_id
 from tests.e2e.scenario import review, wait_end, wait_phase, workflow_id
 
 

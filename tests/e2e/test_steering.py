@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import select
 
 from app.app_tables import Installation
+from app.contracts.ids import repair_workflow_id
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import WEBHOOK_SECRET, LocalStack
 from app.engine._store.schema import tasks
-from app.workflows.ids import repair_workflow_id
 from tests.e2e.scenario import (
     final_check,
     github_state,

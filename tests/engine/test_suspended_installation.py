@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import select
 
+from app.contracts.triage_inputs import INSTALLATION_RESUMED
 from app.engine import (
     ActivityContext,
     PermanentError,
@@ -22,7 +23,6 @@ from app.engine import (
 from app.engine._store.schema import tasks
 from app.github.errors import SUSPENDED, InstallationSuspended
 from app.workflows.calls import call
-from app.workflows.triage_contracts import INSTALLATION_RESUMED
 from tests.e2e.scenario import wait_for
 
 WORLD: dict[str, Any] = {}

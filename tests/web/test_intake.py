@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import select
 
 from app.app_tables import Installation
+from app.contracts.ids import repair_workflow_id
 from app.engine._store.schema import runs, signals
-from app.workflows.ids import repair_workflow_id
 from tests.web.support import EXAMPLES, example
 
 ALL_EXAMPLES = sorted(p for p in EXAMPLES.glob("*/*.json"))

@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import select
 
 from app.app_tables import InstallationRepository
+from app.contracts.ids import legacy_repair_workflow_id, repair_workflow_id
+from app.contracts.triage_inputs import INSTALLATION_RESUMED, ISSUE_DELETED, REPOSITORY_MOVED
 from app.engine._store.schema import signals
-from app.workflows.ids import legacy_repair_workflow_id, repair_workflow_id
-from app.workflows.triage_contracts import INSTALLATION_RESUMED, ISSUE_DELETED, REPOSITORY_MOVED
 from tests.web.conftest import web  # noqa: F401 (the fixture)
 from tests.web.support import example
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from app.contracts.requests import PR_CLOSED, PR_SYNCHRONIZED
 from app.engine._errors import ActivityCancelled
 from app.engine.testing import FakeActivities, WorkflowEnvironment
-from app.workflows.contracts import PR_CLOSED, PR_SYNCHRONIZED
 from tests.workflows.repair_scenario import (
     PROPOSED_SHA,
     PULL_NUMBER,

@@ -8,9 +8,9 @@ import copy
 import json
 from typing import Any
 
+from app.contracts.requests import REVIEW
 from app.engine._errors import PermanentError
 from app.engine.testing import Call
-from app.workflows.contracts import REVIEW
 from tests.workflows.repair_scenario import (
     OPEN_PULL,
     PROPOSED_SHA,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from app.workflows.contracts import RunRequest
+from app.contracts.requests import RunRequest
 
 #: Sent to a repository's open runs on ``repository.renamed`` / ``transferred``.
 REPOSITORY_MOVED = "repository_moved"
