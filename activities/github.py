@@ -1,4 +1,5 @@
-"""GitHub activities: every read and mutation the workflows make on GitHub.
+"""GitHub activities' bodies (their contracts: app/contracts/github.py): every
+read and mutation the workflows make on GitHub.
 
 Each mutation is safe to retry: it finds its operation marker (or reads state
 back) before acting, and declares a reconcile function that answers, after a
@@ -7,40 +8,76 @@ lost response, whether the effect happened.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from githubkit.exception import GitHubException
-from pydantic import BaseModel, ConfigDict
 
 from activities.suspension import suspension_checked
 from app.config import Settings
+from app.contracts import github
+from app.contracts.github import (
+    BranchHeadResult,
+    BranchInput,
+    CheckRunInput,
+    CheckRunResult,
+    ClosePullInput,
+    ClosePullResult,
+    CommentInput,
+    CommentResult,
+    CommitInput,
+    CommitResult,
+    CompareInput,
+    CompareResult,
+    DeleteBranchInput,
+    DeleteBranchResult,
+    IssueInput,
+    IssueView,
+    MergeInput,
+    MergeResult,
+    ObserveInput,
+    ObserveResult,
+    PermissionInput,
+    PermissionResult,
+    PolicyInput,
+    PolicyResult,
+    ProposalRepoResult,
+    PullInput,
+    PullRequestInput,
+    PullRequestResult,
+    PullView,
+    PushInput,
+    PushResult,
+    ReadyResult,
+    RepoInput,
+    RevertInput,
+    RevertResult,
+    ReviewView,
+    TreesInput,
+    TreesResult,
+)
 from app.engine import (
     Absent,
     ActivityContext,
-    ActivityDefn,
     Found,
     PermanentError,
     ReconcileResult,
-    RetryPolicy,
-    Timeouts,
     TransientError,
     Unknown,
-    typed_activity,
+    implements,
 )
 from app.evidence import EvidenceStore
 from app.github.branches import Deletion, delete_branch_if_at
-from app.github.checks import CheckRunView, Conclusion, ensure_check_run
+from app.github.checks import CheckRunView, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
 from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
 from app.github.gitcmd import fetch_commit, git_env, remote_auth, run_git
-from app.github.markers import OpId, strip_markers
+from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
     Identity,
@@ -55,9 +92,6 @@ from app.github.publish import (
 from app.github.pulls import ensure_pull_request, find_pull_requests, mark_ready_for_review
 from app.github.repos import RepoRef
 
-API = RetryPolicy(initial_interval=1.0, backoff=2.0, max_interval=60.0, max_attempts=8)
-API_TIMEOUTS = Timeouts(start_to_close=120, schedule_to_close=3600)
-GIT_TIMEOUTS = Timeouts(start_to_close=600, schedule_to_close=3600)
 BOT = Identity("repairbot", "repairbot@users.noreply.github.com")
 
 
@@ -72,396 +106,18 @@ class GitHubAccess:
         return f"{self.git_url.rstrip('/')}/{repo}.git"
 
 
-def _access(actx: ActivityContext) -> GitHubAccess:
-    return actx.dep(GitHubAccess)
+def _factory_of(activities: GitHubActivities) -> GitHubClientFactory:
+    return activities.access.factory
 
 
 #: For activities that run git: its bare 401/403 may be a suspended installation.
-_git_suspension = suspension_checked(lambda actx: _access(actx).factory)
-
-
-# -- contracts ------------------------------------------------------------------
-# Inputs forbid unknown keys (a typo is a permanent error, not a silent default);
-# results ignore unknown keys so an older workflow reads a newer result.
-
-
-class RepoInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    repo: str
-    installation_id: int
-
-
-class Marked(RepoInput):
-    """Inputs of mutations that leave an operation marker in what they write."""
-
-    op_run: str
-    op_step: str
-
-    @property
-    def op(self) -> OpId:
-        return OpId(self.op_run, self.op_step)
-
-
-class Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class PermissionInput(RepoInput):
-    user: str
-
-
-WRITE_OR_HIGHER: frozenset[str] = frozenset({"admin", "maintain", "write"})
-
-
-class PermissionResult(Result):
-    permission: str
-
-    @property
-    def may_write(self) -> bool:
-        return self.permission in WRITE_OR_HIGHER
-
-
-class BranchInput(RepoInput):
-    branch: str
-
-
-class BranchHeadResult(Result):
-    sha: str
-
-
-class PullInput(RepoInput):
-    number: int
-
-
-class CompareInput(RepoInput):
-    base: str
-    head: str
-
-
-class CompareResult(Result):
-    #: GitHub's ``identical``, ``ahead``, ``behind`` or ``diverged``; ``unrelated``
-    #: when the two share no history (GitHub answers 404).
-    status: str
-
-
-class TreesInput(RepoInput):
-    commits: list[str]
-
-
-class TreesResult(Result):
-    #: Each commit's tree, as GitHub reads it back.
-    trees: dict[str, str]
-
-
-class PolicyInput(BranchInput):
-    #: Bound into the digest: a new build's policy is a new policy.
-    policy_version: str
-
-
-class PolicyResult(Result):
-    #: ``<policy_version>+<git object id of the config at the branch's head>``.
-    digest: str
-    at: str
-
-
-class IssueInput(RepoInput):
-    number: int
-
-
-class IssueView(Result):
-    title: str
-    body: str = ""
-    author: str | None = None
-    state: str = "open"
-
-
-class PullView(Result):
-    number: int
-    state: str
-    merged: bool
-    draft: bool = False
-    head_sha: str
-    merge_commit_sha: str | None = None
-
-
-class CommentInput(Marked):
-    issue_number: int
-    body: str
-
-
-class CommentResult(Result):
-    id: int
-    url: str = ""
-    created: bool = False
-
-
-class CommitInput(RepoInput):
-    base_sha: str
-    patch_sha: str
-    message: str
-    timestamp: str
-
-
-class CommitResult(Result):
-    sha: str
-
-
-class PushInput(CommitInput):
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_repo",)
-
-    branch: str
-    sha: str
-    #: Where the branch must be now; ``None``: it must not exist.
-    expected: str | None = None
-    #: The repository the branch lives in (the proposal fork); ``None``: ``repo``.
-    head_repo: str | None = None
-
-
-class PushResult(Result):
-    status: str
-    sha: str | None = None
-    remote_sha: str | None = None
-
-
-class DeleteBranchInput(BranchInput):
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_repo",)
-
-    #: Deleted only while the branch is still at this commit (ours).
-    sha: str
-    #: The repository the branch lives in (the proposal fork); ``None``: ``repo``.
-    head_repo: str | None = None
-
-
-class DeleteBranchResult(Result):
-    deleted: bool
-    reason: str | None = None
-
-
-class PullRequestInput(Marked):
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_owner",)
-
-    head: str
-    base: str
-    title: str
-    body: str
-    #: ``head`` is a branch of this account's fork (``None``: of ``repo``).
-    head_owner: str | None = None
-
-
-class PullRequestResult(Result):
-    number: int
-    url: str = ""
-    head_sha: str = ""
-    state: str = "open"
-    merged: bool = False
-    created: bool = False
-    #: False when the repository cannot have drafts and a ready PR was opened.
-    draft: bool = True
-
-
-class ReadyResult(Result):
-    changed: bool
-
-
-class ClosePullInput(PullInput):
-    #: A comment posted on the pull request before it is closed (found by marker).
-    comment: str | None = None
-    op_run: str | None = None
-    op_step: str | None = None
-
-
-class ClosePullResult(Result):
-    closed: bool
-
-
-class CheckRunInput(Marked):
-    head_sha: str
-    name: str
-    title: str
-    summary: str
-    #: ``None``: in progress.
-    conclusion: Conclusion | None = None
-
-
-class CheckRunResult(Result):
-    id: int
-
-
-class MergeInput(PullInput):
-    sha: str
-    method: Literal["merge", "squash", "rebase"]
-
-
-class MergeResult(Result):
-    #: ``merged``, ``head-moved`` or ``not-mergeable`` (others: a human decides).
-    outcome: str
-    merge_commit_sha: str | None = None
-    head_sha: str | None = None
-    reason: str | None = None
-
-
-class RevertInput(Marked):
-    """A draft pull request that reverts ``merge_sha`` (found by marker)."""
-
-    merge_sha: str
-    base: str
-    branch: str
-    title: str
-    body: str
-    timestamp: str
-
-
-class RevertResult(Result):
-    sha: str
-    number: int
-    url: str = ""
-
-
-class ReviewView(Result):
-    id: int
-    state: str
-    commit_id: str
-    reviewer: str
-    body: str = ""
-    submitted_at: str | None = None
-
-
-class ObserveInput(Marked):
-    """What the drift check looks at: the run's issue, pull request and branch."""
-
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("head_repo",)
-
-    issue_number: int
-    pull_number: int | None = None
-    branch: str | None = None
-    #: The repository the branch lives in (the proposal fork); ``None``: ``repo``.
-    head_repo: str | None = None
-    #: sha256 of the status comment's body as the run last wrote it (marker excluded).
-    status_sha256: str | None = None
-
-
-class ProposalRepoResult(Result):
-    """Where the run's proposals go: ``repo`` (``owner/name``), or why nowhere."""
-
-    repo: str | None = None
-    refused: str | None = None
-
-
-class ObserveResult(Result):
-    issue_state: str = "open"
-    pull: PullView | None = None
-    #: Where the branch is (``None``: it does not exist).
-    branch_sha: str | None = None
-    #: ``ok``, ``missing`` (deleted by someone) or ``edited``.
-    status_comment: Literal["ok", "missing", "edited", "unknown"] = "unknown"
-    reviews: list[ReviewView] = []
-
-
-def body_sha256(body: str) -> str:
-    """How the drift check compares the status comment with what the run wrote."""
-    return hashlib.sha256(strip_markers(body).strip().encode()).hexdigest()
+_git_suspension = suspension_checked(_factory_of)
 
 
 # -- reads --------------------------------------------------------------------
 
 
-@typed_activity("github.permission", retry=API, timeouts=API_TIMEOUTS)
-async def permission(actx: ActivityContext, request: PermissionInput) -> PermissionResult:
-    """A user's permission on the repository (admin, write, read or none), from the API."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    try:
-        response = await gh.rest.repos.async_get_collaborator_permission_level(
-            repo.owner, repo.name, request.user
-        )
-    except GitHubException as exc:
-        if status_of(exc) == 404:
-            return PermissionResult(permission="none")
-        raise classify(exc, mutation=False) from exc
-    return PermissionResult(permission=response.parsed_data.permission)
-
-
-@typed_activity("github.branch_head", retry=API, timeouts=API_TIMEOUTS)
-async def branch_head(actx: ActivityContext, request: BranchInput) -> BranchHeadResult:
-    """The commit a branch points at now."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    with classified(mutation=False):
-        response = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
-    return BranchHeadResult(sha=response.parsed_data.object_.sha)
-
-
-@typed_activity("github.compare", retry=API, timeouts=API_TIMEOUTS)
-async def compare(actx: ActivityContext, request: CompareInput) -> CompareResult:
-    """How ``head`` relates to ``base`` (``ahead``: a fast-forward of it)."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    try:
-        response = await gh.rest.repos.async_compare_commits(
-            repo.owner, repo.name, f"{request.base}...{request.head}"
-        )
-    except GitHubException as exc:
-        if status_of(exc) == 404:
-            return CompareResult(status="unrelated")
-        raise classify(exc, mutation=False) from exc
-    return CompareResult(status=response.parsed_data.status)
-
-
-@typed_activity("github.commit_trees", retry=API, timeouts=API_TIMEOUTS)
-async def commit_trees(actx: ActivityContext, request: TreesInput) -> TreesResult:
-    """The tree of each commit, read back from GitHub (what landed, what was verified)."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    trees: dict[str, str] = {}
-    for sha in dict.fromkeys(request.commits):
-        with classified(mutation=False):
-            response = await gh.rest.git.async_get_commit(repo.owner, repo.name, sha)
-        trees[sha] = response.parsed_data.tree.sha
-    return TreesResult(trees=trees)
-
-
-@typed_activity("github.read_issue", retry=API, timeouts=API_TIMEOUTS)
-async def read_issue(actx: ActivityContext, request: IssueInput) -> IssueView:
-    """The issue as it is now: title, body, author, state."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    with classified(mutation=False):
-        issue = (await gh.rest.issues.async_get(repo.owner, repo.name, request.number)).parsed_data
-    return IssueView(
-        title=issue.title,
-        body=issue.body or "",
-        author=issue.user.login if issue.user else None,
-        state=issue.state,
-    )
-
-
 CONFIG_PATH = ".github/repairbot.yml"
-
-
-@typed_activity("github.policy_digest", retry=API, timeouts=GIT_TIMEOUTS)
-@_git_suspension
-async def policy_digest(actx: ActivityContext, request: PolicyInput) -> PolicyResult:
-    """The policy in force now: the build's policy version and the repository's
-    config as it is at the branch's head (read from git, not from the run)."""
-    access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    with classified(mutation=False):
-        ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
-    head = ref.parsed_data.object_.sha
-    token = await _git_token(access, request.installation_id, request.repo, _READ)
-    with tempfile.TemporaryDirectory(prefix="repairbot-policy-") as tmp:
-        bare = await _fetch_base(access, request.repo, head, token, Path(tmp))
-        # The config's git object id names its content: nothing of the
-        # (repository-controlled, maybe huge) file is read into memory.
-        found = await run_git(
-            ["rev-parse", "--verify", "--quiet", f"{head}:{CONFIG_PATH}"],
-            cwd=bare,
-            env=git_env(extra={"GIT_DIR": str(bare)}),
-        )
-    config = found.stdout.strip() if found.ok else "none"
-    return PolicyResult(digest=f"{request.policy_version}+{config}", at=head)
 
 
 def _pull_view(state: Any) -> PullView:
@@ -475,105 +131,7 @@ def _pull_view(state: Any) -> PullView:
     )
 
 
-@typed_activity("github.read_pull", retry=API, timeouts=API_TIMEOUTS)
-async def read_pull_request(actx: ActivityContext, request: PullInput) -> PullView:
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
-    return _pull_view(state)
-
-
-@typed_activity("github.observe", retry=API, timeouts=API_TIMEOUTS)
-@_git_suspension
-async def observe(actx: ActivityContext, request: ObserveInput) -> ObserveResult:
-    """The drift check's read: what humans may have changed while the run waited."""
-    access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    with classified(mutation=False):
-        issue = (
-            await gh.rest.issues.async_get(repo.owner, repo.name, request.issue_number)
-        ).parsed_data
-    pull: PullView | None = None
-    reviews: list[ReviewView] = []
-    if request.pull_number is not None:
-        pull = _pull_view(await read_pull(gh, repo, request.pull_number))
-        with classified(mutation=False):
-            listed = await gh.rest.pulls.async_list_reviews(
-                repo.owner, repo.name, request.pull_number, per_page=100
-            )
-        parsed: list[Any] = list(listed.parsed_data)
-        for review in parsed:
-            if review.user is None or not review.commit_id:
-                continue
-            reviews.append(
-                ReviewView(
-                    id=review.id,
-                    state=review.state.lower(),
-                    commit_id=review.commit_id,
-                    reviewer=review.user.login,
-                    body=review.body or "",
-                    submitted_at=review.submitted_at.isoformat() if review.submitted_at else None,
-                )
-            )
-    branch_sha: str | None = None
-    if request.branch is not None:
-        where, token = await _branch_home(access, request, request.head_repo, _READ)
-        branch_sha = await remote_ref(access.clone_url(where), request.branch, token=token)
-    status: Literal["ok", "missing", "edited", "unknown"] = "unknown"
-    if request.status_sha256 is not None:
-        found = await find_comments(
-            gh,
-            repo,
-            request.issue_number,
-            OpId(request.op_run, request.op_step),
-            bot_login=await access.factory.bot_login(),
-        )
-        if not found:
-            status = "missing"
-        elif body_sha256(found[0].body or "") != request.status_sha256:
-            status = "edited"
-        else:
-            status = "ok"
-    return ObserveResult(
-        issue_state=issue.state,
-        pull=pull,
-        branch_sha=branch_sha,
-        status_comment=status,
-        reviews=reviews,
-    )
-
-
 # -- comments -----------------------------------------------------------------
-
-
-async def _comment_exists(actx: ActivityContext, request: CommentInput) -> ReconcileResult:
-    access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-    found = await find_comments(
-        gh,
-        RepoRef.parse(request.repo),
-        request.issue_number,
-        request.op,
-        bot_login=await access.factory.bot_login(),
-    )
-    if not found:
-        return Absent()
-    return Found(CommentResult(id=found[0].id, url=found[0].html_url, created=True))
-
-
-@typed_activity("github.comment", retry=API, timeouts=API_TIMEOUTS, reconcile=_comment_exists)
-async def comment(actx: ActivityContext, request: CommentInput) -> CommentResult:
-    """Exactly one comment for the operation, created or updated in place."""
-    access = _access(actx)
-    result = await ensure_comment(
-        access.factory.for_installation(request.installation_id, repository=request.repo),
-        RepoRef.parse(request.repo),
-        request.issue_number,
-        request.op,
-        request.body,
-        bot_login=await access.factory.bot_login(),
-    )
-    return CommentResult(id=result.id, url=result.html_url, created=result.created)
 
 
 # -- branches -----------------------------------------------------------------
@@ -639,99 +197,6 @@ async def _complete_history(
         raise TransientError(f"cannot fetch the history of {base_sha}: {deepened.stderr.strip()}")
 
 
-async def _intended_commit(
-    actx: ActivityContext, request: CommitInput, workdir: Path, *, push: bool = False
-) -> tuple[Path, str, str]:
-    access = _access(actx)
-    token = await _git_token(
-        access, request.installation_id, request.repo, _WRITE if push else _READ
-    )
-    bare = await _fetch_base(access, request.repo, request.base_sha, token, workdir)
-    patch = actx.dep(EvidenceStore).get(request.patch_sha)
-    sha = await build_commit(
-        bare,
-        request.base_sha,
-        Patch(patch),
-        request.message,
-        BOT,
-        datetime.fromisoformat(request.timestamp),
-    )
-    return bare, sha, token
-
-
-@typed_activity("github.build_commit", retry=API, timeouts=GIT_TIMEOUTS)
-@_git_suspension
-async def build_intended_commit(actx: ActivityContext, request: CommitInput) -> CommitResult:
-    """The commit we mean to publish, built deterministically; recorded before any push."""
-    with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
-        _, sha, _ = await _intended_commit(actx, request, Path(tmp))
-    return CommitResult(sha=sha)
-
-
-async def _branch_state(actx: ActivityContext, request: PushInput) -> ReconcileResult:
-    access = _access(actx)
-    where, token = await _branch_home(access, request, request.head_repo, _READ)
-    at = await remote_ref(access.clone_url(where), request.branch, token=token)
-    if at == request.sha:
-        return Found(PushResult(status="already-there", sha=at, remote_sha=at))
-    if at == (request.expected or None):
-        return Absent()
-    return Unknown(
-        f"branch {request.branch} is at {at or 'nothing'}; we expected "
-        f"{request.expected or 'no branch'} or our commit {request.sha}"
-    )
-
-
-@typed_activity("github.push_branch", retry=API, timeouts=GIT_TIMEOUTS, reconcile=_branch_state)
-@_git_suspension
-async def push_branch(actx: ActivityContext, request: PushInput) -> PushResult:
-    """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
-    with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
-        in_base = request.head_repo in (None, request.repo)
-        bare, sha, token = await _intended_commit(actx, request, Path(tmp), push=in_base)
-        if sha != request.sha:
-            raise PermanentError(f"rebuilt commit {sha} differs from the recorded {request.sha}")
-        if not in_base:
-            # The fork may not have the base's newer commits (the base moved
-            # since it was made): a push sends what it lacks, so the history
-            # the commit stands on must be here whole, not shallow.
-            await _complete_history(_access(actx), request.repo, request.base_sha, token, bare)
-        where, token = (
-            (request.repo, token)
-            if in_base
-            else await _branch_home(_access(actx), request, request.head_repo, _WRITE)
-        )
-        outcome = await publish_branch(
-            bare,
-            _access(actx).clone_url(where),
-            request.branch,
-            sha,
-            expected=request.expected or None,
-            token=token,
-        )
-    return PushResult(status=outcome.status.value, sha=outcome.sha, remote_sha=outcome.remote_sha)
-
-
-@typed_activity("github.delete_branch", retry=API, timeouts=GIT_TIMEOUTS)
-@_git_suspension
-async def delete_branch(actx: ActivityContext, request: DeleteBranchInput) -> DeleteBranchResult:
-    """Delete our branch only if it is still at the commit we put there (``sha``).
-
-    Usable after a merge and after cancellation. ``deleted`` is True also when
-    the branch was already gone; a branch somebody moved is left alone with a
-    ``reason``.
-    """
-    access = _access(actx)
-    where, token = await _branch_home(access, request, request.head_repo, _WRITE)
-    outcome = await delete_branch_if_at(
-        access.clone_url(where), request.branch, request.sha, token=token
-    )
-    reason = None
-    if outcome.status is Deletion.MOVED:
-        reason = f"somebody moved {request.branch} to {outcome.remote_sha}"
-    return DeleteBranchResult(deleted=outcome.deleted, reason=reason)
-
-
 # -- where proposals live -------------------------------------------------------
 
 #: The status comment's words when no proposal owner is configured.
@@ -751,251 +216,522 @@ PROPOSAL_FORK_REFUSED = (
 )
 
 
-@typed_activity("github.proposal_repo", retry=API, timeouts=GIT_TIMEOUTS)
-async def proposal_repo(actx: ActivityContext, request: RepoInput) -> ProposalRepoResult:
-    """Where the run's proposals are pushed: the proposal account's fork of the
-    repository (made on first use), the repository itself only if the operator
-    opted in, or nowhere (``refused`` says why and what to do)."""
-    settings = actx.dep(Settings)
-    if not settings.proposal_owner:
-        if settings.proposals_in_base_repository:
-            return ProposalRepoResult(repo=request.repo)
-        refused = NO_PROPOSAL_OWNER.format(repo=request.repo)
-        return ProposalRepoResult(refused=refused)
-    try:
-        fork = await _proposal_fork(actx, request, settings.proposal_owner)
-    except ForkRefused as refused:
-        # Only a human can fix this (install the App, grant a permission,
-        # rename a repository): the run parks and says so, resumable.
-        return ProposalRepoResult(refused=PROPOSAL_FORK_REFUSED.format(why=refused))
-    return ProposalRepoResult(repo=fork.full_name)
-
-
-async def _proposal_fork(actx: ActivityContext, request: RepoInput, owner: str) -> RepoRef:
-    access = _access(actx)
-    account = await proposal_account(access.factory, owner)
-
-    async def ready(fork: RepoRef) -> bool:
-        """git answers for the fork: GitHub finished copying it."""
-        try:
-            token = await _git_token(access, account.installation_id, fork.full_name, _READ)
-        except PermanentError:
-            return False  # GitHub mints no token for a repository it is still creating
-        return await remote_answers(access.clone_url(fork.full_name), token=token)
-
-    return await ensure_fork(
-        access.factory,
-        access.factory.for_installation(request.installation_id, repository=request.repo),
-        RepoRef.parse(request.repo),
-        account,
-        ready=ready,
-    )
-
-
 # -- pull requests, checks, merge ----------------------------------------------
 
 
-async def _pull_exists(actx: ActivityContext, request: PullRequestInput) -> ReconcileResult:
-    access = _access(actx)
-    found = await find_pull_requests(
-        access.factory.for_installation(request.installation_id, repository=request.repo),
-        RepoRef.parse(request.repo),
-        request.head,
-        request.op,
-        bot_login=await access.factory.bot_login(),
-        head_owner=request.head_owner,
-    )
-    if not found:
-        return Absent()
-    pr = found[0]
-    # The same shape as the activity's own result: the workflow cannot tell them apart.
-    return Found(
-        PullRequestResult(
-            number=pr.number,
-            url=pr.html_url,
-            head_sha=pr.head.sha,
-            state=pr.state,
-            merged=pr.merged_at is not None,
-            created=True,
-            draft=bool(pr.draft),
+class GitHubActivities:
+    """The GitHub activities' bodies, with what they need given here: the
+    client factory and git's URL, the evidence store (patches to commit) and
+    the settings (where proposals go)."""
+
+    def __init__(self, access: GitHubAccess, evidence: EvidenceStore, settings: Settings) -> None:
+        self.access = access
+        self.evidence = evidence
+        self.settings = settings
+
+    @implements(github.permission)
+    async def permission(self, actx: ActivityContext, request: PermissionInput) -> PermissionResult:
+        """A user's permission on the repository (admin, write, read or none), from the API."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        try:
+            response = await gh.rest.repos.async_get_collaborator_permission_level(
+                repo.owner, repo.name, request.user
+            )
+        except GitHubException as exc:
+            if status_of(exc) == 404:
+                return PermissionResult(permission="none")
+            raise classify(exc, mutation=False) from exc
+        return PermissionResult(permission=response.parsed_data.permission)
+
+    @implements(github.branch_head)
+    async def branch_head(self, actx: ActivityContext, request: BranchInput) -> BranchHeadResult:
+        """The commit a branch points at now."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        with classified(mutation=False):
+            response = await gh.rest.git.async_get_ref(
+                repo.owner, repo.name, f"heads/{request.branch}"
+            )
+        return BranchHeadResult(sha=response.parsed_data.object_.sha)
+
+    @implements(github.compare)
+    async def compare(self, actx: ActivityContext, request: CompareInput) -> CompareResult:
+        """How ``head`` relates to ``base`` (``ahead``: a fast-forward of it)."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        try:
+            response = await gh.rest.repos.async_compare_commits(
+                repo.owner, repo.name, f"{request.base}...{request.head}"
+            )
+        except GitHubException as exc:
+            if status_of(exc) == 404:
+                return CompareResult(status="unrelated")
+            raise classify(exc, mutation=False) from exc
+        return CompareResult(status=response.parsed_data.status)
+
+    @implements(github.commit_trees)
+    async def commit_trees(self, actx: ActivityContext, request: TreesInput) -> TreesResult:
+        """The tree of each commit, read back from GitHub (what landed, what was verified)."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        trees: dict[str, str] = {}
+        for sha in dict.fromkeys(request.commits):
+            with classified(mutation=False):
+                response = await gh.rest.git.async_get_commit(repo.owner, repo.name, sha)
+            trees[sha] = response.parsed_data.tree.sha
+        return TreesResult(trees=trees)
+
+    @implements(github.read_issue)
+    async def read_issue(self, actx: ActivityContext, request: IssueInput) -> IssueView:
+        """The issue as it is now: title, body, author, state."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        with classified(mutation=False):
+            issue = (
+                await gh.rest.issues.async_get(repo.owner, repo.name, request.number)
+            ).parsed_data
+        return IssueView(
+            title=issue.title,
+            body=issue.body or "",
+            author=issue.user.login if issue.user else None,
+            state=issue.state,
         )
-    )
 
+    @implements(github.policy_digest)
+    @_git_suspension
+    async def policy_digest(self, actx: ActivityContext, request: PolicyInput) -> PolicyResult:
+        """The policy in force now: the build's policy version and the repository's
+        config as it is at the branch's head (read from git, not from the run)."""
+        access = self.access
+        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        with classified(mutation=False):
+            ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
+        head = ref.parsed_data.object_.sha
+        token = await _git_token(access, request.installation_id, request.repo, _READ)
+        with tempfile.TemporaryDirectory(prefix="repairbot-policy-") as tmp:
+            bare = await _fetch_base(access, request.repo, head, token, Path(tmp))
+            # The config's git object id names its content: nothing of the
+            # (repository-controlled, maybe huge) file is read into memory.
+            found = await run_git(
+                ["rev-parse", "--verify", "--quiet", f"{head}:{CONFIG_PATH}"],
+                cwd=bare,
+                env=git_env(extra={"GIT_DIR": str(bare)}),
+            )
+        config = found.stdout.strip() if found.ok else "none"
+        return PolicyResult(digest=f"{request.policy_version}+{config}", at=head)
 
-@typed_activity("github.pull_request", retry=API, timeouts=API_TIMEOUTS, reconcile=_pull_exists)
-async def pull_request(actx: ActivityContext, request: PullRequestInput) -> PullRequestResult:
-    """The draft pull request for the run's branch, with the evidence in its body.
+    @implements(github.read_pull_request)
+    async def read_pull_request(self, actx: ActivityContext, request: PullInput) -> PullView:
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
+        return _pull_view(state)
 
-    ``draft`` in the result is False where the repository's plan has no drafts
-    (GitHub's 422): the pull request is open for review, and merging still
-    waits for an approving review.
-    """
-    access = _access(actx)
-    result = await ensure_pull_request(
-        access.factory.for_installation(request.installation_id, repository=request.repo),
-        RepoRef.parse(request.repo),
-        head=request.head,
-        base=request.base,
-        title=request.title,
-        body=request.body,
-        op=request.op,
-        bot_login=await access.factory.bot_login(),
-        head_owner=request.head_owner,
-    )
-    return PullRequestResult(
-        number=result.number,
-        url=result.html_url,
-        head_sha=result.head_sha,
-        state=result.state,
-        merged=result.merged,
-        created=result.created,
-        draft=result.draft,
-    )
+    @implements(github.observe)
+    @_git_suspension
+    async def observe(self, actx: ActivityContext, request: ObserveInput) -> ObserveResult:
+        """The drift check's read: what humans may have changed while the run waited."""
+        access = self.access
+        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        with classified(mutation=False):
+            issue = (
+                await gh.rest.issues.async_get(repo.owner, repo.name, request.issue_number)
+            ).parsed_data
+        pull: PullView | None = None
+        reviews: list[ReviewView] = []
+        if request.pull_number is not None:
+            pull = _pull_view(await read_pull(gh, repo, request.pull_number))
+            with classified(mutation=False):
+                listed = await gh.rest.pulls.async_list_reviews(
+                    repo.owner, repo.name, request.pull_number, per_page=100
+                )
+            parsed: list[Any] = list(listed.parsed_data)
+            for review in parsed:
+                if review.user is None or not review.commit_id:
+                    continue
+                reviews.append(
+                    ReviewView(
+                        id=review.id,
+                        state=review.state.lower(),
+                        commit_id=review.commit_id,
+                        reviewer=review.user.login,
+                        body=review.body or "",
+                        submitted_at=review.submitted_at.isoformat()
+                        if review.submitted_at
+                        else None,
+                    )
+                )
+        branch_sha: str | None = None
+        if request.branch is not None:
+            where, token = await _branch_home(access, request, request.head_repo, _READ)
+            branch_sha = await remote_ref(access.clone_url(where), request.branch, token=token)
+        status: Literal["ok", "missing", "edited", "unknown"] = "unknown"
+        if request.status_sha256 is not None:
+            found = await find_comments(
+                gh,
+                repo,
+                request.issue_number,
+                OpId(request.op_run, request.op_step),
+                bot_login=await access.factory.bot_login(),
+            )
+            if not found:
+                status = "missing"
+            elif github.body_sha256(found[0].body or "") != request.status_sha256:
+                status = "edited"
+            else:
+                status = "ok"
+        return ObserveResult(
+            issue_state=issue.state,
+            pull=pull,
+            branch_sha=branch_sha,
+            status_comment=status,
+            reviews=reviews,
+        )
 
+    async def _comment_exists(
+        self, actx: ActivityContext, request: CommentInput
+    ) -> ReconcileResult:
+        access = self.access
+        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+        found = await find_comments(
+            gh,
+            RepoRef.parse(request.repo),
+            request.issue_number,
+            request.op,
+            bot_login=await access.factory.bot_login(),
+        )
+        if not found:
+            return Absent()
+        return Found(CommentResult(id=found[0].id, url=found[0].html_url, created=True))
 
-@typed_activity("github.propose_revert", retry=API, timeouts=GIT_TIMEOUTS)
-@_git_suspension
-async def propose_revert(actx: ActivityContext, request: RevertInput) -> RevertResult:
-    """A revert of the merge commit, proposed for a human to approve: a commit on
-    ``merge_sha`` with its first parent's tree (built deterministically), pushed to
-    a branch that must not exist (or already holds it), and a draft pull request.
-    Safe to retry: the same inputs give the same commit, the push is conditional
-    and the pull request is found by its marker."""
-    access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    with classified(mutation=False):
-        merged = await gh.rest.git.async_get_commit(repo.owner, repo.name, request.merge_sha)
-    if not merged.parsed_data.parents:
-        raise PermanentError(f"{request.merge_sha} has no parent to revert to")
-    parent = merged.parsed_data.parents[0].sha
-    with classified(mutation=False):
-        before = (await gh.rest.git.async_get_commit(repo.owner, repo.name, parent)).parsed_data
-    token = await _git_token(access, request.installation_id, request.repo, _WRITE)
-    with tempfile.TemporaryDirectory(prefix="repairbot-revert-") as tmp:
-        bare = await _fetch_base(access, request.repo, request.merge_sha, token, Path(tmp))
-        fetched = await fetch_commit(bare, access.clone_url(request.repo), parent, token=token)
-        if fetched.status != "fetched":
-            raise TransientError(f"cannot fetch {parent}: {fetched.detail}")
+    @implements(github.comment, reconcile=_comment_exists)
+    async def comment(self, actx: ActivityContext, request: CommentInput) -> CommentResult:
+        """Exactly one comment for the operation, created or updated in place."""
+        access = self.access
+        result = await ensure_comment(
+            access.factory.for_installation(request.installation_id, repository=request.repo),
+            RepoRef.parse(request.repo),
+            request.issue_number,
+            request.op,
+            request.body,
+            bot_login=await access.factory.bot_login(),
+        )
+        return CommentResult(id=result.id, url=result.html_url, created=result.created)
+
+    async def _intended_commit(
+        self, actx: ActivityContext, request: CommitInput, workdir: Path, *, push: bool = False
+    ) -> tuple[Path, str, str]:
+        access = self.access
+        token = await _git_token(
+            access, request.installation_id, request.repo, _WRITE if push else _READ
+        )
+        bare = await _fetch_base(access, request.repo, request.base_sha, token, workdir)
+        patch = self.evidence.get(request.patch_sha)
         sha = await build_commit(
             bare,
-            request.merge_sha,
-            Tree(before.tree.sha),
-            request.title,
+            request.base_sha,
+            Patch(patch),
+            request.message,
             BOT,
             datetime.fromisoformat(request.timestamp),
         )
-        pushed = await publish_branch(
-            bare,
-            access.clone_url(request.repo),
-            request.branch,
-            sha,
-            expected=None,
-            token=token,
+        return bare, sha, token
+
+    @implements(github.build_intended_commit)
+    @_git_suspension
+    async def build_intended_commit(
+        self, actx: ActivityContext, request: CommitInput
+    ) -> CommitResult:
+        """The commit we mean to publish, built deterministically; recorded before any push."""
+        with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
+            _, sha, _ = await self._intended_commit(actx, request, Path(tmp))
+        return CommitResult(sha=sha)
+
+    async def _branch_state(self, actx: ActivityContext, request: PushInput) -> ReconcileResult:
+        access = self.access
+        where, token = await _branch_home(access, request, request.head_repo, _READ)
+        at = await remote_ref(access.clone_url(where), request.branch, token=token)
+        if at == request.sha:
+            return Found(PushResult(status="already-there", sha=at, remote_sha=at))
+        if at == (request.expected or None):
+            return Absent()
+        return Unknown(
+            f"branch {request.branch} is at {at or 'nothing'}; we expected "
+            f"{request.expected or 'no branch'} or our commit {request.sha}"
         )
-    if pushed.status == PushStatus.LEASE_REFUSED and pushed.remote_sha != sha:
-        raise PermanentError(
-            f"branch {request.branch} exists (at {pushed.remote_sha}) and is not this revert"
+
+    @implements(github.push_branch, reconcile=_branch_state)
+    @_git_suspension
+    async def push_branch(self, actx: ActivityContext, request: PushInput) -> PushResult:
+        """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
+        with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
+            in_base = request.head_repo in (None, request.repo)
+            bare, sha, token = await self._intended_commit(actx, request, Path(tmp), push=in_base)
+            if sha != request.sha:
+                raise PermanentError(
+                    f"rebuilt commit {sha} differs from the recorded {request.sha}"
+                )
+            if not in_base:
+                # The fork may not have the base's newer commits (the base moved
+                # since it was made): a push sends what it lacks, so the history
+                # the commit stands on must be here whole, not shallow.
+                await _complete_history(self.access, request.repo, request.base_sha, token, bare)
+            where, token = (
+                (request.repo, token)
+                if in_base
+                else await _branch_home(self.access, request, request.head_repo, _WRITE)
+            )
+            outcome = await publish_branch(
+                bare,
+                self.access.clone_url(where),
+                request.branch,
+                sha,
+                expected=request.expected or None,
+                token=token,
+            )
+        return PushResult(
+            status=outcome.status.value, sha=outcome.sha, remote_sha=outcome.remote_sha
         )
-    result = await ensure_pull_request(
-        gh,
-        repo,
-        head=request.branch,
-        base=request.base,
-        title=request.title,
-        body=request.body,
-        op=request.op,
-        bot_login=await access.factory.bot_login(),
-    )
-    return RevertResult(sha=sha, number=result.number, url=result.html_url)
 
+    @implements(github.delete_branch)
+    @_git_suspension
+    async def delete_branch(
+        self, actx: ActivityContext, request: DeleteBranchInput
+    ) -> DeleteBranchResult:
+        """Delete our branch only if it is still at the commit we put there (``sha``).
 
-@typed_activity("github.ready_for_review", retry=API, timeouts=API_TIMEOUTS)
-async def ready_for_review(actx: ActivityContext, request: PullInput) -> ReadyResult:
-    """Take the approved draft out of draft so it can be merged (idempotent)."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    changed = await mark_ready_for_review(gh, RepoRef.parse(request.repo), request.number)
-    return ReadyResult(changed=changed)
+        Usable after a merge and after cancellation. ``deleted`` is True also when
+        the branch was already gone; a branch somebody moved is left alone with a
+        ``reason``.
+        """
+        access = self.access
+        where, token = await _branch_home(access, request, request.head_repo, _WRITE)
+        outcome = await delete_branch_if_at(
+            access.clone_url(where), request.branch, request.sha, token=token
+        )
+        reason = None
+        if outcome.status is Deletion.MOVED:
+            reason = f"somebody moved {request.branch} to {outcome.remote_sha}"
+        return DeleteBranchResult(deleted=outcome.deleted, reason=reason)
 
+    @implements(github.proposal_repo)
+    async def proposal_repo(self, actx: ActivityContext, request: RepoInput) -> ProposalRepoResult:
+        """Where the run's proposals are pushed: the proposal account's fork of the
+        repository (made on first use), the repository itself only if the operator
+        opted in, or nowhere (``refused`` says why and what to do)."""
+        settings = self.settings
+        if not settings.proposal_owner:
+            if settings.proposals_in_base_repository:
+                return ProposalRepoResult(repo=request.repo)
+            refused = NO_PROPOSAL_OWNER.format(repo=request.repo)
+            return ProposalRepoResult(refused=refused)
+        try:
+            fork = await self._proposal_fork(actx, request, settings.proposal_owner)
+        except ForkRefused as refused:
+            # Only a human can fix this (install the App, grant a permission,
+            # rename a repository): the run parks and says so, resumable.
+            return ProposalRepoResult(refused=PROPOSAL_FORK_REFUSED.format(why=refused))
+        return ProposalRepoResult(repo=fork.full_name)
 
-@typed_activity("github.close_pull", retry=API, timeouts=API_TIMEOUTS)
-async def close_pull(actx: ActivityContext, request: ClosePullInput) -> ClosePullResult:
-    """Say why on the pull request (once, by marker), then close it (idempotent)."""
-    access = _access(actx)
-    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-    repo = RepoRef.parse(request.repo)
-    if request.comment and request.op_run and request.op_step:
-        await ensure_comment(
+    async def _proposal_fork(
+        self, actx: ActivityContext, request: RepoInput, owner: str
+    ) -> RepoRef:
+        access = self.access
+        account = await proposal_account(access.factory, owner)
+
+        async def ready(fork: RepoRef) -> bool:
+            """git answers for the fork: GitHub finished copying it."""
+            try:
+                token = await _git_token(access, account.installation_id, fork.full_name, _READ)
+            except PermanentError:
+                return False  # GitHub mints no token for a repository it is still creating
+            return await remote_answers(access.clone_url(fork.full_name), token=token)
+
+        return await ensure_fork(
+            access.factory,
+            access.factory.for_installation(request.installation_id, repository=request.repo),
+            RepoRef.parse(request.repo),
+            account,
+            ready=ready,
+        )
+
+    async def _pull_exists(
+        self, actx: ActivityContext, request: PullRequestInput
+    ) -> ReconcileResult:
+        access = self.access
+        found = await find_pull_requests(
+            access.factory.for_installation(request.installation_id, repository=request.repo),
+            RepoRef.parse(request.repo),
+            request.head,
+            request.op,
+            bot_login=await access.factory.bot_login(),
+            head_owner=request.head_owner,
+        )
+        if not found:
+            return Absent()
+        pr = found[0]
+        # The same shape as the activity's own result: the workflow cannot tell them apart.
+        return Found(
+            PullRequestResult(
+                number=pr.number,
+                url=pr.html_url,
+                head_sha=pr.head.sha,
+                state=pr.state,
+                merged=pr.merged_at is not None,
+                created=True,
+                draft=bool(pr.draft),
+            )
+        )
+
+    @implements(github.pull_request, reconcile=_pull_exists)
+    async def pull_request(
+        self, actx: ActivityContext, request: PullRequestInput
+    ) -> PullRequestResult:
+        """The draft pull request for the run's branch, with the evidence in its body.
+
+        ``draft`` in the result is False where the repository's plan has no drafts
+        (GitHub's 422): the pull request is open for review, and merging still
+        waits for an approving review.
+        """
+        access = self.access
+        result = await ensure_pull_request(
+            access.factory.for_installation(request.installation_id, repository=request.repo),
+            RepoRef.parse(request.repo),
+            head=request.head,
+            base=request.base,
+            title=request.title,
+            body=request.body,
+            op=request.op,
+            bot_login=await access.factory.bot_login(),
+            head_owner=request.head_owner,
+        )
+        return PullRequestResult(
+            number=result.number,
+            url=result.html_url,
+            head_sha=result.head_sha,
+            state=result.state,
+            merged=result.merged,
+            created=result.created,
+            draft=result.draft,
+        )
+
+    @implements(github.propose_revert)
+    @_git_suspension
+    async def propose_revert(self, actx: ActivityContext, request: RevertInput) -> RevertResult:
+        """A revert of the merge commit, proposed for a human to approve: a commit on
+        ``merge_sha`` with its first parent's tree (built deterministically), pushed to
+        a branch that must not exist (or already holds it), and a draft pull request.
+        Safe to retry: the same inputs give the same commit, the push is conditional
+        and the pull request is found by its marker."""
+        access = self.access
+        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        with classified(mutation=False):
+            merged = await gh.rest.git.async_get_commit(repo.owner, repo.name, request.merge_sha)
+        if not merged.parsed_data.parents:
+            raise PermanentError(f"{request.merge_sha} has no parent to revert to")
+        parent = merged.parsed_data.parents[0].sha
+        with classified(mutation=False):
+            before = (await gh.rest.git.async_get_commit(repo.owner, repo.name, parent)).parsed_data
+        token = await _git_token(access, request.installation_id, request.repo, _WRITE)
+        with tempfile.TemporaryDirectory(prefix="repairbot-revert-") as tmp:
+            bare = await _fetch_base(access, request.repo, request.merge_sha, token, Path(tmp))
+            fetched = await fetch_commit(bare, access.clone_url(request.repo), parent, token=token)
+            if fetched.status != "fetched":
+                raise TransientError(f"cannot fetch {parent}: {fetched.detail}")
+            sha = await build_commit(
+                bare,
+                request.merge_sha,
+                Tree(before.tree.sha),
+                request.title,
+                BOT,
+                datetime.fromisoformat(request.timestamp),
+            )
+            pushed = await publish_branch(
+                bare,
+                access.clone_url(request.repo),
+                request.branch,
+                sha,
+                expected=None,
+                token=token,
+            )
+        if pushed.status == PushStatus.LEASE_REFUSED and pushed.remote_sha != sha:
+            raise PermanentError(
+                f"branch {request.branch} exists (at {pushed.remote_sha}) and is not this revert"
+            )
+        result = await ensure_pull_request(
             gh,
             repo,
-            request.number,
-            OpId(request.op_run, request.op_step),
-            request.comment,
+            head=request.branch,
+            base=request.base,
+            title=request.title,
+            body=request.body,
+            op=request.op,
             bot_login=await access.factory.bot_login(),
         )
-    with classified(mutation=True):
-        await gh.rest.pulls.async_update(repo.owner, repo.name, request.number, state="closed")
-    return ClosePullResult(closed=True)
+        return RevertResult(sha=sha, number=result.number, url=result.html_url)
 
+    @implements(github.ready_for_review)
+    async def ready_for_review(self, actx: ActivityContext, request: PullInput) -> ReadyResult:
+        """Take the approved draft out of draft so it can be merged (idempotent)."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        changed = await mark_ready_for_review(gh, RepoRef.parse(request.repo), request.number)
+        return ReadyResult(changed=changed)
 
-@typed_activity("github.check_run", retry=API, timeouts=API_TIMEOUTS)
-async def check_run(actx: ActivityContext, request: CheckRunInput) -> CheckRunResult:
-    """The run's check on its proposed commit (found by operation id, updated in place)."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    view = CheckRunView(
-        name=request.name,
-        title=request.title,
-        summary=request.summary,
-        conclusion=request.conclusion,
-    )
-    result = await ensure_check_run(
-        gh, RepoRef.parse(request.repo), request.head_sha, request.op, view
-    )
-    return CheckRunResult(id=result.id)
+    @implements(github.close_pull)
+    async def close_pull(self, actx: ActivityContext, request: ClosePullInput) -> ClosePullResult:
+        """Say why on the pull request (once, by marker), then close it (idempotent)."""
+        access = self.access
+        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo = RepoRef.parse(request.repo)
+        if request.comment and request.op_run and request.op_step:
+            await ensure_comment(
+                gh,
+                repo,
+                request.number,
+                OpId(request.op_run, request.op_step),
+                request.comment,
+                bot_login=await access.factory.bot_login(),
+            )
+        with classified(mutation=True):
+            await gh.rest.pulls.async_update(repo.owner, repo.name, request.number, state="closed")
+        return ClosePullResult(closed=True)
 
+    @implements(github.check_run)
+    async def check_run(self, actx: ActivityContext, request: CheckRunInput) -> CheckRunResult:
+        """The run's check on its proposed commit (found by operation id, updated in place)."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        view = CheckRunView(
+            name=request.name,
+            title=request.title,
+            summary=request.summary,
+            conclusion=request.conclusion,
+        )
+        result = await ensure_check_run(
+            gh, RepoRef.parse(request.repo), request.head_sha, request.op, view
+        )
+        return CheckRunResult(id=result.id)
 
-async def _merged_already(actx: ActivityContext, request: MergeInput) -> ReconcileResult:
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
-    if state.merged:
-        return Found(MergeResult(outcome="merged", merge_commit_sha=state.merge_commit_sha))
-    return Absent()
+    async def _merged_already(self, actx: ActivityContext, request: MergeInput) -> ReconcileResult:
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
+        if state.merged:
+            return Found(MergeResult(outcome="merged", merge_commit_sha=state.merge_commit_sha))
+        return Absent()
 
-
-@typed_activity("github.merge", retry=API, timeouts=API_TIMEOUTS, reconcile=_merged_already)
-async def merge(actx: ActivityContext, request: MergeInput) -> MergeResult:
-    """Merge only if the head is still the approved commit (``sha``-pinned)."""
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    outcome = await merge_pinned(
-        gh, RepoRef.parse(request.repo), request.number, request.sha, request.method
-    )
-    if isinstance(outcome, Merged):
-        result = MergeResult(outcome="merged", merge_commit_sha=outcome.merge_commit_sha)
-    elif isinstance(outcome, HeadMoved):
-        result = MergeResult(outcome="head-moved", head_sha=outcome.head_sha)
-    else:
-        result = MergeResult(outcome="not-mergeable", reason=outcome.reason)
-    return result
-
-
-ACTIVITIES: list[ActivityDefn] = [
-    permission,
-    branch_head,
-    compare,
-    commit_trees,
-    policy_digest,
-    read_issue,
-    read_pull_request,
-    observe,
-    comment,
-    build_intended_commit,
-    proposal_repo,
-    push_branch,
-    delete_branch,
-    pull_request,
-    propose_revert,
-    ready_for_review,
-    close_pull,
-    check_run,
-    merge,
-]
+    @implements(github.merge, reconcile=_merged_already)
+    async def merge(self, actx: ActivityContext, request: MergeInput) -> MergeResult:
+        """Merge only if the head is still the approved commit (``sha``-pinned)."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        outcome = await merge_pinned(
+            gh, RepoRef.parse(request.repo), request.number, request.sha, request.method
+        )
+        if isinstance(outcome, Merged):
+            result = MergeResult(outcome="merged", merge_commit_sha=outcome.merge_commit_sha)
+        elif isinstance(outcome, HeadMoved):
+            result = MergeResult(outcome="head-moved", head_sha=outcome.head_sha)
+        else:
+            result = MergeResult(outcome="not-mergeable", reason=outcome.reason)
+        return result

@@ -13,18 +13,18 @@ import tempfile
 from pathlib import Path
 
 from githubkit.exception import GitHubException, RequestFailed
-from pydantic import BaseModel, ConfigDict
 
-from activities.github import API, API_TIMEOUTS, GIT_TIMEOUTS, GitHubAccess, RepoInput
+from activities.github import GitHubAccess
+from app.contracts import onboarding
+from app.contracts.onboarding import InspectInput, InspectResult, LabelInput, LabelResult
 from app.engine import (
     Absent,
     ActivityContext,
-    ActivityDefn,
     Found,
     PermanentError,
     ReconcileResult,
     TransientError,
-    typed_activity,
+    implements,
 )
 from app.evidence import EvidenceStore
 from app.github.errors import classified, classify, github_message, status_of
@@ -40,98 +40,6 @@ from app.onboarding.detect import (
 )
 from app.onboarding.proposal import ONBOARDING_BRANCH, new_file_patch, onboarding_op
 from app.repo_config import CONFIG_PATH
-
-
-class InspectInput(RepoInput):
-    repository_id: int
-    trigger_label: str = "repairbot"
-
-
-class InspectResult(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    #: ``configured`` (the file exists), ``proposed`` (an onboarding PR exists,
-    #: open or closed: the maintainer's choice stands), ``empty`` (no commit to
-    #: build on) or ``needs-config``.
-    state: str
-    default_branch: str = ""
-    base_sha: str = ""
-    #: The proposed ``.github/repairbot.yml`` as a patch in the evidence store.
-    patch_sha: str = ""
-    config_text: str = ""
-    reasons: list[str] = []
-    pull_number: int | None = None
-
-
-class LabelInput(RepoInput):
-    name: str
-    color: str = "0e8a16"
-    description: str = "Ask repairbot to reproduce and fix this issue"
-
-
-class LabelResult(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    created: bool
-
-
-def _access(actx: ActivityContext) -> GitHubAccess:
-    return actx.dep(GitHubAccess)
-
-
-@typed_activity("onboarding.inspect", retry=API, timeouts=GIT_TIMEOUTS)
-async def inspect_repository(actx: ActivityContext, request: InspectInput) -> InspectResult:
-    """Whether the repository needs onboarding, and the config to propose."""
-    access = _access(actx)
-    repo = RepoRef.parse(request.repo)
-    gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-    with classified(mutation=False):
-        info = (await gh.rest.repos.async_get(repo.owner, repo.name)).parsed_data
-    if info.id != request.repository_id:
-        raise PermanentError(
-            f"{request.repo} is repository {info.id}, not {request.repository_id}: "
-            "it was renamed or replaced since the installation event"
-        )
-    pulls = await find_pull_requests(
-        gh,
-        repo,
-        ONBOARDING_BRANCH,
-        onboarding_op(request.repository_id),
-        bot_login=await access.factory.bot_login(),
-    )
-    if pulls:
-        return InspectResult(state="proposed", pull_number=pulls[0].number)
-    branch = info.default_branch
-    with classified(mutation=False):
-        try:
-            ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{branch}")
-        except GitHubException as exc:
-            if status_of(exc) in (404, 409):  # an empty repository has no branch yet
-                return InspectResult(state="empty", default_branch=branch)
-            raise
-    base_sha = ref.parsed_data.object_.sha
-    token = await access.factory.installation_token(
-        request.installation_id, repository=request.repo, permissions={"contents": "read"}
-    )
-    with tempfile.TemporaryDirectory(prefix="repairbot-onboard-") as tmp:
-        files, dirs, configured = await _read_root(
-            access.clone_url(request.repo), base_sha, token.token, Path(tmp)
-        )
-    if configured:
-        return InspectResult(state="configured", default_branch=branch, base_sha=base_sha)
-    found = detect(files, dirs)
-    text = render_config(found, trigger_label=request.trigger_label)
-    patch = actx.dep(EvidenceStore).put(
-        new_file_patch(CONFIG_PATH, text), kind="patch", name="onboarding.patch"
-    )
-    return InspectResult(
-        state="needs-config",
-        default_branch=branch,
-        base_sha=base_sha,
-        patch_sha=patch.sha256,
-        config_text=text,
-        reasons=found.reasons,
-    )
 
 
 async def _read_root(
@@ -181,43 +89,100 @@ async def _read_root(
     return files, frozenset(dirs), configured
 
 
-async def _label_exists(actx: ActivityContext, request: LabelInput) -> ReconcileResult:
-    """After a lost answer: the label is there (ours or a person's) or provably not."""
-    repo = RepoRef.parse(request.repo)
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    try:
-        await gh.rest.issues.async_get_label(repo.owner, repo.name, request.name)
-    except GitHubException as exc:
-        if status_of(exc) == 404:
-            return Absent()
-        raise classify(exc, mutation=False) from exc
-    return Found(LabelResult(created=True).model_dump())
+class OnboardingActivities:
+    def __init__(self, access: GitHubAccess, evidence: EvidenceStore) -> None:
+        self.access = access
+        self.evidence = evidence
 
-
-@typed_activity("github.ensure_label", retry=API, timeouts=API_TIMEOUTS, reconcile=_label_exists)
-async def ensure_label(actx: ActivityContext, request: LabelInput) -> LabelResult:
-    """The repository has the label (created if missing; an existing one is left as it is)."""
-    repo = RepoRef.parse(request.repo)
-    gh = _access(actx).factory.for_installation(request.installation_id, repository=request.repo)
-    try:
-        await gh.rest.issues.async_create_label(
-            repo.owner,
-            repo.name,
-            name=request.name,
-            color=request.color,
-            description=request.description,
+    @implements(onboarding.inspect_repository)
+    async def inspect_repository(
+        self, actx: ActivityContext, request: InspectInput
+    ) -> InspectResult:
+        """Whether the repository needs onboarding, and the config to propose."""
+        access = self.access
+        repo = RepoRef.parse(request.repo)
+        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+        with classified(mutation=False):
+            info = (await gh.rest.repos.async_get(repo.owner, repo.name)).parsed_data
+        if info.id != request.repository_id:
+            raise PermanentError(
+                f"{request.repo} is repository {info.id}, not {request.repository_id}: "
+                "it was renamed or replaced since the installation event"
+            )
+        pulls = await find_pull_requests(
+            gh,
+            repo,
+            ONBOARDING_BRANCH,
+            onboarding_op(request.repository_id),
+            bot_login=await access.factory.bot_login(),
         )
-    except GitHubException as exc:
-        # 422 "already_exists": a person (or our own lost answer) made it first.
-        # GitHub names the problem in ``errors[].code``; its message is generic.
-        if (
-            isinstance(exc, RequestFailed)
-            and exc.response.status_code == 422
-            and "already_exists" in github_message(exc).lower()
-        ):
-            return LabelResult(created=False)
-        raise classify(exc, mutation=True) from exc
-    return LabelResult(created=True)
+        if pulls:
+            return InspectResult(state="proposed", pull_number=pulls[0].number)
+        branch = info.default_branch
+        with classified(mutation=False):
+            try:
+                ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{branch}")
+            except GitHubException as exc:
+                if status_of(exc) in (404, 409):  # an empty repository has no branch yet
+                    return InspectResult(state="empty", default_branch=branch)
+                raise
+        base_sha = ref.parsed_data.object_.sha
+        token = await access.factory.installation_token(
+            request.installation_id, repository=request.repo, permissions={"contents": "read"}
+        )
+        with tempfile.TemporaryDirectory(prefix="repairbot-onboard-") as tmp:
+            files, dirs, configured = await _read_root(
+                access.clone_url(request.repo), base_sha, token.token, Path(tmp)
+            )
+        if configured:
+            return InspectResult(state="configured", default_branch=branch, base_sha=base_sha)
+        found = detect(files, dirs)
+        text = render_config(found, trigger_label=request.trigger_label)
+        patch = self.evidence.put(
+            new_file_patch(CONFIG_PATH, text), kind="patch", name="onboarding.patch"
+        )
+        return InspectResult(
+            state="needs-config",
+            default_branch=branch,
+            base_sha=base_sha,
+            patch_sha=patch.sha256,
+            config_text=text,
+            reasons=found.reasons,
+        )
 
+    async def _label_exists(self, actx: ActivityContext, request: LabelInput) -> ReconcileResult:
+        """After a lost answer: the label is there (ours or a person's) or provably not."""
+        repo = RepoRef.parse(request.repo)
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        try:
+            await gh.rest.issues.async_get_label(repo.owner, repo.name, request.name)
+        except GitHubException as exc:
+            if status_of(exc) == 404:
+                return Absent()
+            raise classify(exc, mutation=False) from exc
+        return Found(LabelResult(created=True).model_dump())
 
-ACTIVITIES: list[ActivityDefn] = [inspect_repository, ensure_label]
+    @implements(onboarding.ensure_label, reconcile=_label_exists)
+    async def ensure_label(self, actx: ActivityContext, request: LabelInput) -> LabelResult:
+        """The repository has the label (created if missing; an existing one is left as it is)."""
+        repo = RepoRef.parse(request.repo)
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        try:
+            await gh.rest.issues.async_create_label(
+                repo.owner,
+                repo.name,
+                name=request.name,
+                color=request.color,
+                description=request.description,
+            )
+        except GitHubException as exc:
+            # 422 "already_exists": a person (or our own lost answer) made it first.
+            # GitHub names the problem in ``errors[].code``; its message is generic.
+            if (
+                isinstance(exc, RequestFailed)
+                and exc.response.status_code == 422
+                and "already_exists" in github_message(exc).lower()
+            ):
+                return LabelResult(created=False)
+            raise classify(exc, mutation=True) from exc
+        return LabelResult(created=True)

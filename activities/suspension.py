@@ -29,39 +29,48 @@ async def suspended(factory: GitHubClientFactory, installation_id: int) -> bool:
         return False
 
 
-FactoryOf = Callable[[ActivityContext], GitHubClientFactory]
 I = TypeVar("I")  # noqa: E741 (the activity's input)
 R = TypeVar("R")
+S = TypeVar("S")  # the object an activity method is of
+
+
+async def _as_suspension(
+    factory: GitHubClientFactory, failure: ActivityFailure, raw: object
+) -> None:
+    """Raise the suspension ``failure`` is, if the installation is suspended."""
+    installation = (
+        raw.get("installation_id")
+        if isinstance(raw, dict)
+        else getattr(raw, "installation_id", None)
+    )
+    if not isinstance(installation, int) or isinstance(installation, bool):
+        return
+    if await suspended(factory, installation):
+        raise InstallationSuspended(f"{failure.message} ({SUSPENDED})") from failure
 
 
 def suspension_checked(
-    factory_of: FactoryOf,
+    factory_of: Callable[[S], GitHubClientFactory],
 ) -> Callable[
-    [Callable[[ActivityContext, I], Awaitable[R]]], Callable[[ActivityContext, I], Awaitable[R]]
+    [Callable[[S, ActivityContext, I], Awaitable[R]]],
+    Callable[[S, ActivityContext, I], Awaitable[R]],
 ]:
-    """An activity (whose input names ``installation_id``) whose failures read
-    as the suspension when the installation is suspended."""
+    """An activity method (whose input names ``installation_id``) whose
+    failures read as the suspension when the installation is suspended;
+    ``factory_of(self)``: the GitHub client factory its object holds."""
 
     def wrap(
-        fn: Callable[[ActivityContext, I], Awaitable[R]],
-    ) -> Callable[[ActivityContext, I], Awaitable[R]]:
+        fn: Callable[[S, ActivityContext, I], Awaitable[R]],
+    ) -> Callable[[S, ActivityContext, I], Awaitable[R]]:
         @functools.wraps(fn)
-        async def checked(actx: ActivityContext, raw: I) -> R:
+        async def checked(self: S, actx: ActivityContext, raw: I) -> R:
             try:
-                return await fn(actx, raw)
+                return await fn(self, actx, raw)
             except InstallationSuspended:
                 raise
             except ActivityFailure as failure:
-                installation = (
-                    raw.get("installation_id")
-                    if isinstance(raw, dict)
-                    else getattr(raw, "installation_id", None)
-                )
-                if not isinstance(installation, int) or isinstance(installation, bool):
-                    raise
-                if not await suspended(factory_of(actx), installation):
-                    raise
-                raise InstallationSuspended(f"{failure.message} ({SUSPENDED})") from failure
+                await _as_suspension(factory_of(self), failure, raw)
+                raise
 
         return checked
 

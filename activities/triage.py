@@ -9,49 +9,32 @@ its checkout, at the base commit it fixes).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-from activities.github import API, API_TIMEOUTS, GitHubAccess
-from app.engine import ActivityContext, ActivityDefn, typed_activity
+from activities.github import GitHubAccess
+from app.contracts import triage
+from app.contracts.triage import TriggerConfig, TriggerInput
+from app.engine import ActivityContext, implements
 from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config
 
 
-class TriggerInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class TriageActivities:
+    def __init__(self, access: GitHubAccess) -> None:
+        self.access = access
 
-    repo: str
-    installation_id: int
-    ref: str
-
-
-class TriggerConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    #: The repository's trigger label; None when its config cannot be read.
-    trigger_label: str | None = None
-    allowed_bots: list[str] = []
-    #: Why the config could not be used (the run reports it as invalid-config).
-    problem: str | None = None
-
-
-@typed_activity("triage.trigger_config", retry=API, timeouts=API_TIMEOUTS)
-async def trigger_config(actx: ActivityContext, request: TriggerInput) -> TriggerConfig:
-    """The trigger label and bot allow-list of the repository's config at ``ref``."""
-    gh = actx.dep(GitHubAccess).factory.for_installation(
-        request.installation_id, repository=request.repo
-    )
-    found = await file_at(
-        gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
-    )
-    if found.problem is not None:
-        return TriggerConfig(problem=found.problem)
-    try:
-        config = parse_repo_config(found.text)  # None (no file): every default applies
-    except RepoConfigError as exc:
-        return TriggerConfig(problem=str(exc))
-    return TriggerConfig(trigger_label=config.trigger_label, allowed_bots=list(config.allowed_bots))
-
-
-ACTIVITIES: list[ActivityDefn] = [trigger_config]
+    @implements(triage.trigger_config)
+    async def trigger_config(self, actx: ActivityContext, request: TriggerInput) -> TriggerConfig:
+        """The trigger label and bot allow-list of the repository's config at ``ref``."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        found = await file_at(
+            gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
+        )
+        if found.problem is not None:
+            return TriggerConfig(problem=found.problem)
+        try:
+            config = parse_repo_config(found.text)  # None (no file): every default applies
+        except RepoConfigError as exc:
+            return TriggerConfig(problem=str(exc))
+        return TriggerConfig(
+            trigger_label=config.trigger_label, allowed_bots=list(config.allowed_bots)
+        )

@@ -11,41 +11,30 @@ the two reads cannot widen who may trigger it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-from activities.github import API, API_TIMEOUTS, GitHubAccess, RepoInput
-from app.engine import ActivityContext, ActivityDefn, typed_activity
+from activities.github import GitHubAccess
+from app.contracts import trigger_config
+from app.contracts.trigger_config import TriggerConfig, TriggerConfigInput
+from app.engine import ActivityContext, implements
 from app.github.contents import file_at
 from app.github.repos import RepoRef
 from app.repo_config import CONFIG_PATH, MAX_CONFIG_BYTES, RepoConfigError, parse_repo_config
 
 
-class TriggerConfigInput(RepoInput):
-    #: Branch (or commit) to read the config from.
-    ref: str
+class TriggerConfigActivities:
+    def __init__(self, access: GitHubAccess) -> None:
+        self.access = access
 
-
-class TriggerConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    #: False: the file is unusable (invalid, too large, not a file); nobody but
-    #: people with write access counts until it is fixed.
-    valid: bool
-    trigger_label: str = ""
-    allowed_bots: list[str] = []
-
-
-@typed_activity("github.trigger_config", retry=API, timeouts=API_TIMEOUTS)
-async def read_trigger_config(actx: ActivityContext, request: TriggerConfigInput) -> TriggerConfig:
-    gh = actx.dep(GitHubAccess).factory.for_installation(
-        request.installation_id, repository=request.repo
-    )
-    found = await file_at(
-        gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
-    )
-    if found.problem is not None:
-        return TriggerConfig(valid=False)
-    return _answer(found.text)  # None (no file): the defaults
+    @implements(trigger_config.read_trigger_config)
+    async def read_trigger_config(
+        self, actx: ActivityContext, request: TriggerConfigInput
+    ) -> TriggerConfig:
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        found = await file_at(
+            gh, RepoRef.parse(request.repo), CONFIG_PATH, request.ref, max_bytes=MAX_CONFIG_BYTES
+        )
+        if found.problem is not None:
+            return TriggerConfig(valid=False)
+        return _answer(found.text)  # None (no file): the defaults
 
 
 def _answer(text: str | None) -> TriggerConfig:
@@ -56,6 +45,3 @@ def _answer(text: str | None) -> TriggerConfig:
     return TriggerConfig(
         valid=True, trigger_label=config.trigger_label, allowed_bots=list(config.allowed_bots)
     )
-
-
-ACTIVITIES: list[ActivityDefn] = [read_trigger_config]

@@ -112,6 +112,11 @@ class Registry:
 
     workflows: dict[tuple[str, int], WorkflowDefn] = field(default_factory=dict)
     activities: dict[str, ActivityDefn] = field(default_factory=dict)
+    #: Activity contracts (``activity_contract``) the workflows call, whose
+    #: bodies are registered with :meth:`register_activities`: a worker refuses
+    #: to start while one has none (:meth:`check_implemented`); the test kit
+    #: fakes them by name.
+    contracts: dict[str, ActivityDefn] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -137,6 +142,20 @@ class Registry:
         if not getattr(defn, "bound", True):
             raise TypeError(f"activity {defn.name} is a method: use register_activities(instance)")
         self.activities[defn.name] = defn
+
+    def declare(self, contracts: Iterable[ActivityDefn]) -> None:
+        """Contracts whose implementations this registry must get before a worker starts."""
+        for contract in contracts:
+            self.contracts[contract.name] = contract
+
+    def check_implemented(self) -> None:
+        """Refuse (one error naming them all) while a declared contract has no body."""
+        missing = sorted(set(self.contracts) - set(self.activities))
+        if missing:
+            raise RuntimeError(
+                f"no implementation registered for activities {', '.join(missing)}: "
+                "give their objects to Registry.register_activities"
+            )
 
     def register_activities(self, instance: object) -> list[str]:
         """Register every activity declared with ``typed_activity_method`` or

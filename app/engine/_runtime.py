@@ -88,6 +88,9 @@ class Runtime(RuntimeClient):
 
     async def start_in_process(self) -> None:
         """Embedded mode: run jobs and the reconciler in this process."""
+        # Before anything runs: a worker without the body of an activity its
+        # workflows call would leave that step waiting for another worker.
+        self.registry.check_implemented()
         dispatcher = InProcessDispatcher(
             self.worker.run_job, concurrency=self.concurrency, clock=self.clock
         )

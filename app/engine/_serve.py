@@ -40,6 +40,7 @@ async def serve_arq(
     eager: bool = True,
 ) -> int:
     """Work arq's queues on ``redis_url`` until SIGTERM, then drain and return 0."""
+    runtime.registry.check_implemented()  # as in-process workers do: refused before serving
     pool = await _connect_patiently(redis_url)
     runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
     runtime.start_liveness()

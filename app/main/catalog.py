@@ -1,32 +1,55 @@
-"""The workflows and activities this build of repairbot runs."""
+"""The workflows this build of repairbot runs, and the activities they call:
+contracts (their bodies are registered by the worker, app/main/worker_process.py,
+with their dependencies) and the activities still declared with their bodies."""
 
 from __future__ import annotations
 
-from activities import (
-    agent,
+from types import ModuleType
+
+from activities import agent, repo_commands, runs, workspace
+from app.contracts import (
     approval,
     config_check,
+    example,
     github,
     installation_caps,
     onboarding,
-    repo_commands,
-    runs,
     triage,
     trigger_config,
-    workspace,
 )
-from activities.example import ExampleActivities
-from app.engine import Registry
+from app.engine import Registry, TypedActivity
 from app.workflows import config_check as config_check_workflow
-from app.workflows import example, repair, slash_command
+from app.workflows import example as example_workflow
 from app.workflows import onboarding as onboarding_workflow
+from app.workflows import repair, slash_command
 from app.workflows import triage as triage_workflows
+
+#: One module per activity group: its contracts are what workflows call.
+CONTRACT_MODULES: tuple[ModuleType, ...] = (
+    approval,
+    config_check,
+    example,
+    github,
+    installation_caps,
+    onboarding,
+    triage,
+    trigger_config,
+)
+
+
+def contracts_in(module: ModuleType) -> list[TypedActivity[object, object]]:  # type: ignore[type-var]
+    """The activity contracts a contracts module declares (bodies live elsewhere)."""
+    return [
+        value
+        for value in vars(module).values()
+        if isinstance(value, TypedActivity) and not value.bound and value.method is None
+    ]
 
 
 def build_registry() -> Registry:
     registry = Registry.of(
         [
-            *example.WORKFLOWS,
+            *example_workflow.WORKFLOWS,
             *slash_command.WORKFLOWS,
             *repair.WORKFLOWS,
             *onboarding_workflow.WORKFLOWS,
@@ -34,18 +57,12 @@ def build_registry() -> Registry:
             *config_check_workflow.WORKFLOWS,
         ],
         [
-            *github.ACTIVITIES,
             *runs.ACTIVITIES,
-            *installation_caps.ACTIVITIES,
-            *trigger_config.ACTIVITIES,
-            *triage.ACTIVITIES,
             *workspace.ACTIVITIES,
             *repo_commands.ACTIVITIES,
             *agent.ACTIVITIES,
-            *onboarding.ACTIVITIES,
-            *approval.ACTIVITIES,
-            *config_check.ACTIVITIES,
         ],
     )
-    registry.register_activities(ExampleActivities())
+    for module in CONTRACT_MODULES:
+        registry.declare(contracts_in(module))
     return registry

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import time
 
+from activities.example import ExampleActivities
 from app.config import Settings
-from app.engine import SETTLED, Runtime, make_engine
-from app.main.catalog import build_registry
+from app.engine import SETTLED, Registry, Runtime, make_engine
 from app.operations.migrate import upgrade
-from app.workflows.example import Survey, survey
+from app.workflows.example import WORKFLOWS, Survey, survey
 
 
 async def run_example(settings: Settings, *, items: list[str]) -> int:
     upgrade(settings.database_url)
+    registry = Registry.of(WORKFLOWS)  # only the example's: it needs nothing else
+    registry.register_activities(ExampleActivities())
     runtime = Runtime(
         make_engine(settings.database_url),
-        build_registry(),
+        registry,
         worker_id=settings.worker_id,
         code_version=settings.code_version,
         reconcile_interval=0.2,

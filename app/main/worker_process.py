@@ -6,14 +6,21 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 from sqlalchemy import Engine
 
-from activities.github import GitHubAccess
+from activities.approval import ApprovalActivities
+from activities.config_check import ConfigCheckActivities
+from activities.example import ExampleActivities
+from activities.github import GitHubAccess, GitHubActivities
+from activities.installation_caps import InstallationCapsActivities
+from activities.onboarding import OnboardingActivities
 from activities.suspension import suspended
+from activities.triage import TriageActivities
+from activities.trigger_config import TriggerConfigActivities
 from activities.workspace import InstallationGit
 from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
@@ -21,13 +28,15 @@ from app.agent.proxy import ModelProxy
 from app.config import Settings
 from app.engine import (
     Dependencies,
+    Registry,
     Runtime,
+    Store,
     freeze_startup_heap,
     make_engine,
     serve_arq,
     until_stopped,
 )
-from app.evidence import open_evidence_store
+from app.evidence import EvidenceStore, open_evidence_store
 from app.evidence.collect import collect_unreferenced
 from app.github.client import GitHubClientFactory
 from app.intake.reconciler import DeliveryReconciler
@@ -42,8 +51,36 @@ from app.workspace import sweep_workspaces
 log = logging.getLogger("repairbot.worker")
 
 
-def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
-    """Clients built once per process and handed to every activity."""
+@dataclass(frozen=True)
+class WorkerClients:
+    """Clients built once per process; each activity object is given the ones it needs."""
+
+    settings: Settings
+    evidence: EvidenceStore
+    #: The activities not yet given theirs explicitly look them up here by type.
+    legacy: Dependencies
+    #: None without a GitHub App (``GITHUB_APP_ID``): its activities are then
+    #: not registered and the worker refuses to start (Registry.check_implemented).
+    github: GitHubAccess | None
+
+
+def register_activities(registry: Registry, clients: WorkerClients, store: Store) -> None:
+    """Give the registry every activity body, each with its dependencies."""
+    registry.register_activities(ExampleActivities())
+    registry.register_activities(InstallationCapsActivities(clients.settings, store))
+    registry.register_activities(ApprovalActivities(clients.evidence))
+    if clients.github is not None:
+        registry.register_activities(
+            GitHubActivities(clients.github, clients.evidence, clients.settings)
+        )
+        registry.register_activities(TriageActivities(clients.github))
+        registry.register_activities(ConfigCheckActivities(clients.github))
+        registry.register_activities(TriggerConfigActivities(clients.github))
+        registry.register_activities(OnboardingActivities(clients.github, clients.evidence))
+
+
+def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
+    """Clients built once per process and handed to the activities."""
     policy = replace(
         AgentPolicy.from_env(dict(settings.agent_env), default=_default_agent(settings)),
         command_network=settings.agent_network,
@@ -55,9 +92,10 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
     known = KnownSecrets.from_env(settings.secret_env(), extra=policy.secrets)
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter(known))
+    evidence = open_evidence_store(settings, engine)
     deps = Dependencies(
         settings,
-        open_evidence_store(settings, engine),
+        evidence,
         Sandbox(
             isolation=settings.isolation(),
             egress=settings.egress_policy(),
@@ -69,11 +107,13 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
         # The operator's command agent reaches its model through this (app/agent/proxy.py).
         ModelProxy(client=agent_http.client),
     )
+    access: GitHubAccess | None = None
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(
             settings, transport=metered_transport(settings.github_api_url), engine=engine
         )
-        deps.add(GitHubAccess(factory, settings.github_git_url))
+        access = GitHubAccess(factory, settings.github_git_url)
+        deps.add(access)
 
         async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
             token = await factory.installation_token(
@@ -86,7 +126,7 @@ def shared_clients(settings: Settings, engine: Engine) -> Dependencies:
             return await suspended(factory, installation_id)
 
         deps.add(InstallationGit(token_for, is_suspended))
-    return deps
+    return WorkerClients(settings=settings, evidence=evidence, legacy=deps, github=access)
 
 
 def _default_agent(settings: Settings) -> AgentConfig | None:
@@ -95,13 +135,15 @@ def _default_agent(settings: Settings) -> AgentConfig | None:
     return AgentConfig(backend="command", command=Command.of(settings.agent_command))
 
 
-def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runtime:
+def build_runtime(settings: Settings, clients: WorkerClients | None = None) -> Runtime:
     """The runtime with shared clients built once for the whole process."""
     engine = make_engine(settings.database_url)
-    deps = deps or shared_clients(settings, engine)
+    clients = clients or shared_clients(settings, engine)
+    deps = clients.legacy
+    registry = build_registry()
     runtime = Runtime(
         engine,
-        build_registry(),
+        registry,
         worker_id=settings.worker_id,
         code_version=settings.code_version,
         deps=deps,
@@ -114,6 +156,7 @@ def build_runtime(settings: Settings, deps: Dependencies | None = None) -> Runti
         db_patience=settings.db_patience,
     )
     deps.add(runtime)  # activities that start or signal other runs use it
+    register_activities(registry, clients, runtime.store)
     return runtime
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from activities import config_check, github
+from app.contracts import config_check, github
 from app.engine import WorkflowContext, workflow
 from app.github.checks import Conclusion
 from app.github.markdown import code_block

@@ -12,7 +12,7 @@ reached its cap, the run stops before the costly work and says why.
 
 from __future__ import annotations
 
-from activities import installation_caps as caps
+from app.contracts import installation_caps as caps
 from app.workflows.calls import call
 from app.workflows.repair_base import Finished, RunBase
 from app.workflows.state import Next

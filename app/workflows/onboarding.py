@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from activities import github, onboarding
+from app.contracts import github, onboarding
 from app.engine import WorkflowContext, workflow
 from app.onboarding.proposal import ONBOARDING_BRANCH, TITLE, onboarding_op, pull_request_body
 from app.repo_config import CONFIG_PATH

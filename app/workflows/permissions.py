@@ -3,7 +3,7 @@ GitHub's API at the moment it matters (never from a webhook's payload)."""
 
 from __future__ import annotations
 
-from activities import github
+from app.contracts import github
 from app.engine import WorkflowContext
 from app.workflows.calls import call
 

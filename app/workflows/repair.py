@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from activities import github
+from app.contracts import github
 from app.contracts.requests import RunRequest
 from app.contracts.triage_inputs import ISSUE_DELETED
 from app.engine import (

@@ -11,10 +11,10 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
-from activities import github
 from activities.agent import FeedbackInput
 from activities.repo_commands import VerifyInput, VerifyResult
 from activities.workspace import WorkspaceSpec
+from app.contracts import github
 from app.contracts.requests import RunRequest
 from app.contracts.triage_inputs import REPOSITORY_MOVED, RepositoryMovedSignal
 from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture

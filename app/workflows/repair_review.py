@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from activities import approval as binding
-from activities import github, repo_commands
+from activities import repo_commands
 from activities.agent import FeedbackInput
 from activities.repo_commands import BaselineTests, StepInput
+from app.contracts import approval as binding
+from app.contracts import github
 from app.contracts.requests import (
     PR_CLOSED,
     PR_SYNCHRONIZED,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities import github, runs
+from activities import runs
+from app.contracts import github
 from app.engine import WorkflowContext, workflow
 from handlers.slash import HELP
 

@@ -3,7 +3,7 @@ config is the ``github.trigger_config`` activity's answer)."""
 
 from __future__ import annotations
 
-from activities.trigger_config import TriggerConfigInput, read_trigger_config
+from app.contracts.trigger_config import TriggerConfigInput, read_trigger_config
 from app.workflows.calls import call
 from app.workflows.repair_base import RunBase
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from activities.workspace import WorkspaceSpec
 from app.engine._activity_context import Dependencies
-from app.engine._registry import ActivityDefn
+from app.engine._registry import ActivityDefn, Registry
 from app.evidence import EvidenceRef
 from app.repo_config import Command
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV
@@ -23,6 +23,14 @@ REPRO = Command.of(REPRO_ARGV)
 TESTS = Command.of(TEST_ARGV)
 FIX_AGENT = {"backend": "command", "command": {"argv": FIX_ARGV}}
 PY = sys.executable
+
+
+def body(activities: object, name: str) -> ActivityDefn:
+    """Activity ``name`` as run on ``activities`` (the object holding its
+    dependencies), to call directly: ``await body(...).fn(actx, raw)``."""
+    registry = Registry()
+    registry.register_activities(activities)
+    return registry.activities[name]
 
 
 class SimulatedCrash(BaseException):

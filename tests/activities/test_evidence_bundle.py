@@ -8,13 +8,17 @@ from typing import Any
 
 from sqlalchemy import update
 
-from activities.approval import BundleInput, BundleItem, BundleResult, evidence_bundle
+from activities.approval import ApprovalActivities
+from app.contracts.approval import BundleInput, BundleItem, BundleResult
 from app.evidence import EvidenceStore
 from app.evidence.database import DatabaseEvidenceStore, blobs
-from tests.activities.support import RecordingContext
+from tests.activities.support import RecordingContext, body
 
 
 async def _hash(actx: RecordingContext, items: list[BundleItem]) -> BundleResult:
+    evidence_bundle = body(
+        ApprovalActivities(actx.deps.get(EvidenceStore)), "approval.evidence_bundle"
+    )
     raw: Any = await evidence_bundle.fn(actx, BundleInput(items=items).model_dump(mode="json"))
     return BundleResult.model_validate(raw)
 

@@ -3,6 +3,7 @@ GitHub says the installation is suspended (activities/suspension.py)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
 import pytest
@@ -27,12 +28,23 @@ class _Factory:
         return self.answer
 
 
+class _Activities:
+    """Holds its factory, as the activity classes do."""
+
+    def __init__(self, factory: _Factory) -> None:
+        self.factory = cast(GitHubClientFactory, factory)
+
+
+def _factory_of(activities: _Activities) -> GitHubClientFactory:
+    return activities.factory
+
+
 def _git_activity(factory: _Factory) -> Any:
-    @suspension_checked(lambda actx: cast(GitHubClientFactory, factory))
-    async def push(actx: ActivityContext, raw: Any) -> Any:
+    @suspension_checked(_factory_of)
+    async def push(self: _Activities, actx: ActivityContext, raw: Any) -> Any:
         raise TransientError("git push failed: HTTP 401")
 
-    return push
+    return functools.partial(push, _Activities(factory))
 
 
 async def test_the_failure_of_a_suspended_installation_is_the_suspension() -> None:
@@ -56,10 +68,10 @@ async def test_otherwise_the_failure_stays_what_it_was(answer: bool | Exception)
 async def test_an_input_without_an_installation_is_not_asked_about() -> None:
     factory = _Factory(True)
 
-    @suspension_checked(lambda actx: cast(GitHubClientFactory, factory))
-    async def refused(actx: ActivityContext, raw: Any) -> Any:
+    @suspension_checked(_factory_of)
+    async def refused(self: _Activities, actx: ActivityContext, raw: Any) -> Any:
         raise PermanentError("no")
 
     with pytest.raises(PermanentError, match="no"):
-        await refused(cast(ActivityContext, None), {"repo": "o/r"})
+        await refused(_Activities(factory), cast(ActivityContext, None), {"repo": "o/r"})
     assert factory.asked == []

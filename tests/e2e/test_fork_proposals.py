@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from activities.github import GitHubAccess, GitHubActivities
 from app.demo.project import FIXED_LINE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
+from app.evidence import EvidenceStore
 from emulator.git import BareRepo
 from tests.e2e.scenario import (
     activity_results,
@@ -112,7 +114,12 @@ async def test_no_proposal_owner_refuses_to_publish(stack: LocalStack) -> None:
     # it publishes from the fork without working again.
     runtime, settings = stack.runtime, stack.settings
     assert runtime is not None and settings is not None
-    runtime.worker.deps.add(settings.with_overrides(proposal_owner=stack.people.proposals))
+    # (the worker restarted with it: its GitHub activities get the new settings)
+    deps = runtime.worker.deps
+    configured = settings.with_overrides(proposal_owner=stack.people.proposals)
+    runtime.registry.register_activities(
+        GitHubActivities(deps.get(GitHubAccess), deps.get(EvidenceStore), configured)
+    )
     run = runtime.store.find_run(workflow_id(stack, number))
     assert run is not None
     assert await runtime.resume(run.run_id, "configured REPAIRBOT_PROPOSAL_OWNER", by="ops")

@@ -4,6 +4,7 @@ dependencies is the body; registration refuses a body that does not fit."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -15,12 +16,14 @@ from app.engine import (
     ReconcileResult,
     Registry,
     RetryPolicy,
+    Runtime,
     TypedActivity,
     WorkflowContext,
     activity_contract,
     implements,
     typed_workflow,
 )
+from app.engine.testing import FakeActivities
 
 
 class Word(BaseModel):
@@ -104,3 +107,50 @@ def test_an_implementation_gives_a_reconcile_exactly_when_its_contract_says() ->
         return Length(n=1)
 
     assert isinstance(fine, TypedActivity) and fine.reconcile is RECONCILED.reconcile
+
+
+async def test_a_worker_refuses_to_start_without_the_body_of_a_declared_contract(
+    db_engine: Any,
+) -> None:
+    registry = Registry.of([caller])
+    registry.declare([MEASURE, RECONCILED])
+    registry.register_activities(Measurer(extra=0))
+    runtime = Runtime(db_engine, registry)
+    try:
+        with pytest.raises(RuntimeError, match=r"no implementation registered for .*reconciled"):
+            await runtime.start_in_process()
+        assert runtime.dispatcher is None  # refused before anything was started
+    finally:
+        await runtime.stop()
+
+
+def test_the_kit_fakes_declared_contracts_by_name() -> None:
+    registry = Registry.of([caller])
+    registry.declare([MEASURE])
+    fake = FakeActivities().registry(registry)
+    assert fake.activities["contract.measure"].options == MEASURE.options
+    fake.check_implemented()  # a fake is a body
+
+
+async def test_an_arq_worker_refuses_too_before_it_connects(db_engine: Any) -> None:
+    from app.engine import serve_arq
+
+    registry = Registry.of([caller])
+    registry.declare([MEASURE])
+    runtime = Runtime(db_engine, registry)
+    try:
+        # Port 1: nothing listens; the refusal comes before any connection attempt
+        # (bounded, so a missing refusal fails here instead of retrying forever).
+        with pytest.raises(RuntimeError, match=r"no implementation registered for .*measure"):
+            await asyncio.wait_for(
+                serve_arq(
+                    runtime,
+                    "redis://127.0.0.1:1/0",
+                    concurrency=1,
+                    reconcile_interval=1.0,
+                    drain_grace=0.0,
+                ),
+                timeout=30,
+            )
+    finally:
+        await runtime.stop()

@@ -8,12 +8,14 @@ import pytest
 from gh_scene import Scene
 from sqlalchemy import Engine
 
-from activities.github import GitHubAccess, RevertInput, RevertResult, propose_revert
-from app.engine._activity_context import Dependencies
+from activities.github import GitHubAccess, GitHubActivities
+from app.config import Settings
+from app.contracts.github import RevertInput, RevertResult, propose_revert
 from app.engine._context import WorkflowContext
 from app.engine._errors import TransientError
 from app.engine._registry import Registry, workflow
 from app.engine._runtime import Runtime
+from app.evidence import DatabaseEvidenceStore
 from app.github.markers import OpId
 from app.github.merge import (
     HeadMoved,
@@ -249,12 +251,11 @@ async def test_revert_proposal_is_a_draft_that_undoes_the_merge_once(
     merged = await merge_pinned(scene.gh, scene.repo, number, sha)
     assert isinstance(merged, Merged)
     access = GitHubAccess(factory=scene.factory, git_url=served)
-    runtime = Runtime(
-        db_engine,
-        Registry.of([_revert_twice], [propose_revert]),
-        deps=Dependencies(access),
-        reconcile_interval=0.05,
+    registry = Registry.of([_revert_twice])
+    registry.register_activities(
+        GitHubActivities(access, DatabaseEvidenceStore(db_engine), Settings())
     )
+    runtime = Runtime(db_engine, registry, reconcile_interval=0.05)
     await runtime.start_in_process()
     try:
         raw = RevertInput(

@@ -11,16 +11,19 @@ from typing import Any
 from gh_scene import Scene
 from sqlalchemy import Engine, select
 
-from activities.github import API, GitHubAccess, branch_head
-from app.engine._activity_context import Dependencies
+from activities.github import GitHubAccess, GitHubActivities
+from app.config import Settings
+from app.contracts.github import API, branch_head
 from app.engine._context import WorkflowContext
 from app.engine._policy import ActivityOptions, Timeouts
 from app.engine._registry import Registry, workflow
 from app.engine._runtime import Runtime
 from app.engine._store.schema import tasks
+from app.evidence import DatabaseEvidenceStore
 
 GET_REF = "GET /repos/{owner}/{repo}/git/ref/{ref}"
-#: The real activity, with a deadline shorter than the reset GitHub will ask for.
+#: The real activity's contract, with a deadline shorter than the reset GitHub
+#: will ask for (the workflow records the options it schedules with).
 SHORT = replace(
     branch_head,
     options=ActivityOptions(retry=API, timeouts=Timeouts(start_to_close=30, schedule_to_close=3)),
@@ -41,12 +44,11 @@ async def test_reset_past_the_deadline_is_waited_out_durably(
         GET_REF, "rate_limit", rate_limit_style="x-ratelimit", retry_after=6
     )
     access = GitHubAccess(factory=scene.factory, git_url="http://unused.invalid")
-    runtime = Runtime(
-        db_engine,
-        Registry.of([read_main], [SHORT]),
-        deps=Dependencies(access),
-        reconcile_interval=0.05,
+    registry = Registry.of([read_main])
+    registry.register_activities(
+        GitHubActivities(access, DatabaseEvidenceStore(db_engine), Settings())
     )
+    runtime = Runtime(db_engine, registry, reconcile_interval=0.05)
     await runtime.start_in_process()
     try:
         raw = {"installation_id": scene.installation_id, "repo": "octo/demo", "branch": "main"}

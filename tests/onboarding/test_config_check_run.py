@@ -4,7 +4,7 @@ break out of the code blocks it is quoted in."""
 
 from __future__ import annotations
 
-from activities.config_check import ConfigChange
+from app.contracts.config_check import ConfigChange
 from app.workflows.config_check import view_of
 
 

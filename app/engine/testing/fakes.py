@@ -104,11 +104,12 @@ class FakeActivities:
     # -- registering ------------------------------------------------------------------
 
     def registry(self, real: Registry) -> Registry:
-        """``real``'s workflows, with every one of its activities replaced by a
-        fake of the same name and options (no reconcile: a fake's effect is
-        never uncertain unless its answer says so)."""
+        """``real``'s workflows, with every one of its activities and declared
+        contracts replaced by a fake of the same name and options (no
+        reconcile: a fake's effect is never uncertain unless its answer says so)."""
         fake = Registry(workflows=dict(real.workflows))
-        for name, defn in real.activities.items():
+        # Declared contracts first: a registered body of the same name wins.
+        for name, defn in {**real.contracts, **real.activities}.items():
             fake.add_activity(ActivityDefn(name=name, fn=self._fake(name), options=defn.options))
         return fake
 
