@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from sqlalchemy import Engine
@@ -28,6 +28,7 @@ from app.agent.proxy import ModelProxy
 from app.config import Settings
 from app.engine import (
     Dependencies,
+    PermanentError,
     Registry,
     Runtime,
     Store,
@@ -59,9 +60,16 @@ class WorkerClients:
     evidence: EvidenceStore
     #: The activities not yet given theirs explicitly look them up here by type.
     legacy: Dependencies
-    #: None without a GitHub App (``GITHUB_APP_ID``): its activities are then
-    #: not registered and the worker refuses to start (Registry.check_implemented).
-    github: GitHubAccess | None
+    #: Without a GitHub App (``GITHUB_APP_ID``), a stand-in whose use fails.
+    github: GitHubAccess
+
+
+class _NoGitHubApp:
+    """GitHub access in a worker without a GitHub App: it starts (and runs
+    what needs no GitHub), and a GitHub activity fails saying why."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise PermanentError("this worker has no GitHub App: set GITHUB_APP_ID")
 
 
 def register_activities(registry: Registry, clients: WorkerClients, store: Store) -> None:
@@ -69,14 +77,13 @@ def register_activities(registry: Registry, clients: WorkerClients, store: Store
     registry.register_activities(ExampleActivities())
     registry.register_activities(InstallationCapsActivities(clients.settings, store))
     registry.register_activities(ApprovalActivities(clients.evidence))
-    if clients.github is not None:
-        registry.register_activities(
-            GitHubActivities(clients.github, clients.evidence, clients.settings)
-        )
-        registry.register_activities(TriageActivities(clients.github))
-        registry.register_activities(ConfigCheckActivities(clients.github))
-        registry.register_activities(TriggerConfigActivities(clients.github))
-        registry.register_activities(OnboardingActivities(clients.github, clients.evidence))
+    registry.register_activities(
+        GitHubActivities(clients.github, clients.evidence, clients.settings)
+    )
+    registry.register_activities(TriageActivities(clients.github))
+    registry.register_activities(ConfigCheckActivities(clients.github))
+    registry.register_activities(TriggerConfigActivities(clients.github))
+    registry.register_activities(OnboardingActivities(clients.github, clients.evidence))
 
 
 def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
@@ -107,7 +114,7 @@ def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
         # The operator's command agent reaches its model through this (app/agent/proxy.py).
         ModelProxy(client=agent_http.client),
     )
-    access: GitHubAccess | None = None
+    access = cast(GitHubAccess, _NoGitHubApp())
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(
             settings, transport=metered_transport(settings.github_api_url), engine=engine
