@@ -9,20 +9,22 @@ validated result, so ``await ctx.call(compose, GreetInput(...))`` is a
 the store, replay and recorded histories are unchanged.
 
     APPROVAL = SignalDefn[Approval]("approval")
+    compose = activity_contract("compose", GreetInput, GreetResult, retry=API)  # no body
 
     class Greeter:                                  # dependencies: attributes
         def __init__(self, github: GitHub) -> None: self.github = github
-        @typed_activity_method(retry=API)
+        @implements(compose)                        # or @typed_activity_method(retry=API)
         async def compose(self, actx: ActivityContext, input: GreetInput) -> GreetResult: ...
 
     @typed_workflow("greet", version=1, cancel_phases=("archiving",), signals=(APPROVAL,))
     async def greet(ctx: WorkflowContext, input: GreetInput) -> GreetResult:
-        text = await ctx.call(Greeter.compose, input)          # step id "compose-1"
+        text = await ctx.call(compose, input)                  # step id "compose-1"
         approval = await ctx.wait_for(APPROVAL)                # an Approval
         await ctx.start_workflow(follow_up, FollowUp(...), id=f"follow-{ctx.workflow_id}")
         return text
 
-    registry = Registry.of([greet, follow_up]); registry.register_activities(Greeter(github))
+    registry = Registry.of([greet, follow_up]); registry.declare([compose])
+    registry.register_activities(Greeter(github))  # refused if its models differ from compose's
     await client.start(greet, GreetInput(name="ada"), id="greet-1")
     await client.send("greet-1", APPROVAL, Approval(by="bob"), dedupe_key=review_id)
 

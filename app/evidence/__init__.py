@@ -3,8 +3,10 @@
 In the database by default (:class:`DatabaseEvidenceStore`), so any worker
 machine and the web process read what any worker wrote; a local folder
 (:class:`FolderEvidenceStore`) only when asked for, on one machine. History
-holds only :class:`EvidenceRef` values; activities look the store up as
-``actx.dep(EvidenceStore)`` whichever kind it is.
+holds only :class:`EvidenceRef` values; the worker gives the store to the
+activity objects that need it (app/main/worker_process.py), whichever kind it
+is (the workspace, command and agent activities still look it up as
+``actx.dep(EvidenceStore)``).
 """
 
 from __future__ import annotations
