@@ -20,9 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import replace
-from typing import ClassVar, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TypeVar
 
 from activities._support import (
     keep_alive,
@@ -30,8 +28,8 @@ from activities._support import (
     read_evidence,
     sandbox_of,
 )
-from activities.repo_commands import StepInput, run_step
-from activities.workspace import PatchRejectedError, WorkspaceSpec, open_workspace, read_patch
+from activities.repo_commands import run_step
+from activities.workspace import PatchRejectedError, open_workspace, read_patch
 from app.agent import (
     AgentFailed,
     AgentHttp,
@@ -47,18 +45,17 @@ from app.agent import (
 from app.agent.base import REFUSED_WORKSPACES, ProposalRefused
 from app.agent.budget import Caps, Usage, price_of
 from app.agent.proxy import ModelProxy
+from app.contracts import agent
+from app.contracts.agent import FeedbackInput, ProposeInput, ProposeResult
+from app.contracts.repo_commands import StepInput
 from app.engine import (
     ActivityContext,
-    ActivityDefn,
     PermanentError,
-    RetryPolicy,
     StaleLease,
-    Timeouts,
     TransientError,
-    typed_activity,
+    implements,
 )
 from app.evidence import EvidenceRef, EvidenceStore
-from app.repo_config import AgentConfig, Command
 from app.secrets import KnownSecrets
 from app.workspace import NestedGitRefused, PatchRejected, Workspace, apply_patch, snapshot
 
@@ -69,99 +66,12 @@ log = logging.getLogger("repairbot.activities")
 FEEDBACK_EVIDENCE_BYTES = 8_000
 
 
-class FeedbackInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["verification", "review", "agent"]
-    text: str
-    #: A log to quote after the text (its end), e.g. the failing test output.
-    evidence: EvidenceRef | None = None
-
-
-class ProposeInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    #: Added after runs were recorded: omitted from the recorded input at their defaults.
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "test", "run_usage", "run_caps")
-
-    #: Base commit, plus the previous candidate when refining it after a review.
-    workspace: WorkspaceSpec
-    #: The repository's agent; ``None`` uses the operator's default.
-    agent: AgentConfig | None = None
-    issue_title: str
-    issue_body: str = ""
-    reproduction: list[Command] = Field(default_factory=list)
-    #: The reproduction's failing log on the base.
-    reproduction_log: EvidenceRef | None = None
-    feedback: list[FeedbackInput] = Field(default_factory=list)
-    attempt: int = Field(default=1, ge=1)
-    setup: list[Command] = Field(default_factory=list)
-    #: Setup commands may reach the network (the repository's ``network: setup``).
-    setup_network: bool = False
-    time_limit_seconds: float = Field(gt=0)
-    tool_retries: int = Field(default=2, ge=0)
-    #: The repository's test command (the built-in agent's ``run_tests`` tool).
-    test: Command | None = None
-    #: What the built-in agent spent in this run's earlier repair attempts.
-    run_usage: Usage | None = None
-    #: The repository's run-wide token and cost budgets: the built-in loop
-    #: stops before a model call once the run reached one (the operator's
-    #: caps bind too, whichever is lower).
-    run_caps: Caps | None = None
-
-
-class ProposeResult(BaseModel):
-    #: ``proposed``: a non-empty patch; ``no-change``: the agent changed nothing;
-    #: ``agent-failed``: it ran out of tool retries without a usable answer;
-    #: ``budget-exhausted``: the built-in loop reached a cap (``error`` says which).
-    outcome: Literal["proposed", "no-change", "agent-failed", "budget-exhausted"]
-    patch: EvidenceRef | None = None
-    files_changed: list[str] = Field(default_factory=list)
-    summary: str = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    backend: str = ""
-    transcript: EvidenceRef | None = None
-    error: str | None = None
-    #: The activity attempt that produced this.
-    tool_attempt: int = 1
-    #: Tool retries spent: earlier attempts that ended with a tool failure.
-    #: None in results recorded before it was counted (then: tool_attempt - 1).
-    tool_retries: int | None = None
-    #: Earlier attempts that never ended: the worker died (SIGKILL, a crash,
-    #: a lost lease) while the agent ran. Resumed, not counted as tool retries.
-    interrupted: int = 0
-    #: What the built-in agent spent in this repair attempt (zeros for CLI agents
-    #: other than their own token report).
-    turns: int = 0
-    tool_calls: int = 0
-    cost_usd: float = 0.0
-
-
 def model_cost(policy: AgentPolicy, backend: str, input_tokens: int, output_tokens: int) -> float:
     """USD for the tokens a CLI agent reported, priced by the operator's
     ``REPAIRBOT_AGENT_PRICES`` for the model named in ``backend``
     (``http:<provider>/<model>``, or a CLI agent's own name); 0 when unpriced."""
     price = price_of(policy.prices, backend.rsplit("/", 1)[-1]) or price_of(policy.prices, backend)
     return price.cost(input_tokens, output_tokens) if price is not None else 0.0
-
-
-@typed_activity(
-    "agent.propose_fix",
-    # Generous: tool retries are bounded by the repository's budget below,
-    # transport retries by this; backoff honours the server's retry-after.
-    retry=RetryPolicy(initial_interval=5.0, backoff=2.0, max_interval=300.0, max_attempts=8),
-    timeouts=Timeouts(start_to_close=3 * 3600, heartbeat=120),
-)
-async def propose_fix(actx: ActivityContext, request: ProposeInput) -> ProposeResult:
-    try:
-        return await _propose_fix(actx, request)
-    except StaleLease:
-        raise  # this attempt is no longer ours: nothing may be recorded
-    except Exception:
-        # An attempt that ends on purpose says so; one whose worker died cannot.
-        with contextlib.suppress(Exception):
-            await actx.carry(_ENDED, int(actx.carried.get(_ENDED, 0)) + 1)
-        raise
 
 
 #: Counts earlier attempts carry (``ActivityContext.carry``).
@@ -407,4 +317,19 @@ def _feedback(store: EvidenceStore, item: FeedbackInput) -> Feedback:
     return Feedback(kind=item.kind, text=text)
 
 
-ACTIVITIES: list[ActivityDefn] = [propose_fix]
+class AgentActivities:
+    """Its dependencies (evidence store, agent policy and HTTP client, model
+    proxy, known secrets, sandbox) are still looked up with ``actx.dep``
+    (deprecated): not yet given explicitly."""
+
+    @implements(agent.propose_fix)
+    async def propose_fix(self, actx: ActivityContext, request: ProposeInput) -> ProposeResult:
+        try:
+            return await _propose_fix(actx, request)
+        except StaleLease:
+            raise  # this attempt is no longer ours: nothing may be recorded
+        except Exception:
+            # An attempt that ends on purpose says so; one whose worker died cannot.
+            with contextlib.suppress(Exception):
+                await actx.carry(_ENDED, int(actx.carried.get(_ENDED, 0)) + 1)
+            raise

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from activities import setup_effects
 from app.checkout import UnsafePath, read_in_checkout
+from app.contracts.repo_commands import Environment
 from app.repo_config import Command
 from app.workspace import Workspace, file_at
 
@@ -141,17 +142,6 @@ class Entry:
     def bound(self) -> bool:
         """Setup wrote into the checkout or named it: a later step needs copies."""
         return bool(self.created or self.env_references)
-
-
-@dataclass(frozen=True)
-class Environment:
-    """The ``$REPAIRBOT_ENV`` of one step."""
-
-    path: Path
-    #: Built earlier (by the base's setup): setup is skipped, the path is read-only.
-    reused: bool
-    #: Shared with later steps: commands other than setup see it read-only.
-    shared: bool
 
 
 class EnvironmentCache:

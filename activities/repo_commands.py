@@ -16,15 +16,11 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from typing import ClassVar, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from activities import setup_effects, test_outcomes
 from activities._support import read_evidence, sandbox_of
 from activities.environments import (
     ENV_VAR,
-    Environment,
     EnvironmentCache,
     Listing,
     capture,
@@ -33,96 +29,35 @@ from activities.environments import (
     dependency_files_at,
     environment_key,
 )
-from activities.test_outcomes import Comparison, compare, named
+from activities.test_outcomes import compare
 from activities.unrunnable import cannot_run
-from activities.workspace import (
-    PatchRejectedError,
-    WorkspaceSpec,
-    open_workspace,
-)
+from activities.workspace import PatchRejectedError, open_workspace
 from app.config import Settings
+from app.contracts import repo_commands
+from app.contracts.repo_commands import (
+    MAX_NAMED,
+    BaselineTests,
+    Comparison,
+    Environment,
+    ReproductionResult,
+    StepInput,
+    StepResult,
+    StepStatus,
+    Verdict,
+    VerifyInput,
+    VerifyResult,
+    named,
+)
+from app.contracts.workspace import WorkspaceSpec
 from app.engine import (
     ActivityContext,
-    ActivityDefn,
     PermanentError,
-    RetryPolicy,
-    Timeouts,
-    typed_activity,
+    implements,
 )
-from app.evidence import EvidenceRef, EvidenceStore
+from app.evidence import EvidenceStore
 from app.repo_config import Command
-from app.sandbox.runner import CommandResult, CommandRun, run_command
+from app.sandbox.runner import CommandRun, run_command
 from app.workspace import Workspace
-
-StepStatus = Literal["passed", "failed", "setup-failed"]
-
-#: Commands may run for hours in total; heartbeats (every few seconds) are what
-#: notice a dead worker, within the heartbeat timeout.
-_COMMAND_TIMEOUTS = Timeouts(start_to_close=6 * 3600, heartbeat=60)
-_COMMAND_RETRY = RetryPolicy(initial_interval=5.0, max_interval=120.0, max_attempts=3)
-
-
-class StepInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    #: Added after runs were recorded: omitted from the recorded input at its default.
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "baseline_test", "reuse_env")
-
-    workspace: WorkspaceSpec
-    setup: list[Command] = Field(default_factory=list)
-    #: Setup commands may reach the network (the repository's ``network: setup``).
-    setup_network: bool = False
-    commands: list[Command] = Field(min_length=1)
-    time_limit_seconds: float = Field(gt=0)
-    #: Setup installs into ``$REPAIRBOT_ENV`` and may build it once for the run
-    #: (the repository's ``setup_once``); only the base's setup builds it.
-    reuse_env: bool = False
-    #: The repository's test command, run on the base after the reproduction
-    #: (same workspace, setup done once): the baseline candidates are judged against.
-    baseline_test: Command | None = None
-
-
-class StepResult(BaseModel):
-    #: ``failed``: a command failed or timed out; ``setup-failed``: setup did,
-    #: so the step's own commands did not run and nothing was learnt.
-    status: StepStatus
-    results: list[CommandResult]
-    log: EvidenceRef
-    #: Setup was skipped: the environment the base's setup built was reused.
-    reused_env: bool = False
-    #: The ``$REPAIRBOT_ENV`` the step used (for the next step in the same
-    #: workspace; never recorded).
-    environment: Environment | None = Field(default=None, exclude=True)
-
-    @property
-    def failing(self) -> CommandResult | None:
-        return next((r for r in self.results if not r.passed), None)
-
-
-class BaselineTests(BaseModel):
-    """The test command's result on the base commit: evidence, and the yardstick."""
-
-    base_sha: str
-    step: StepResult
-    passed: bool
-    #: Per-test outcomes (JSON evidence), when the command wrote a report.
-    outcomes: EvidenceRef | None = None
-    #: Tests failing on the base (the first few, by id) and how many there are.
-    failing: list[str] = Field(default_factory=list)
-    failing_count: int = 0
-    #: Why the test command could not run at all (a config mistake), if so.
-    cannot_run: str | None = None
-
-
-class ReproductionResult(StepResult):
-    #: The reproduction ran and failed: on the base, the bug is reproduced. A
-    #: command that could not be run at all (exit 126/127) reproduces nothing.
-    reproduced: bool
-    #: Why the reproduction could not run at all (not found, usage error,
-    #: import error, no tests): a config mistake, not the bug.
-    cannot_run: str | None = None
-    #: The test command on the base, when asked for (``baseline_test``).
-    baseline: BaselineTests | None = None
-
 
 #: What shells report for "not executable" and "not found".
 _NOT_RUN = (126, 127)
@@ -318,37 +253,6 @@ def _name(spec: WorkspaceSpec, what: str) -> str:
     return f"{what}-on-{where}-{spec.base_sha[:12]}.log"
 
 
-@typed_activity("commands.run_reproduction", retry=_COMMAND_RETRY, timeouts=_COMMAND_TIMEOUTS)
-async def run_reproduction(actx: ActivityContext, request: StepInput) -> ReproductionResult:
-    """Run the reproduction. On the base commit it must fail for the bug to count."""
-    async with open_workspace(actx, request.workspace) as ws:
-        step = await run_step(
-            actx,
-            ws,
-            request,
-            kind="reproduce",
-            name=_name(request.workspace, "reproduce"),
-        )
-        baseline = None
-        if request.baseline_test is not None and step.status != "setup-failed":
-            baseline = await _baseline(actx, ws, request, request.baseline_test, step.environment)
-    failing = step.failing
-    problem = cannot_run(failing) if failing is not None and step.status == "failed" else None
-    reproduced = (
-        step.status == "failed"
-        and failing is not None
-        and (failing.timed_out or failing.exit_code not in _NOT_RUN)
-        # Stopped by the disk quota: the command never got to show the bug.
-        and failing.quota_exceeded is None
-    )
-    if request.baseline_test is not None:  # the caller tells broken commands apart
-        reproduced = reproduced and problem is None
-    result = ReproductionResult(
-        **step.model_dump(), reproduced=reproduced, cannot_run=problem, baseline=baseline
-    )
-    return result
-
-
 async def _run_tests(
     actx: ActivityContext,
     ws: Workspace,
@@ -399,65 +303,13 @@ async def _baseline(
         step=step,
         passed=step.status == "passed",
         outcomes=ref,
-        failing=failing[: test_outcomes.MAX_NAMED],
+        failing=failing[:MAX_NAMED],
         failing_count=len(failing),
         cannot_run=cannot_run(result) if result is not None else None,
     )
 
 
 # -- verify_candidate ---------------------------------------------------------
-
-
-class VerifyInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    #: Added after runs were recorded: omitted from the recorded input at its default.
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("setup_network", "baseline")
-
-    #: Base commit plus the candidate patch (required).
-    workspace: WorkspaceSpec
-    setup: list[Command] = Field(default_factory=list)
-    #: Ignored: the candidate (model-written code) never gets the network. Kept
-    #: so that recorded inputs still parse.
-    setup_network: bool = False
-    reproduction: list[Command] = Field(min_length=1)
-    test: Command | None = None
-    time_limit_seconds: float = Field(gt=0)
-    #: The tests on this base: a candidate is judged by what it changes.
-    #: None: the tests must pass outright (as before baselines existed).
-    baseline: BaselineTests | None = None
-
-
-Verdict = Literal["verified", "still-reproduces", "tests-fail", "setup-failed", "patch-rejected"]
-
-
-class VerifyResult(BaseModel):
-    verdict: Verdict
-    #: The exact patch the verdict is about.
-    patch_sha256: str
-    reproduction: StepResult | None = None
-    tests: StepResult | None = None
-    #: Why it is not verified, in a sentence (feedback for the next attempt).
-    reason: str | None = None
-    #: How the tests compare with the base's (when there was a baseline).
-    comparison: Comparison | None = None
-
-    @property
-    def evidence(self) -> list[EvidenceRef]:
-        return [step.log for step in (self.reproduction, self.tests) if step is not None]
-
-
-@typed_activity("commands.verify_candidate", retry=_COMMAND_RETRY, timeouts=_COMMAND_TIMEOUTS)
-async def verify_candidate(actx: ActivityContext, request: VerifyInput) -> VerifyResult:
-    """Fresh workspace from base + patch: the reproduction must now pass, and the tests."""
-    patch = request.workspace.patch
-    if patch is None:
-        raise PermanentError("verify_candidate needs workspace.patch: there is nothing to verify")
-    try:
-        async with open_workspace(actx, request.workspace) as ws:
-            result = await _verify(actx, ws, request, patch.sha256)
-    except PatchRejectedError as exc:
-        result = VerifyResult(verdict="patch-rejected", patch_sha256=patch.sha256, reason=str(exc))
-    return result
 
 
 async def _verify(
@@ -568,4 +420,57 @@ def _reason(verdict: Verdict, step: StepResult) -> str:
     return f"{what}: `{failing.command.display()}` {ending}.\n\n```text\n{tail.strip()}\n```"
 
 
-ACTIVITIES: list[ActivityDefn] = [run_reproduction, verify_candidate]
+class RepoCommandActivities:
+    """Its dependencies (settings, evidence store, sandbox) are still looked
+    up with ``actx.dep`` (deprecated): not yet given explicitly."""
+
+    @implements(repo_commands.run_reproduction)
+    async def run_reproduction(
+        self, actx: ActivityContext, request: StepInput
+    ) -> ReproductionResult:
+        """Run the reproduction. On the base commit it must fail for the bug to count."""
+        async with open_workspace(actx, request.workspace) as ws:
+            step = await run_step(
+                actx,
+                ws,
+                request,
+                kind="reproduce",
+                name=_name(request.workspace, "reproduce"),
+            )
+            baseline = None
+            if request.baseline_test is not None and step.status != "setup-failed":
+                baseline = await _baseline(
+                    actx, ws, request, request.baseline_test, step.environment
+                )
+        failing = step.failing
+        problem = cannot_run(failing) if failing is not None and step.status == "failed" else None
+        reproduced = (
+            step.status == "failed"
+            and failing is not None
+            and (failing.timed_out or failing.exit_code not in _NOT_RUN)
+            # Stopped by the disk quota: the command never got to show the bug.
+            and failing.quota_exceeded is None
+        )
+        if request.baseline_test is not None:  # the caller tells broken commands apart
+            reproduced = reproduced and problem is None
+        result = ReproductionResult(
+            **step.model_dump(), reproduced=reproduced, cannot_run=problem, baseline=baseline
+        )
+        return result
+
+    @implements(repo_commands.verify_candidate)
+    async def verify_candidate(self, actx: ActivityContext, request: VerifyInput) -> VerifyResult:
+        """Fresh workspace from base + patch: the reproduction must now pass, and the tests."""
+        patch = request.workspace.patch
+        if patch is None:
+            raise PermanentError(
+                "verify_candidate needs workspace.patch: there is nothing to verify"
+            )
+        try:
+            async with open_workspace(actx, request.workspace) as ws:
+                result = await _verify(actx, ws, request, patch.sha256)
+        except PatchRejectedError as exc:
+            result = VerifyResult(
+                verdict="patch-rejected", patch_sha256=patch.sha256, reason=str(exc)
+            )
+        return result

@@ -17,16 +17,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
-
 from app.checkout import UnsafePath, read_in_checkout
+from app.contracts.repo_commands import Comparison
 
 Outcome = Literal["passed", "failed", "skipped"]
 #: The report's name in the workspace's temporary directory.
 REPORT_NAME = "repairbot-junit.xml"
 MAX_REPORT_BYTES = 16 * 1024 * 1024
-#: At most this many test names are quoted in a comment or a reason.
-MAX_NAMED = 10
 #: A suite larger than this is compared by exit status only.
 MAX_TESTS = 50_000
 _UNSAFE = re.compile(r"[^\w.:/\[\]\-, =]")
@@ -136,25 +133,6 @@ def decode(data: bytes) -> dict[str, Outcome] | None:
     return {str(k): v for k, v in raw.items() if v in ("passed", "failed", "skipped")}
 
 
-class Comparison(BaseModel):
-    """What a candidate's test run changed against the base's."""
-
-    #: Whether the candidate's tests are acceptable.
-    ok: bool
-    #: Whether the test command passed outright with the candidate.
-    candidate_passed: bool
-    #: ``per-test`` (both reports read) or ``exit-status`` (fallback).
-    basis: Literal["per-test", "exit-status"]
-    #: Tests that passed on the base (or did not exist) and fail with the candidate.
-    regressions: list[str] = []
-    #: Tests that fail on the base and still fail (not blamed on the fix).
-    still_failing: list[str] = []
-    #: Tests that fail on the base and pass with the candidate.
-    fixed: list[str] = []
-    #: Tests that failed with the candidate once and passed when run again.
-    flaky: list[str] = []
-
-
 def compare(
     base_passed: bool,
     base: dict[str, Outcome] | None,
@@ -189,10 +167,3 @@ def compare(
         still_failing=still,
         fixed=fixed,
     )
-
-
-def named(tests: list[str]) -> str:
-    """Up to :data:`MAX_NAMED` test ids in backticks, with a count of the rest."""
-    shown = ", ".join(f"`{t}`" for t in tests[:MAX_NAMED])
-    more = len(tests) - MAX_NAMED
-    return shown + (f" and {more} more" if more > 0 else "")

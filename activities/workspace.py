@@ -18,9 +18,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from activities._support import (
     keep_alive,
@@ -29,22 +26,19 @@ from activities._support import (
 )
 from app.checkout import UnsafePath, read_in_checkout
 from app.config import Settings
+from app.contracts import workspace
+from app.contracts.workspace import PrepareInput, PrepareResult, WorkspaceSpec
 from app.engine import (
     ActivityContext,
-    ActivityDefn,
     PermanentError,
-    RetryPolicy,
-    Timeouts,
     TransientError,
-    typed_activity,
+    implements,
 )
 from app.evidence import EvidenceRef, EvidenceStore
 from app.github.errors import SUSPENDED, InstallationSuspended
 from app.repo_config import (
     CONFIG_PATH,
     MAX_CONFIG_BYTES,
-    CheckoutConfig,
-    Command,
     RepoConfig,
     RepoConfigError,
     parse_repo_config,
@@ -62,30 +56,6 @@ from app.workspace import (
 )
 
 log = logging.getLogger("repairbot.activities")
-
-
-class WorkspaceSpec(BaseModel):
-    """Everything a workspace is rebuilt from; recorded in history."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: ``owner/name``: for credentials and logs.
-    repo: str
-    clone_url: str
-    base_sha: str
-    installation_id: int | None = None
-    #: The candidate patch, applied (staged) on top of the base.
-    patch: EvidenceRef | None = None
-    #: History depth and tags (the repository's ``checkout:``); None: the commit alone.
-    checkout: CheckoutConfig | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_default_checkout(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Specs recorded before ``checkout`` existed must hash the same (replay).
-        data = handler(self)
-        if isinstance(data, dict) and data.get("checkout") is None:
-            data.pop("checkout", None)
-        return data
 
 
 class GitCredentials:
@@ -190,50 +160,28 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
 # -- prepare_workspace --------------------------------------------------------
 
 
-class PrepareInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class WorkspaceActivities:
+    """Its dependencies (settings, evidence store, git credentials) are still
+    looked up with ``actx.dep`` (deprecated): not yet given explicitly."""
 
-    workspace: WorkspaceSpec
-    issue_body: str = ""
-    #: Whether the issue's repro block may be used (its author has write access);
-    #: when not, the repository's configured reproduction runs instead.
-    issue_repro_allowed: bool = True
-
-
-class PrepareResult(BaseModel):
-    base_sha: str
-    #: The repository's config (defaults when it has no file); None if invalid.
-    config: RepoConfig | None
-    #: Why the config is unusable, worded for the issue.
-    config_error: str | None = None
-    #: The reproduction commands: the issue's repro block, else the config's.
-    reproduction: list[Command]
-    reproduction_source: Literal["issue", "config"] | None
-    reproduction_error: str | None = None
-    #: The issue had a repro block that was not used (its author may not write).
-    issue_repro_ignored: bool = False
-
-
-@typed_activity(
-    "workspace.prepare",
-    retry=RetryPolicy(initial_interval=2.0, max_interval=60.0, max_attempts=5),
-    timeouts=Timeouts(start_to_close=20 * 60, heartbeat=60, schedule_to_close=60 * 60),
-)
-async def prepare_workspace(actx: ActivityContext, request: PrepareInput) -> PrepareResult:
-    """Build the base, read the repository's config and the reproduction."""
-    async with open_workspace(actx, request.workspace) as ws:
-        config_text, config_error = read_config(ws)
-    if config_text is None and config_error is None and actx.dep(Settings).require_config:
-        config_error = NO_CONFIG
-    issue_body = request.issue_body
-    ignored = False
-    if not request.issue_repro_allowed and reproduction_from_issue(issue_body) is not None:
-        issue_body, ignored = "", True
-    result = resolve_commands(request.workspace.base_sha, config_text, issue_body)
-    result = result.model_copy(update={"issue_repro_ignored": ignored})
-    if config_error is not None:
-        result = result.model_copy(update={"config": None, "config_error": config_error})
-    return result
+    @implements(workspace.prepare_workspace)
+    async def prepare_workspace(
+        self, actx: ActivityContext, request: PrepareInput
+    ) -> PrepareResult:
+        """Build the base, read the repository's config and the reproduction."""
+        async with open_workspace(actx, request.workspace) as ws:
+            config_text, config_error = read_config(ws)
+        if config_text is None and config_error is None and actx.dep(Settings).require_config:
+            config_error = NO_CONFIG
+        issue_body = request.issue_body
+        ignored = False
+        if not request.issue_repro_allowed and reproduction_from_issue(issue_body) is not None:
+            issue_body, ignored = "", True
+        result = resolve_commands(request.workspace.base_sha, config_text, issue_body)
+        result = result.model_copy(update={"issue_repro_ignored": ignored})
+        if config_error is not None:
+            result = result.model_copy(update={"config": None, "config_error": config_error})
+        return result
 
 
 #: Why a repository without a config file gets no run (``require_config``).
@@ -314,6 +262,3 @@ def resolve_commands(base_sha: str, config_text: str | None, issue_body: str) ->
             f"or a `reproduce` command to {CONFIG_PATH}"
         ),
     )
-
-
-ACTIVITIES: list[ActivityDefn] = [prepare_workspace]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.test_outcomes import Comparison
+from app.contracts.repo_commands import Comparison
 from app.repo_config import Command
 from app.sandbox.runner import CommandResult
 from app.workflows.base_evidence import broken_command, comparison_sentence, quoted

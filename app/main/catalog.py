@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from activities import agent, repo_commands, runs, workspace
+from activities import runs
 from app.contracts import (
+    agent,
     approval,
     config_check,
     example,
     github,
     installation_caps,
     onboarding,
+    repo_commands,
     triage,
     trigger_config,
+    workspace,
 )
 from app.engine import Registry, TypedActivity
 from app.workflows import config_check as config_check_workflow
@@ -26,14 +29,17 @@ from app.workflows import triage as triage_workflows
 
 #: One module per activity group: its contracts are what workflows call.
 CONTRACT_MODULES: tuple[ModuleType, ...] = (
+    agent,
     approval,
     config_check,
     example,
     github,
     installation_caps,
     onboarding,
+    repo_commands,
     triage,
     trigger_config,
+    workspace,
 )
 
 
@@ -56,12 +62,8 @@ def build_registry() -> Registry:
             *triage_workflows.WORKFLOWS,
             *config_check_workflow.WORKFLOWS,
         ],
-        [
-            *runs.ACTIVITIES,
-            *workspace.ACTIVITIES,
-            *repo_commands.ACTIVITIES,
-            *agent.ACTIVITIES,
-        ],
+        # Being replaced by workflow commands: still declared with its bodies.
+        runs.ACTIVITIES,
     )
     for module in CONTRACT_MODULES:
         registry.declare(contracts_in(module))

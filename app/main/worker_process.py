@@ -12,16 +12,18 @@ from typing import Any, cast
 import httpx
 from sqlalchemy import Engine
 
+from activities.agent import AgentActivities
 from activities.approval import ApprovalActivities
 from activities.config_check import ConfigCheckActivities
 from activities.example import ExampleActivities
 from activities.github import GitHubAccess, GitHubActivities
 from activities.installation_caps import InstallationCapsActivities
 from activities.onboarding import OnboardingActivities
+from activities.repo_commands import RepoCommandActivities
 from activities.suspension import suspended
 from activities.triage import TriageActivities
 from activities.trigger_config import TriggerConfigActivities
-from activities.workspace import InstallationGit
+from activities.workspace import InstallationGit, WorkspaceActivities
 from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
 from app.agent.proxy import ModelProxy
@@ -75,6 +77,10 @@ class _NoGitHubApp:
 def register_activities(registry: Registry, clients: WorkerClients, store: Store) -> None:
     """Give the registry every activity body, each with its dependencies."""
     registry.register_activities(ExampleActivities())
+    # These three still look their dependencies up in ``clients.legacy`` (actx.dep).
+    registry.register_activities(WorkspaceActivities())
+    registry.register_activities(RepoCommandActivities())
+    registry.register_activities(AgentActivities())
     registry.register_activities(InstallationCapsActivities(clients.settings, store))
     registry.register_activities(ApprovalActivities(clients.evidence))
     registry.register_activities(

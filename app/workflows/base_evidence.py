@@ -8,8 +8,7 @@ three always say the same thing.
 
 from __future__ import annotations
 
-from activities.repo_commands import BaselineTests, ReproductionResult
-from activities.test_outcomes import Comparison, named
+from app.contracts.repo_commands import BaselineTests, Comparison, ReproductionResult, named
 from app.github.markdown import code_block
 from app.repo_config import CONFIG_PATH
 from app.sandbox.runner import CommandResult

@@ -11,12 +11,12 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
-from activities.agent import FeedbackInput
-from activities.repo_commands import VerifyInput, VerifyResult
-from activities.workspace import WorkspaceSpec
 from app.contracts import github
+from app.contracts.agent import FeedbackInput
+from app.contracts.repo_commands import VerifyInput, VerifyResult
 from app.contracts.requests import RunRequest
 from app.contracts.triage_inputs import REPOSITORY_MOVED, RepositoryMovedSignal
+from app.contracts.workspace import WorkspaceSpec
 from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture
 from app.evidence import EvidenceRef
 from app.repo_config import CheckoutConfig, Command, RepoConfig

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from activities import repo_commands
-from activities.agent import FeedbackInput
-from activities.repo_commands import BaselineTests, StepInput
 from app.contracts import approval as binding
-from app.contracts import github
+from app.contracts import github, repo_commands
+from app.contracts.agent import FeedbackInput
+from app.contracts.repo_commands import BaselineTests, StepInput
 from app.contracts.requests import (
     PR_CLOSED,
     PR_SYNCHRONIZED,

@@ -17,8 +17,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from activities import agent, repo_commands, workspace
-from app.contracts import github
+from app.contracts import agent, github, repo_commands, workspace
 from app.contracts.ids import repair_branch
 from app.engine import (
     ActivityError,

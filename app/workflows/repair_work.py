@@ -3,13 +3,12 @@ publish. Each returns the phase that comes next; none calls another."""
 
 from __future__ import annotations
 
-from activities import agent, repo_commands, workspace
-from activities.agent import FeedbackInput, ProposeInput, ProposeResult
-from activities.repo_commands import BaselineTests, ReproductionResult, StepInput
 from app.agent.budget import Caps as AgentCaps
 from app.agent.budget import Usage as AgentUsage
-from app.contracts import github
+from app.contracts import agent, github, repo_commands, workspace
+from app.contracts.agent import FeedbackInput, ProposeInput, ProposeResult
 from app.contracts.ids import head_owner, run_branch
+from app.contracts.repo_commands import BaselineTests, ReproductionResult, StepInput
 from app.repo_config import reproduction_from_issue
 from app.workflows.base_evidence import (
     baseline_sentence,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.workspace import WorkspaceSpec
 from app.agent import AgentPolicy
 from app.config import Settings
+from app.contracts.workspace import WorkspaceSpec
 from app.engine._activity_context import Dependencies
 from app.engine._db import make_engine
 from app.evidence import DatabaseEvidenceStore, EvidenceStore

@@ -12,9 +12,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from activities.workspace import WorkspaceSpec
+from activities.agent import AgentActivities
+from activities.repo_commands import RepoCommandActivities
+from activities.workspace import WorkspaceActivities
+from app.contracts.workspace import WorkspaceSpec
 from app.engine._activity_context import Dependencies
 from app.engine._registry import ActivityDefn, Registry
+from app.engine._typed import TypedActivity
 from app.evidence import EvidenceRef
 from app.repo_config import Command
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV
@@ -91,8 +95,20 @@ class RecordingContext:
         return self.deps.get(kind)
 
 
+def bodies() -> list[object]:
+    """The objects implementing the workspace, command and agent contracts
+    (they still look their dependencies up in the context's ``deps``)."""
+    return [WorkspaceActivities(), RepoCommandActivities(), AgentActivities()]
+
+
 async def call(defn: ActivityDefn, actx: RecordingContext, payload: dict[str, Any]) -> Any:
-    """Run an activity as a worker would: JSON in, JSON out."""
+    """Run an activity as a worker would: JSON in, JSON out. A contract runs
+    on its body from :func:`bodies`."""
+    if isinstance(defn, TypedActivity) and not defn.bound:
+        registry = Registry()
+        for activities in bodies():
+            registry.register_activities(activities)
+        defn = registry.activities[defn.name]
     return await defn.fn(actx, payload)  # type: ignore[arg-type]
 
 

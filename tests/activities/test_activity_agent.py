@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.agent import propose_fix
-from activities.repo_commands import verify_candidate
-from activities.workspace import WorkspaceSpec
 from app.agent import AgentHttp, AgentPolicy
+from app.contracts.agent import propose_fix
+from app.contracts.repo_commands import verify_candidate
+from app.contracts.workspace import WorkspaceSpec
 from app.engine._activity_context import Dependencies
 from app.engine._errors import PermanentError, TransientError
 from app.evidence import EvidenceRef, EvidenceStore

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from activities.repo_commands import run_reproduction, verify_candidate
-from activities.workspace import WorkspaceSpec
+from app.contracts.repo_commands import run_reproduction, verify_candidate
+from app.contracts.workspace import WorkspaceSpec
 from app.engine._errors import ActivityCancelled
 from app.evidence import EvidenceStore
 from app.repo_config import Command

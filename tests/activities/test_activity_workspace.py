@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from activities.workspace import GitCredentials, InstallationGit, WorkspaceSpec, prepare_workspace
+from activities.workspace import GitCredentials, InstallationGit
 from app.config import Settings
+from app.contracts.workspace import WorkspaceSpec, prepare_workspace
 from app.engine._activity_context import Dependencies
 from app.engine._errors import PermanentError, TransientError
 from app.evidence import DatabaseEvidenceStore, EvidenceStore

@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.agent import propose_fix
-from activities.workspace import WorkspaceSpec
 from app.agent import AgentHttp, AgentPolicy
 from app.agent.budget import Caps, LoopBudget, Price
 from app.agent.steps import TRIMMED
+from app.contracts.agent import propose_fix
+from app.contracts.workspace import WorkspaceSpec
 from app.engine._activity_context import Dependencies
 from app.engine._errors import TransientError
 from app.evidence import EvidenceStore

@@ -15,14 +15,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from activities.agent import ACTIVITIES as AGENT_ACTIVITIES
-from activities.agent import propose_fix
-from activities.repo_commands import ACTIVITIES as COMMAND_ACTIVITIES
-from activities.repo_commands import run_reproduction, verify_candidate
-from activities.workspace import ACTIVITIES as WORKSPACE_ACTIVITIES
-from activities.workspace import WorkspaceSpec, prepare_workspace
+from activities.repo_commands import RepoCommandActivities
 from app.agent import AgentPolicy
 from app.config import Settings
+from app.contracts.agent import propose_fix
+from app.contracts.repo_commands import run_reproduction, verify_candidate
+from app.contracts.workspace import WorkspaceSpec, prepare_workspace
 from app.engine._activity_context import Dependencies
 from app.engine._context import WorkflowContext
 from app.engine._errors import ActivityError
@@ -30,6 +28,7 @@ from app.engine._registry import Registry, workflow
 from app.engine._runtime import Runtime
 from app.evidence import FolderEvidenceStore
 from app.sandbox.runner import Sandbox
+from tests.activities.support import bodies
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV, SampleRepo
 
 CONFIG = f"""
@@ -129,10 +128,9 @@ async def test_reproduce_propose_verify_under_the_runtime(
     sha = sample_repo.commit({".github/repairbot.yml": CONFIG}, "configure repairbot")
     settings = Settings(data_dir=tmp_path / "data")
     evidence = FolderEvidenceStore(settings.evidence_dir)
-    registry = Registry.of(
-        [repair_flow, bad_input],
-        [*WORKSPACE_ACTIVITIES, *COMMAND_ACTIVITIES, *AGENT_ACTIVITIES],
-    )
+    registry = Registry.of([repair_flow, bad_input])
+    for activities in bodies():
+        registry.register_activities(activities)
     # The repository's config names the agent: allowed here, as the operator may.
     policy = AgentPolicy(repository_commands=True)
     deps = Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.2), policy)
@@ -158,7 +156,8 @@ async def test_a_malformed_input_fails_at_once(
     runtime_for: Callable[..., Awaitable[Runtime]], tmp_path: Path, sample_repo: SampleRepo
 ) -> None:
     settings = Settings(data_dir=tmp_path / "data")
-    registry = Registry.of([bad_input], COMMAND_ACTIVITIES)
+    registry = Registry.of([bad_input])
+    registry.register_activities(RepoCommandActivities())
     runtime = await runtime_for(
         registry, Dependencies(settings, FolderEvidenceStore(settings.evidence_dir))
     )

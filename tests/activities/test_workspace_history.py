@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from activities.workspace import WorkspaceSpec
+from app.contracts.workspace import WorkspaceSpec
 from app.engine._typed import dump_input
 from app.repo_config import CheckoutConfig, Command, parse_repo_config
 from app.workspace import build_workspace, remove_workspace
