@@ -48,7 +48,7 @@ from pathlib import Path
 
 from activities import setup_effects
 from app.checkout import UnsafePath, read_in_checkout
-from app.contracts.repo_commands import Environment
+from app.contracts.step_environment import Environment
 from app.repo_config import Command
 from app.workspace import Workspace, file_at
 

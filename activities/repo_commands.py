@@ -38,7 +38,6 @@ from app.contracts.repo_commands import (
     MAX_NAMED,
     BaselineTests,
     Comparison,
-    Environment,
     ReproductionResult,
     StepInput,
     StepResult,
@@ -48,6 +47,7 @@ from app.contracts.repo_commands import (
     VerifyResult,
     named,
 )
+from app.contracts.step_environment import Environment
 from app.contracts.workspace import WorkspaceSpec
 from app.engine import (
     ActivityContext,

@@ -4,29 +4,16 @@ comparison a verdict carries."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.contracts.step_environment import Environment
 from app.contracts.workspace import WorkspaceSpec
 from app.engine import RetryPolicy, Timeouts, activity_contract
 from app.evidence import EvidenceRef
 from app.repo_config import Command
 from app.sandbox.runner import CommandResult
-
-
-@dataclass(frozen=True)
-class Environment:
-    """The ``$REPAIRBOT_ENV`` of one step."""
-
-    path: Path
-    #: Built earlier (by the base's setup): setup is skipped, the path is read-only.
-    reused: bool
-    #: Shared with later steps: commands other than setup see it read-only.
-    shared: bool
-
 
 #: At most this many test names are quoted in a comment or a reason.
 MAX_NAMED = 10
