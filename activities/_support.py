@@ -1,5 +1,5 @@
-"""What every activity family here needs: optional shared
-clients, heartbeats around long awaits, and evidence reads.
+"""What every activity family here needs: heartbeats around long awaits,
+and evidence reads.
 
 Failures keep their class: a malformed input or unusable evidence is
 permanent (no retry can fix it), cancellation stops the work in hand.
@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from app.engine import ActivityCancelled, ActivityContext, PermanentError
 from app.evidence import EvidenceError, EvidenceRef, EvidenceStore
-from app.sandbox.runner import Sandbox
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -30,26 +29,13 @@ def read_evidence(store: EvidenceStore, ref: EvidenceRef) -> bytes:
         raise PermanentError(f"evidence {ref.name} ({ref.kind}) cannot be used: {exc}") from None
 
 
-def optional_dep(actx: ActivityContext, kind: type[T]) -> T | None:
-    """A shared client this worker may or may not have been given."""
-    try:
-        return actx.dep(kind)
-    except LookupError:
-        return None
-
-
-def sandbox_of(actx: ActivityContext) -> Sandbox:
-    return optional_dep(actx, Sandbox) or Sandbox()
-
-
-async def keep_alive(actx: ActivityContext, work: Awaitable[T], *, doing: str) -> T:
+async def keep_alive(actx: ActivityContext, work: Awaitable[T], *, doing: str, every: float) -> T:
     """Await ``work`` while heartbeating; stop it if cancellation is requested.
 
     For steps that are not repository commands (git fetches, API calls);
     :func:`app.sandbox.runner.run_command` heartbeats by itself.
     """
     task = asyncio.ensure_future(work)
-    every = sandbox_of(actx).heartbeat_interval
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=every)

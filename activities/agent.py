@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from activities._support import (
-    keep_alive,
-    optional_dep,
     read_evidence,
-    sandbox_of,
 )
 from activities.repo_commands import run_step
-from activities.workspace import PatchRejectedError, open_workspace, read_patch
+from activities.workspace import Checkouts, PatchRejectedError, open_workspace, read_patch
 from app.agent import (
     AgentFailed,
     AgentHttp,
@@ -87,28 +84,47 @@ def _attempts(actx: ActivityContext) -> tuple[int, int]:
     return tool, max(0, actx.attempt - 1 - ended)
 
 
-async def _propose_fix(actx: ActivityContext, request: ProposeInput) -> ProposeResult:
-    store = actx.dep(EvidenceStore)
+@dataclass(frozen=True)
+class AgentTools:
+    """What the agent activity is given: the checkout tools, the operator's
+    agent policy, the agents' own HTTP client, the model proxy the operator's
+    command agent reaches its model through, and the secrets this worker holds."""
+
+    checkouts: Checkouts
+    policy: AgentPolicy = field(default_factory=AgentPolicy)
+    http: AgentHttp | None = None
+    proxy: ModelProxy | None = None
+    secrets: KnownSecrets | None = None
+
+    def known_secrets(self) -> KnownSecrets:
+        """Every secret this worker holds (its settings', installation tokens
+        minted so far) plus the agent policy's keys and command environment."""
+        worker = self.secrets
+        return KnownSecrets([*(worker.values() if worker else ()), *self.policy.secrets])
+
+
+async def _propose_fix(
+    actx: ActivityContext, tools: AgentTools, request: ProposeInput
+) -> ProposeResult:
+    store = tools.checkouts.evidence
     # The base first, without the candidate: setup runs there and the
     # snapshot after it is what the proposal is diffed from, so a refined
     # candidate is proposed whole, and setup's by-products never are.
     base = request.workspace.model_copy(update={"patch": None})
-    async with open_workspace(actx, base) as ws:
-        baseline = await _prepare(actx, ws, request, store)
-        agent_http = optional_dep(actx, AgentHttp)
-        policy = _within(optional_dep(actx, AgentPolicy) or AgentPolicy(), request.run_caps)
+    async with open_workspace(actx, tools.checkouts, base) as ws:
+        baseline = await _prepare(actx, tools.checkouts, ws, request)
+        agent_http = tools.http
+        policy = _within(tools.policy, request.run_caps)
         agent = build_agent(
             request.agent,
             policy=policy,
             # Only the operator's own command agent uses it (see build_agent).
-            model_access=policy.model_access(optional_dep(actx, ModelProxy))
-            if request.agent is None
-            else None,
+            model_access=policy.model_access(tools.proxy) if request.agent is None else None,
             http_client=agent_http.client if agent_http else None,
             time_limit=request.time_limit_seconds,
-            sandbox=sandbox_of(actx),
+            sandbox=tools.checkouts.sandbox,
             heartbeat=actx.heartbeat,
-            host=_loop_host(actx, store),
+            host=_loop_host(actx, store, tools.known_secrets()),
             earlier_usage=request.run_usage,
         )
         agent_request = AgentRequest(
@@ -125,15 +141,15 @@ async def _propose_fix(actx: ActivityContext, request: ProposeInput) -> ProposeR
         )
         try:
             try:
-                proposal = await keep_alive(
+                proposal = await tools.checkouts.keep_alive(
                     actx, agent.propose(agent_request), doing="asking the agent"
                 )
             except REFUSED_WORKSPACES as exc:
                 # The built-in loop records its workspace after every tool call.
                 raise ProposalRefused(f"the proposal was refused: {exc}") from None
         except AgentFailed as failure:
-            return await _failed(actx, request, store, failure)
-    return _proposed(actx, request, store, proposal)
+            return await _failed(actx, tools, request, failure)
+    return _proposed(actx, tools, request, proposal)
 
 
 def _within(policy: AgentPolicy, caps: Caps | None) -> AgentPolicy:
@@ -154,32 +170,25 @@ def _within(policy: AgentPolicy, caps: Caps | None) -> AgentPolicy:
     return replace(policy, budget=policy.budget.model_copy(update={"run": tighter}))
 
 
-def _loop_host(actx: ActivityContext, store: EvidenceStore) -> LoopHost:
+def _loop_host(actx: ActivityContext, store: EvidenceStore, secrets: KnownSecrets) -> LoopHost:
     return LoopHost(
         store=store,
         save=actx.checkpoint,
         beat=actx.heartbeat,
         previous=actx.last_checkpoint,
         fault=actx.fault,
-        secrets=known_secrets(actx),
+        secrets=secrets,
     )
 
 
-def known_secrets(actx: ActivityContext) -> KnownSecrets:
-    """Every secret this worker holds (its settings', installation tokens
-    minted so far) plus the agent policy's keys and command environment."""
-    worker = optional_dep(actx, KnownSecrets)
-    policy = optional_dep(actx, AgentPolicy) or AgentPolicy()
-    return KnownSecrets([*(worker.values() if worker else ()), *policy.secrets])
-
-
 async def _prepare(
-    actx: ActivityContext, ws: Workspace, request: ProposeInput, store: EvidenceStore
+    actx: ActivityContext, checkouts: Checkouts, ws: Workspace, request: ProposeInput
 ) -> str:
     """Run setup, take the baseline snapshot, apply the candidate; the baseline."""
     if request.setup:
         setup = await run_step(
             actx,
+            checkouts,
             ws,
             StepInput(
                 workspace=request.workspace,
@@ -199,7 +208,7 @@ async def _prepare(
         # Setup (repository code) left a .git below the root: the worker's
         # git would follow it. Running setup again would leave it again.
         raise PermanentError(f"setup left the work tree unusable: {exc}") from None
-    candidate = read_patch(store, request.workspace.patch)
+    candidate = read_patch(checkouts.evidence, request.workspace.patch)
     if candidate:
         try:
             await apply_patch(ws, candidate, index=True)
@@ -209,7 +218,7 @@ async def _prepare(
 
 
 async def _failed(
-    actx: ActivityContext, request: ProposeInput, store: EvidenceStore, failure: AgentFailed
+    actx: ActivityContext, tools: AgentTools, request: ProposeInput, failure: AgentFailed
 ) -> ProposeResult:
     """Retry while tool retries remain (raises), else report the failure.
 
@@ -217,8 +226,8 @@ async def _failed(
     attempts), not by activity attempt: a worker that died while the agent
     ran (recovery test 1) resumes without spending one.
     """
-    transcript = store.put(
-        known_secrets(actx).redact_bytes(failure.transcript),
+    transcript = tools.checkouts.evidence.put(
+        tools.known_secrets().redact_bytes(failure.transcript),
         kind="agent-transcript",
         name=f"agent-attempt-{request.attempt}-try-{actx.attempt}.log",
     )
@@ -243,9 +252,10 @@ async def _failed(
 
 
 def _proposed(
-    actx: ActivityContext, request: ProposeInput, store: EvidenceStore, proposal: AgentProposal
+    actx: ActivityContext, tools: AgentTools, request: ProposeInput, proposal: AgentProposal
 ) -> ProposeResult:
-    secrets = known_secrets(actx)
+    store = tools.checkouts.evidence
+    secrets = tools.known_secrets()
     transcript = store.put(
         secrets.redact_bytes(proposal.transcript),
         kind="agent-transcript",
@@ -292,7 +302,7 @@ def _proposed(
         # operator's model price table does.
         cost_usd=proposal.cost_usd
         or model_cost(
-            optional_dep(actx, AgentPolicy) or AgentPolicy(),
+            tools.policy,
             proposal.backend,
             proposal.input_tokens,
             proposal.output_tokens,
@@ -318,14 +328,13 @@ def _feedback(store: EvidenceStore, item: FeedbackInput) -> Feedback:
 
 
 class AgentActivities:
-    """Its dependencies (evidence store, agent policy and HTTP client, model
-    proxy, known secrets, sandbox) are still looked up with ``actx.dep``
-    (deprecated): not yet given explicitly."""
+    def __init__(self, tools: AgentTools) -> None:
+        self.tools = tools
 
     @implements(agent.propose_fix)
     async def propose_fix(self, actx: ActivityContext, request: ProposeInput) -> ProposeResult:
         try:
-            return await _propose_fix(actx, request)
+            return await _propose_fix(actx, self.tools, request)
         except StaleLease:
             raise  # this attempt is no longer ours: nothing may be recorded
         except Exception:

@@ -18,7 +18,7 @@ import dataclasses
 import os
 
 from activities import setup_effects, test_outcomes
-from activities._support import read_evidence, sandbox_of
+from activities._support import read_evidence
 from activities.environments import (
     ENV_VAR,
     EnvironmentCache,
@@ -31,8 +31,7 @@ from activities.environments import (
 )
 from activities.test_outcomes import compare
 from activities.unrunnable import cannot_run
-from activities.workspace import PatchRejectedError, open_workspace
-from app.config import Settings
+from activities.workspace import Checkouts, PatchRejectedError, open_workspace
 from app.contracts import repo_commands
 from app.contracts.repo_commands import (
     MAX_NAMED,
@@ -54,7 +53,6 @@ from app.engine import (
     PermanentError,
     implements,
 )
-from app.evidence import EvidenceStore
 from app.repo_config import Command
 from app.sandbox.runner import CommandRun, run_command
 from app.workspace import Workspace
@@ -65,6 +63,7 @@ _NOT_RUN = (126, 127)
 
 async def run_step(
     actx: ActivityContext,
+    checkouts: Checkouts,
     ws: Workspace,
     request: StepInput,
     *,
@@ -83,7 +82,7 @@ async def run_step(
     setup, commands = request.setup, request.commands
     if kind == "setup":
         setup, commands = [*setup, *commands], []
-    cache = EnvironmentCache(actx.dep(Settings).data_dir / "environments")
+    cache = EnvironmentCache(checkouts.settings.data_dir / "environments")
     repo = request.workspace.repo
     key = environment_key(repo, setup, await asyncio.to_thread(dependency_files, ws.repo))
     ready = cache.ready(key) if setup and environment is None else None
@@ -109,7 +108,7 @@ async def run_step(
         env.path.mkdir(exist_ok=True)
         skip_setup = env.reused or environment is not None
         runs, status = await _run_commands(
-            actx, ws, request, env, [] if skip_setup else setup, [], kind, extra_env
+            actx, checkouts, ws, request, env, [] if skip_setup else setup, [], kind, extra_env
         )
         if env.path == cache.root / key and not skip_setup and status == "passed":
             # Setup passed: later steps (and runs with these dependency files)
@@ -120,10 +119,10 @@ async def run_step(
             cache.mark_ready(key)
         if status == "passed":
             more, status = await _run_commands(
-                actx, ws, request, env, [], commands, kind, extra_env
+                actx, checkouts, ws, request, env, [], commands, kind, extra_env
             )
             runs += more
-    log = actx.dep(EvidenceStore).put(note + combined_log(runs), kind=f"{kind}-log", name=name)
+    log = checkouts.evidence.put(note + combined_log(runs), kind=f"{kind}-log", name=name)
     result = StepResult(
         status=status, results=[run.result for _, run in runs], log=log, reused_env=env.reused
     )
@@ -133,6 +132,7 @@ async def run_step(
 
 async def _run_commands(
     actx: ActivityContext,
+    checkouts: Checkouts,
     ws: Workspace,
     request: StepInput,
     env: Environment,
@@ -141,7 +141,7 @@ async def _run_commands(
     kind: str,
     extra_env: dict[str, str] | None,
 ) -> tuple[list[tuple[str, CommandRun]], StepStatus]:
-    sandbox = sandbox_of(actx)
+    sandbox = checkouts.sandbox
     # Only setup writes a shared environment; every other command reads it.
     reading = dataclasses.replace(
         sandbox,
@@ -255,6 +255,7 @@ def _name(spec: WorkspaceSpec, what: str) -> str:
 
 async def _run_tests(
     actx: ActivityContext,
+    checkouts: Checkouts,
     ws: Workspace,
     spec: WorkspaceSpec,
     test: Command,
@@ -268,6 +269,7 @@ async def _run_tests(
         report.unlink(missing_ok=True)  # never read an earlier run's report
     step = await run_step(
         actx,
+        checkouts,
         ws,
         StepInput(workspace=spec, commands=[test], time_limit_seconds=limit),
         kind="test",
@@ -277,13 +279,14 @@ async def _run_tests(
     )
     outcomes = await asyncio.to_thread(test_outcomes.read_report, ws.tmp)
     if outcomes is None:  # not pytest: unittest's verbose lines, if that is what ran
-        log = read_evidence(actx.dep(EvidenceStore), step.log)
+        log = read_evidence(checkouts.evidence, step.log)
         outcomes = test_outcomes.parse_unittest(log.decode(errors="replace"))
     return step, outcomes
 
 
 async def _baseline(
     actx: ActivityContext,
+    checkouts: Checkouts,
     ws: Workspace,
     request: StepInput,
     test: Command,
@@ -291,11 +294,11 @@ async def _baseline(
 ) -> BaselineTests:
     spec = request.workspace
     limit = request.time_limit_seconds
-    step, outcomes = await _run_tests(actx, ws, spec, test, limit, environment)
+    step, outcomes = await _run_tests(actx, checkouts, ws, spec, test, limit, environment)
     failing = sorted(t for t, o in (outcomes or {}).items() if o == "failed")
     ref = None
     if outcomes is not None:
-        store = actx.dep(EvidenceStore)
+        store = checkouts.evidence
         ref = store.put(test_outcomes.encode(outcomes), kind="test-outcomes", name="base.json")
     result = step.failing
     return BaselineTests(
@@ -313,11 +316,16 @@ async def _baseline(
 
 
 async def _verify(
-    actx: ActivityContext, ws: Workspace, request: VerifyInput, patch_sha: str
+    actx: ActivityContext,
+    checkouts: Checkouts,
+    ws: Workspace,
+    request: VerifyInput,
+    patch_sha: str,
 ) -> VerifyResult:
     spec = request.workspace
     repro = await run_step(
         actx,
+        checkouts,
         ws,
         StepInput(
             workspace=spec,
@@ -344,7 +352,9 @@ async def _verify(
         return VerifyResult(verdict="verified", patch_sha256=patch_sha, reproduction=repro)
     # Setup already ran in this workspace; the tests run right after it.
     limit = request.time_limit_seconds
-    tests, outcomes = await _run_tests(actx, ws, spec, request.test, limit, repro.environment)
+    tests, outcomes = await _run_tests(
+        actx, checkouts, ws, spec, request.test, limit, repro.environment
+    )
     baseline = request.baseline
     if baseline is None or baseline.base_sha != spec.base_sha:
         if tests.status != "passed":
@@ -360,14 +370,14 @@ async def _verify(
         )
     base_outcomes = None
     if baseline.outcomes is not None:
-        base_outcomes = test_outcomes.decode(
-            read_evidence(actx.dep(EvidenceStore), baseline.outcomes)
-        )
+        base_outcomes = test_outcomes.decode(read_evidence(checkouts.evidence, baseline.outcomes))
     passed = tests.status == "passed"
     comparison = compare(baseline.passed, base_outcomes, passed, outcomes)
     if not comparison.ok and comparison.regressions:
         # Once more: a test that fails once and then passes is flaky, not broken.
-        rerun, again = await _run_tests(actx, ws, spec, request.test, limit, repro.environment)
+        rerun, again = await _run_tests(
+            actx, checkouts, ws, spec, request.test, limit, repro.environment
+        )
         flaky = [t for t in comparison.regressions if (again or {}).get(t) == "passed"]
         if flaky:
             regressions = [t for t in comparison.regressions if t not in flaky]
@@ -421,17 +431,19 @@ def _reason(verdict: Verdict, step: StepResult) -> str:
 
 
 class RepoCommandActivities:
-    """Its dependencies (settings, evidence store, sandbox) are still looked
-    up with ``actx.dep`` (deprecated): not yet given explicitly."""
+    def __init__(self, checkouts: Checkouts) -> None:
+        self.checkouts = checkouts
 
     @implements(repo_commands.run_reproduction)
     async def run_reproduction(
         self, actx: ActivityContext, request: StepInput
     ) -> ReproductionResult:
         """Run the reproduction. On the base commit it must fail for the bug to count."""
-        async with open_workspace(actx, request.workspace) as ws:
+        checkouts = self.checkouts
+        async with open_workspace(actx, checkouts, request.workspace) as ws:
             step = await run_step(
                 actx,
+                checkouts,
                 ws,
                 request,
                 kind="reproduce",
@@ -440,7 +452,7 @@ class RepoCommandActivities:
             baseline = None
             if request.baseline_test is not None and step.status != "setup-failed":
                 baseline = await _baseline(
-                    actx, ws, request, request.baseline_test, step.environment
+                    actx, checkouts, ws, request, request.baseline_test, step.environment
                 )
         failing = step.failing
         problem = cannot_run(failing) if failing is not None and step.status == "failed" else None
@@ -461,14 +473,15 @@ class RepoCommandActivities:
     @implements(repo_commands.verify_candidate)
     async def verify_candidate(self, actx: ActivityContext, request: VerifyInput) -> VerifyResult:
         """Fresh workspace from base + patch: the reproduction must now pass, and the tests."""
+        checkouts = self.checkouts
         patch = request.workspace.patch
         if patch is None:
             raise PermanentError(
                 "verify_candidate needs workspace.patch: there is nothing to verify"
             )
         try:
-            async with open_workspace(actx, request.workspace) as ws:
-                result = await _verify(actx, ws, request, patch.sha256)
+            async with open_workspace(actx, checkouts, request.workspace) as ws:
+                result = await _verify(actx, checkouts, ws, request, patch.sha256)
         except PatchRejectedError as exc:
             result = VerifyResult(
                 verdict="patch-rejected", patch_sha256=patch.sha256, reason=str(exc)

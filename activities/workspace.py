@@ -17,11 +17,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from activities._support import (
     keep_alive,
-    optional_dep,
     read_evidence,
 )
 from app.checkout import UnsafePath, read_in_checkout
@@ -45,6 +46,7 @@ from app.repo_config import (
     reproduction_commands,
     reproduction_from_issue,
 )
+from app.sandbox.runner import Sandbox
 from app.workspace import (
     CheckoutRefused,
     CommitNotFound,
@@ -56,10 +58,11 @@ from app.workspace import (
 )
 
 log = logging.getLogger("repairbot.activities")
+T = TypeVar("T")
 
 
 class GitCredentials:
-    """How a worker authenticates git fetches (a shared client, via ``actx.dep``).
+    """How a worker authenticates git fetches (a shared client, in :class:`Checkouts`).
 
     This base sends no credentials: right for public and local (``file://``)
     repositories, and what a worker without any registered uses.
@@ -115,22 +118,40 @@ def read_patch(store: EvidenceStore, ref: EvidenceRef | None) -> str | None:
     return None if ref is None else read_evidence(store, ref).decode(errors="surrogateescape")
 
 
+@dataclass(frozen=True)
+class Checkouts:
+    """What the activities that work in a checkout (workspace, repository
+    commands, agent) are given: where workspaces and environments live
+    (settings), the evidence store, the sandbox commands run in, and how git
+    authenticates."""
+
+    settings: Settings
+    evidence: EvidenceStore
+    sandbox: Sandbox = field(default_factory=Sandbox)
+    credentials: GitCredentials = field(default_factory=GitCredentials)
+
+    async def keep_alive(self, actx: ActivityContext, work: Awaitable[T], *, doing: str) -> T:
+        """``work`` awaited with heartbeats at the sandbox's interval."""
+        return await keep_alive(actx, work, doing=doing, every=self.sandbox.heartbeat_interval)
+
+
 @contextlib.asynccontextmanager
-async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIterator[Workspace]:
+async def open_workspace(
+    actx: ActivityContext, checkouts: Checkouts, spec: WorkspaceSpec
+) -> AsyncIterator[Workspace]:
     """A fresh workspace for ``spec``, removed when the block ends.
 
     Build failures carry their retryability: an unreachable remote is
     transient; a missing commit or a patch that does not apply never heals.
     """
-    settings = actx.dep(Settings)
-    patch = read_patch(actx.dep(EvidenceStore), spec.patch)
-    credentials = optional_dep(actx, GitCredentials) or GitCredentials()
+    patch = read_patch(checkouts.evidence, spec.patch)
+    credentials = checkouts.credentials
     token = await credentials.token(spec)
     try:
-        ws = await keep_alive(
+        ws = await checkouts.keep_alive(
             actx,
             build_workspace(
-                settings.workspaces_dir,
+                checkouts.settings.workspaces_dir,
                 clone_url=spec.clone_url,
                 base_sha=spec.base_sha,
                 patch=patch,
@@ -161,17 +182,17 @@ async def open_workspace(actx: ActivityContext, spec: WorkspaceSpec) -> AsyncIte
 
 
 class WorkspaceActivities:
-    """Its dependencies (settings, evidence store, git credentials) are still
-    looked up with ``actx.dep`` (deprecated): not yet given explicitly."""
+    def __init__(self, checkouts: Checkouts) -> None:
+        self.checkouts = checkouts
 
     @implements(workspace.prepare_workspace)
     async def prepare_workspace(
         self, actx: ActivityContext, request: PrepareInput
     ) -> PrepareResult:
         """Build the base, read the repository's config and the reproduction."""
-        async with open_workspace(actx, request.workspace) as ws:
+        async with open_workspace(actx, self.checkouts, request.workspace) as ws:
             config_text, config_error = read_config(ws)
-        if config_text is None and config_error is None and actx.dep(Settings).require_config:
+        if config_text is None and config_error is None and self.checkouts.settings.require_config:
             config_error = NO_CONFIG
         issue_body = request.issue_body
         ignored = False

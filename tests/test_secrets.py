@@ -204,4 +204,4 @@ def test_a_worker_redacts_its_secrets_from_its_logs_and_offers_them_to_activitie
         logging.getLogger().removeHandler(handler)
         engine.dispose()
     assert lines == ["agent printed [redacted]"]
-    assert deps.legacy.get(secrets.KnownSecrets).found_in("x hook-secret-for-the-log-test y")
+    assert deps.agent.known_secrets().found_in("x hook-secret-for-the-log-test y")

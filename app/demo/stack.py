@@ -21,8 +21,8 @@ import httpx
 
 from app.config import Settings
 from app.demo.serve import ServerThread, bind, url_of
-from app.engine import Runtime
-from app.main.worker_process import build_runtime
+from app.engine import Runtime, make_engine
+from app.main.worker_process import WorkerClients, build_runtime, shared_clients
 from app.operations.migrate import upgrade
 from app.web import create_app
 from emulator.app import Emulator
@@ -57,6 +57,8 @@ class LocalStack:
     client: EmulatorClient | None = None
     settings: Settings | None = None
     runtime: Runtime | None = None
+    #: The clients the worker was built with (tests change or read them).
+    clients: WorkerClients | None = None
     installation_id: int = 0
     #: Serve the emulated GitHub from a process of its own (as the real one is
     #: on other machines), so that load in this process (a benchmark's
@@ -204,7 +206,9 @@ class LocalStack:
         assert self.settings is not None and self._app_socket is not None
         settings = self.settings.with_overrides(**overrides) if overrides else self.settings
         upgrade(settings.database_url)
-        self.runtime = build_runtime(settings)
+        engine = make_engine(settings.database_url)
+        self.clients = shared_clients(settings, engine)
+        self.runtime = build_runtime(settings, self.clients, engine=engine)
         web = create_app(settings, self.runtime, run_worker=run_worker, router=build_router())
         self._servers.append(ServerThread(web, self._app_socket, name="repairbot").start())
         return self.runtime

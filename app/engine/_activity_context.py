@@ -125,6 +125,7 @@ class ActivityContext:
 
     def dep(self, kind: type[T]) -> T:
         # Deprecated: an activity's dependencies are its instance's attributes
-        # (``typed_activity_method`` + ``Registry.register_activities``), given
-        # explicitly; this type-keyed lookup stays until product code moves.
+        # (``implements`` + ``Registry.register_activities``), given explicitly;
+        # this type-keyed lookup stays for activities/runs.py alone (being
+        # replaced by workflow commands) and the engine's own tests.
         return self.deps.get(kind)

@@ -5,8 +5,7 @@ machine and the web process read what any worker wrote; a local folder
 (:class:`FolderEvidenceStore`) only when asked for, on one machine. History
 holds only :class:`EvidenceRef` values; the worker gives the store to the
 activity objects that need it (app/main/worker_process.py), whichever kind it
-is (the workspace, command and agent activities still look it up as
-``actx.dep(EvidenceStore)``).
+is.
 """
 
 from __future__ import annotations

@@ -82,9 +82,7 @@ def cap(data: bytes, max_bytes: int) -> bytes:
 
 class EvidenceStore:
     """Content-addressed artifacts. Subclasses store bytes; this class names
-    them, caps them and checks them. (Not an ``abc.ABC``: the activities not
-    yet given it explicitly look the store up by this class,
-    ``actx.dep(EvidenceStore)``, which mypy allows only for a concrete class.)
+    them, caps them and checks them.
 
     Safe for several processes at once: storing the same bytes twice is one
     artifact, and concurrent writers of it cannot clash.

@@ -12,7 +12,7 @@ from typing import Any, cast
 import httpx
 from sqlalchemy import Engine
 
-from activities.agent import AgentActivities
+from activities.agent import AgentActivities, AgentTools
 from activities.approval import ApprovalActivities
 from activities.config_check import ConfigCheckActivities
 from activities.example import ExampleActivities
@@ -23,7 +23,12 @@ from activities.repo_commands import RepoCommandActivities
 from activities.suspension import suspended
 from activities.triage import TriageActivities
 from activities.trigger_config import TriggerConfigActivities
-from activities.workspace import InstallationGit, WorkspaceActivities
+from activities.workspace import (
+    Checkouts,
+    GitCredentials,
+    InstallationGit,
+    WorkspaceActivities,
+)
 from app.agent.factory import AgentPolicy
 from app.agent.http import AgentHttp
 from app.agent.proxy import ModelProxy
@@ -60,10 +65,14 @@ class WorkerClients:
 
     settings: Settings
     evidence: EvidenceStore
-    #: The activities not yet given theirs explicitly look them up here by type.
-    legacy: Dependencies
     #: Without a GitHub App (``GITHUB_APP_ID``), a stand-in whose use fails.
     github: GitHubAccess
+    #: The workspace, command and agent activities' (settings, evidence, sandbox, git).
+    checkouts: Checkouts
+    agent: AgentTools
+    #: Looked up by type (``actx.dep``) by the activities not yet given theirs
+    #: explicitly: ``activities/runs.py`` (the runtime).
+    legacy: Dependencies
 
 
 class _NoGitHubApp:
@@ -77,10 +86,8 @@ class _NoGitHubApp:
 def register_activities(registry: Registry, clients: WorkerClients, store: Store) -> None:
     """Give the registry every activity body, each with its dependencies."""
     registry.register_activities(ExampleActivities())
-    # These three still look their dependencies up in ``clients.legacy`` (actx.dep).
-    registry.register_activities(WorkspaceActivities())
-    registry.register_activities(RepoCommandActivities())
-    registry.register_activities(AgentActivities())
+    for activities in checkout_activities(clients.checkouts, clients.agent):
+        registry.register_activities(activities)
     registry.register_activities(InstallationCapsActivities(clients.settings, store))
     registry.register_activities(ApprovalActivities(clients.evidence))
     registry.register_activities(
@@ -90,6 +97,16 @@ def register_activities(registry: Registry, clients: WorkerClients, store: Store
     registry.register_activities(ConfigCheckActivities(clients.github))
     registry.register_activities(TriggerConfigActivities(clients.github))
     registry.register_activities(OnboardingActivities(clients.github, clients.evidence))
+
+
+def checkout_activities(checkouts: Checkouts, agent: AgentTools) -> list[object]:
+    """The activities that work in a checkout (a test stack registers them
+    again to change their sandbox)."""
+    return [
+        WorkspaceActivities(checkouts),
+        RepoCommandActivities(checkouts),
+        AgentActivities(replace(agent, checkouts=checkouts)),
+    ]
 
 
 def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
@@ -106,27 +123,18 @@ def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter(known))
     evidence = open_evidence_store(settings, engine)
-    deps = Dependencies(
-        settings,
-        evidence,
-        Sandbox(
-            isolation=settings.isolation(),
-            egress=settings.egress_policy(),
-            limits=ResourceLimits(disk_quota=settings.disk_quota()),
-        ),
-        policy,
-        agent_http,
-        known,
-        # The operator's command agent reaches its model through this (app/agent/proxy.py).
-        ModelProxy(client=agent_http.client),
+    sandbox = Sandbox(
+        isolation=settings.isolation(),
+        egress=settings.egress_policy(),
+        limits=ResourceLimits(disk_quota=settings.disk_quota()),
     )
+    credentials = GitCredentials()
     access = cast(GitHubAccess, _NoGitHubApp())
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(
             settings, transport=metered_transport(settings.github_api_url), engine=engine
         )
         access = GitHubAccess(factory, settings.github_git_url)
-        deps.add(access)
 
         async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
             token = await factory.installation_token(
@@ -138,8 +146,24 @@ def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
         async def is_suspended(installation_id: int) -> bool:
             return await suspended(factory, installation_id)
 
-        deps.add(InstallationGit(token_for, is_suspended))
-    return WorkerClients(settings=settings, evidence=evidence, legacy=deps, github=access)
+        credentials = InstallationGit(token_for, is_suspended)
+    checkouts = Checkouts(settings, evidence, sandbox, credentials)
+    agent = AgentTools(
+        checkouts,
+        policy=policy,
+        http=agent_http,
+        # The operator's command agent reaches its model through this (app/agent/proxy.py).
+        proxy=ModelProxy(client=agent_http.client),
+        secrets=known,
+    )
+    return WorkerClients(
+        settings=settings,
+        evidence=evidence,
+        github=access,
+        checkouts=checkouts,
+        agent=agent,
+        legacy=Dependencies(),
+    )
 
 
 def _default_agent(settings: Settings) -> AgentConfig | None:
@@ -148,9 +172,12 @@ def _default_agent(settings: Settings) -> AgentConfig | None:
     return AgentConfig(backend="command", command=Command.of(settings.agent_command))
 
 
-def build_runtime(settings: Settings, clients: WorkerClients | None = None) -> Runtime:
-    """The runtime with shared clients built once for the whole process."""
-    engine = make_engine(settings.database_url)
+def build_runtime(
+    settings: Settings, clients: WorkerClients | None = None, *, engine: Engine | None = None
+) -> Runtime:
+    """The runtime with shared clients built once for the whole process
+    (``clients`` built on ``engine``, when given)."""
+    engine = engine or make_engine(settings.database_url)
     clients = clients or shared_clients(settings, engine)
     deps = clients.legacy
     registry = build_registry()

@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from activities.agent import AgentActivities
+from activities.agent import AgentActivities, AgentTools
 from activities.repo_commands import RepoCommandActivities
-from activities.workspace import WorkspaceActivities
+from activities.workspace import Checkouts, GitCredentials, WorkspaceActivities
+from app.agent import AgentPolicy
+from app.agent.http import AgentHttp
+from app.agent.proxy import ModelProxy
+from app.config import Settings
 from app.contracts.workspace import WorkspaceSpec
 from app.engine._activity_context import Dependencies
 from app.engine._registry import ActivityDefn, Registry
 from app.engine._typed import TypedActivity
-from app.evidence import EvidenceRef
+from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import Command
+from app.sandbox.runner import Sandbox
+from app.secrets import KnownSecrets
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV
 
 REPRO = Command.of(REPRO_ARGV)
 TESTS = Command.of(TEST_ARGV)
 FIX_AGENT = {"backend": "command", "command": {"argv": FIX_ARGV}}
 PY = sys.executable
+T = TypeVar("T")
 
 
 def body(activities: object, name: str) -> ActivityDefn:
@@ -95,10 +102,40 @@ class RecordingContext:
         return self.deps.get(kind)
 
 
-def bodies() -> list[object]:
-    """The objects implementing the workspace, command and agent contracts
-    (they still look their dependencies up in the context's ``deps``)."""
-    return [WorkspaceActivities(), RepoCommandActivities(), AgentActivities()]
+def _optional(deps: Dependencies, kind: type[T]) -> T | None:
+    try:
+        return deps.get(kind)
+    except LookupError:
+        return None
+
+
+def checkouts_of(deps: Dependencies) -> Checkouts:
+    """What a test's ``deps`` give the checkout activities (settings and
+    evidence required; sandbox and git credentials when the test has them)."""
+    return Checkouts(
+        deps.get(Settings),
+        deps.get(EvidenceStore),
+        _optional(deps, Sandbox) or Sandbox(),
+        _optional(deps, GitCredentials) or GitCredentials(),
+    )
+
+
+def bodies(deps: Dependencies) -> list[object]:
+    """The objects implementing the workspace, command and agent contracts,
+    built from the clients a test put in ``deps`` (as the worker builds them)."""
+    checkouts = checkouts_of(deps)
+    agent = AgentTools(
+        checkouts,
+        policy=_optional(deps, AgentPolicy) or AgentPolicy(),
+        http=_optional(deps, AgentHttp),
+        proxy=_optional(deps, ModelProxy),
+        secrets=_optional(deps, KnownSecrets),
+    )
+    return [
+        WorkspaceActivities(checkouts),
+        RepoCommandActivities(checkouts),
+        AgentActivities(agent),
+    ]
 
 
 async def call(defn: ActivityDefn, actx: RecordingContext, payload: dict[str, Any]) -> Any:
@@ -106,7 +143,7 @@ async def call(defn: ActivityDefn, actx: RecordingContext, payload: dict[str, An
     on its body from :func:`bodies`."""
     if isinstance(defn, TypedActivity) and not defn.bound:
         registry = Registry()
-        for activities in bodies():
+        for activities in bodies(actx.deps):
             registry.register_activities(activities)
         defn = registry.activities[defn.name]
     return await defn.fn(actx, payload)  # type: ignore[arg-type]

@@ -30,7 +30,7 @@ async def test_a_cancel_stops_work_that_never_heartbeats_itself(actx: RecordingC
 
     actx.cancel_when = lambda beats: len(beats) >= 2
     with pytest.raises(ActivityCancelled, match="while fetching"):
-        guarded = keep_alive(actx, silent_work(), doing="fetching")  # type: ignore[arg-type]
+        guarded = keep_alive(actx, silent_work(), doing="fetching", every=0.05)  # type: ignore[arg-type]
         await asyncio.wait_for(guarded, timeout=30)
     assert ended == ["cancelled"]
     assert actx.heartbeats == [{"doing": "fetching"}] * 2
@@ -41,5 +41,5 @@ async def test_work_that_ends_is_answered_without_a_cancel(actx: RecordingContex
         await asyncio.sleep(0.2)  # a few heartbeat intervals (0.05 s here)
         return {"done": True}
 
-    assert await keep_alive(actx, quick(), doing="quick")  # type: ignore[arg-type] == {"done": True}
+    assert await keep_alive(actx, quick(), doing="quick", every=0.05) == {"done": True}  # type: ignore[arg-type]
     assert actx.heartbeats and set(map(str, actx.heartbeats)) == {str({"doing": "quick"})}

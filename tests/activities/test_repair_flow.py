@@ -28,7 +28,7 @@ from app.engine._registry import Registry, workflow
 from app.engine._runtime import Runtime
 from app.evidence import FolderEvidenceStore
 from app.sandbox.runner import Sandbox
-from tests.activities.support import bodies
+from tests.activities.support import bodies, checkouts_of
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV, SampleRepo
 
 CONFIG = f"""
@@ -108,8 +108,8 @@ async def bad_input(ctx: WorkflowContext, job: dict[str, Any]) -> dict[str, Any]
 async def runtime_for(db_engine: Engine) -> AsyncIterator[Callable[..., Awaitable[Runtime]]]:
     started: list[Runtime] = []
 
-    async def start(registry: Registry, deps: Dependencies) -> Runtime:
-        runtime = Runtime(db_engine, registry, deps=deps, reconcile_interval=0.05, relay_grace=0.2)
+    async def start(registry: Registry) -> Runtime:
+        runtime = Runtime(db_engine, registry, reconcile_interval=0.05, relay_grace=0.2)
         await runtime.start_in_process()
         started.append(runtime)
         return runtime
@@ -129,12 +129,12 @@ async def test_reproduce_propose_verify_under_the_runtime(
     settings = Settings(data_dir=tmp_path / "data")
     evidence = FolderEvidenceStore(settings.evidence_dir)
     registry = Registry.of([repair_flow, bad_input])
-    for activities in bodies():
-        registry.register_activities(activities)
     # The repository's config names the agent: allowed here, as the operator may.
     policy = AgentPolicy(repository_commands=True)
     deps = Dependencies(settings, evidence, Sandbox(heartbeat_interval=0.2), policy)
-    runtime = await runtime_for(registry, deps)
+    for activities in bodies(deps):
+        registry.register_activities(activities)
+    runtime = await runtime_for(registry)
     spec = WorkspaceSpec(repo="octo/calc", clone_url=sample_repo.url, base_sha=sha)
     job = {
         "workspace": spec.model_dump(mode="json"),
@@ -157,10 +157,9 @@ async def test_a_malformed_input_fails_at_once(
 ) -> None:
     settings = Settings(data_dir=tmp_path / "data")
     registry = Registry.of([bad_input])
-    registry.register_activities(RepoCommandActivities())
-    runtime = await runtime_for(
-        registry, Dependencies(settings, FolderEvidenceStore(settings.evidence_dir))
-    )
+    deps = Dependencies(settings, FolderEvidenceStore(settings.evidence_dir))
+    registry.register_activities(RepoCommandActivities(checkouts_of(deps)))
+    runtime = await runtime_for(registry)
     spec = WorkspaceSpec(repo="octo/calc", clone_url=sample_repo.url, base_sha=sample_repo.base_sha)
     await runtime.start_workflow("test.bad_input", "bad-1", {"workspace": spec.model_dump()})
     run = await runtime.wait_for("bad-1", timeout=30)

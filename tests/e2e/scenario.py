@@ -9,6 +9,7 @@ import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -298,10 +299,13 @@ def heartbeat_every(stack: LocalStack, seconds: float) -> None:
     The worker's default is 10 s, right for production and slow for a test.
     Call after ``start_repairbot`` and before the first activity runs.
     """
+    from app.main.worker_process import checkout_activities
     from app.sandbox.runner import Sandbox
 
-    assert stack.runtime is not None
-    stack.runtime.worker.deps.add(Sandbox(heartbeat_interval=seconds))
+    assert stack.runtime is not None and stack.clients is not None
+    checkouts = replace(stack.clients.checkouts, sandbox=Sandbox(heartbeat_interval=seconds))
+    for activities in checkout_activities(checkouts, stack.clients.agent):
+        stack.runtime.registry.register_activities(activities)
 
 
 async def run_through_a_kill(

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.github import GitHubAccess, GitHubActivities
+from activities.github import GitHubActivities
 from app.demo.project import FIXED_LINE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
-from app.evidence import EvidenceStore
 from emulator.git import BareRepo
 from tests.e2e.scenario import (
     activity_results,
@@ -115,10 +114,11 @@ async def test_no_proposal_owner_refuses_to_publish(stack: LocalStack) -> None:
     runtime, settings = stack.runtime, stack.settings
     assert runtime is not None and settings is not None
     # (the worker restarted with it: its GitHub activities get the new settings)
-    deps = runtime.worker.deps
+    clients = stack.clients
+    assert clients is not None
     configured = settings.with_overrides(proposal_owner=stack.people.proposals)
     runtime.registry.register_activities(
-        GitHubActivities(deps.get(GitHubAccess), deps.get(EvidenceStore), configured)
+        GitHubActivities(clients.github, clients.evidence, configured)
     )
     run = runtime.store.find_run(workflow_id(stack, number))
     assert run is not None

@@ -22,7 +22,6 @@ import pytest
 from app.demo.project import ISSUE_BODY, fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from app.engine._history import export_history
-from app.evidence import EvidenceStore
 from tests.e2e.scenario import (
     github_state,
     open_labelled_issue,
@@ -105,7 +104,8 @@ async def test_a_repro_block_that_hunts_secrets_finds_none(
         "logs": caplog.text + worker.logs(),
     }
     # Every artifact the run's history names, read back from the evidence store.
-    store = stack.runtime.worker.deps.get(EvidenceStore)
+    assert stack.clients is not None
+    store = stack.clients.evidence
     shas = sorted(set(re.findall(r"\b[0-9a-f]{64}\b", places["history"])))
     evidence = [sha for sha in shas if store.exists(sha)]
     assert evidence, "the reproduction's log is evidence"

@@ -20,7 +20,6 @@ import pytest
 from app.demo.project import fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from app.engine._history import export_history
-from app.evidence import EvidenceStore
 from tests.e2e.scenario import open_labelled_issue, wait_phase, workflow_id
 from tests.e2e.workers import Worker
 from tests.unprivileged_user import PYTHON
@@ -91,7 +90,8 @@ async def test_a_networked_setup_reaches_none_of_the_workers_services(
     run = stack.runtime.store.find_run(workflow_id(stack, number))
     assert run is not None
     history = str(export_history(stack.runtime.store, run.run_id))
-    store = stack.runtime.worker.deps.get(EvidenceStore)
+    assert stack.clients is not None
+    store = stack.clients.evidence
     probes: dict[str, list[dict[str, object]]] = {"network": [], "no network": []}
     for sha in sorted(set(re.findall(r"\b[0-9a-f]{64}\b", history))):
         if not store.exists(sha):
