@@ -86,7 +86,7 @@ class RunBase:
         self.checks_open: list[str] = []
         #: Publication effects whose result the run has not taken in yet.
         self.inflight: dict[str, WorkflowFuture] = {}
-        ctx.set_query("status", lambda: self.state.summary())
+        ctx.set_query("status", lambda: self.state.summary().model_dump(mode="json"))
 
     # -- inputs of activities ---------------------------------------------------
 
