@@ -6,16 +6,21 @@ readers (dashboard, ``repairbot runs``, describe) are unchanged."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.engine import WorkflowContext, typed_workflow
+from app.engine._determinism import check_module_source
+from app.engine._errors import DeterminismViolation
 from app.engine._history import RecordedEvent
-from app.engine._registry import ENGINE_CANCEL_PHASES, LEGACY_CANCEL_PHASES
+from app.engine._registry import ENGINE_CANCEL_PHASES, LEGACY_CANCEL_PHASES, Registry
 from app.engine._replay import Outcome, WorkflowExecution
 from app.main.catalog import build_registry
+from app.workflows import config_check, onboarding
 from app.workflows.config_check import ConfigCheckRequest, ConfigCheckResult, config_check_run
 from app.workflows.contracts import RunRequest
 from app.workflows.onboarding import OnboardRequest, OnboardResult, onboard
@@ -80,6 +85,18 @@ def test_the_small_results_keep_their_json() -> None:
 
 def test_the_repair_keeps_the_cancel_phases_its_runs_recorded() -> None:
     assert repair.allowed_cancel_phases() == (*ENGINE_CANCEL_PHASES, *LEGACY_CANCEL_PHASES)
+
+
+def test_the_determinism_check_reads_the_typed_workflow_itself() -> None:
+    # ``typed_workflow`` registers a wrapper; the check must see the code it wraps.
+    @typed_workflow("reads-the-clock")
+    async def reads_the_clock(ctx: WorkflowContext, input: OnboardRequest) -> OnboardResult:
+        return OnboardResult(outcome=str(time.time()), pull_number=None)
+
+    with pytest.raises(DeterminismViolation, match=r"time\.time"):
+        Registry.of([reads_the_clock])
+    for module in (config_check, onboarding):
+        check_module_source(module)  # their helpers are workflow code too
 
 
 def _replayed(history: dict[str, Any]) -> Outcome:
