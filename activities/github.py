@@ -54,6 +54,7 @@ from app.github.publish import (
 )
 from app.github.pulls import ensure_pull_request, find_pull_requests, mark_ready_for_review
 from app.github.repos import RepoRef
+from app.github.reviews import list_reviews
 
 API = RetryPolicy(initial_interval=1.0, backoff=2.0, max_interval=60.0, max_attempts=8)
 API_TIMEOUTS = Timeouts(start_to_close=120, schedule_to_close=3600)
@@ -497,12 +498,7 @@ async def observe(actx: ActivityContext, request: ObserveInput) -> ObserveResult
     reviews: list[ReviewView] = []
     if request.pull_number is not None:
         pull = _pull_view(await read_pull(gh, repo, request.pull_number))
-        with classified(mutation=False):
-            listed = await gh.rest.pulls.async_list_reviews(
-                repo.owner, repo.name, request.pull_number, per_page=100
-            )
-        parsed: list[Any] = list(listed.parsed_data)
-        for review in parsed:
+        for review in await list_reviews(gh, repo, request.pull_number):
             if review.user is None or not review.commit_id:
                 continue
             reviews.append(
