@@ -33,6 +33,7 @@ from app.engine._registry import (
     LEGACY_CANCEL_PHASES,
     OPERATOR_RESUME,
     ActivityDefn,
+    WorkflowDefn,
 )
 from app.engine._run_commands import CancelledRun, RunDescription, StartedRun
 from app.engine._scheduler import WorkflowFuture
@@ -185,13 +186,21 @@ class WorkflowContext:
     # happens to the worker, and a new run under the same id can follow one
     # that ended (unlike ``start_workflow``, which starts an id once ever).
 
+    @overload
     def start_run(
         self, workflow: TypedWorkflow[I, R], input: I, *, id: str
-    ) -> TypedFuture[StartedRun]:
+    ) -> TypedFuture[StartedRun]: ...
+    @overload
+    def start_run(
+        self, workflow: WorkflowDefn, input: Any, *, id: str
+    ) -> TypedFuture[StartedRun]: ...
+    def start_run(self, workflow: WorkflowDefn, input: Any, *, id: str) -> TypedFuture[StartedRun]:
         """Start ``workflow`` under ``id`` unless a run under ``id`` is open;
         then that run is the answer (``created`` False). A run that ended does
-        not stop a new one. The run is not a child: it outlives this one."""
-        recorded_input = workflow.dump(input)
+        not stop a new one. The run is not a child: it outlives this one.
+        A typed workflow's input is validated; an untyped one's is recorded as
+        given (JSON)."""
+        recorded_input = workflow.dump(input) if isinstance(workflow, TypedWorkflow) else input
         attrs = {
             "workflow": workflow.name,
             "version": workflow.version,
