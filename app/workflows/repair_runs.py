@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from app.engine import (
-    OPEN_STATUSES,
     PARKED_STATUSES,
     RunDescription,
     StartedRun,
@@ -111,13 +110,12 @@ async def retry_repair(ctx: WorkflowContext, request: RunRequest, author: str) -
     """Start a fresh run after one that ended or was parked; never beside an
     open one, nor after one whose fix was merged (the dashboard's rule too)."""
     seen = await describe_repair(ctx, request)
-    if seen.status in OPEN_STATUSES:
-        return Retried(run_id=seen.run_id, created=False, reason=STILL_RUNNING)
     if landed(seen.result):
         # The fix is on the base branch: another run would repair code that no
         # longer has the bug (or fight a revert a human decides on).
         return Retried(run_id=seen.run_id, created=False, reason=MERGED)
     if seen.status not in PARKED_STATUSES:
+        # An open run is the answer of the start itself (``created`` False).
         started = await start_repair(ctx, request)
         reason = None if started.created else STILL_RUNNING
         return Retried(run_id=started.run_id, created=started.created, reason=reason)
