@@ -54,9 +54,7 @@ def repair_id(request: RunRequest) -> str:
 
 async def start_repair(ctx: WorkflowContext, request: RunRequest) -> StartedRun:
     """Start the issue's repair run unless one holds the issue (then that one)."""
-    return await ctx.start_run(
-        repair.repair, request.model_dump(mode="json"), id=repair_id(request)
-    )
+    return await ctx.start_run(repair.repair, request, id=repair_id(request))
 
 
 async def cancel_repair(ctx: WorkflowContext, request: RunRequest, reason: str) -> bool:
