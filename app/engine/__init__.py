@@ -12,7 +12,9 @@ What is here, by purpose:
   model. The untyped ``workflow``, ``activity``, ``Signal`` remain while
   product code moves over. ``Registry``; the contexts a
   workflow (``WorkflowContext``) and an activity (``ActivityContext``) get;
-  ``RetryPolicy`` and ``Timeouts``; ``Found`` / ``Absent`` / ``Unknown``, what
+  ``RetryPolicy`` and ``Timeouts``; what ``ctx.start_run``, ``ctx.cancel_run``
+  and ``ctx.describe_run`` answer (``StartedRun``, ``CancelledRun``,
+  ``RunDescription``); ``Found`` / ``Absent`` / ``Unknown``, what
   an activity's ``reconcile=`` answers after a lost outcome.
 - Running it: ``Runtime`` (a worker process), ``RuntimeClient`` (start, signal,
   cancel, read runs from anywhere), ``make_engine`` (the database), the arq
@@ -60,6 +62,7 @@ from app.engine._registry import (
     activity,
     workflow,
 )
+from app.engine._run_commands import CancelledRun, RunDescription, StartedRun
 from app.engine._runtime import SETTLED, Runtime
 from app.engine._scheduler import WorkflowFuture
 from app.engine._store import RunRow, StartResult, Store, Tx
@@ -125,6 +128,7 @@ __all__ = [
     "ActivityTask",
     "AmbiguousError",
     "ArqDispatcher",
+    "CancelledRun",
     "CleanupIncomplete",
     "Dependencies",
     "Found",
@@ -136,6 +140,7 @@ __all__ = [
     "ReconcileResult",
     "Registry",
     "RetryPolicy",
+    "RunDescription",
     "RunRow",
     "Runtime",
     "RuntimeClient",
@@ -144,6 +149,7 @@ __all__ = [
     "SignalRecord",
     "StaleLease",
     "StartResult",
+    "StartedRun",
     "Store",
     "StoreThreads",
     "Timeouts",

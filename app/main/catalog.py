@@ -18,7 +18,7 @@ from activities import (
 from activities import example as example_activities
 from app.engine import Registry
 from app.workflows import config_check as config_check_workflow
-from app.workflows import example, repair, slash_command
+from app.workflows import example, repair, slash_command, slash_command_v3, triage_v2
 from app.workflows import onboarding as onboarding_workflow
 from app.workflows import triage as triage_workflows
 
@@ -28,9 +28,11 @@ def build_registry() -> Registry:
         [
             *example.WORKFLOWS,
             *slash_command.WORKFLOWS,
+            *slash_command_v3.WORKFLOWS,
             *repair.WORKFLOWS,
             *onboarding_workflow.WORKFLOWS,
             *triage_workflows.WORKFLOWS,
+            *triage_v2.WORKFLOWS,
             *config_check_workflow.WORKFLOWS,
         ],
         [

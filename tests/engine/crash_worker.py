@@ -259,8 +259,21 @@ async def crash_parent(ctx: WorkflowContext, input: ParentInput) -> ParentResult
     return ParentResult(child_run=child_run)
 
 
+class StarterResult(BaseModel):
+    run_id: str
+    created: bool
+
+
+@typed_workflow("crash_starter")
+async def crash_starter(ctx: WorkflowContext, input: ParentInput) -> StarterResult:
+    """Starts one run by id (``ctx.start_run``, a recorded command) and ends."""
+    started = await ctx.start_run(crash_child, ChildInput(n=7), id=input.child_id)
+    return StarterResult(run_id=started.run_id, created=started.created)
+
+
 REGISTRY = Registry.of(
     [
+        crash_starter,
         crash_pipeline,
         crash_heartbeat,
         crash_stale,

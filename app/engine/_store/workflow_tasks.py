@@ -14,6 +14,7 @@ from app.engine._registry import OPERATOR_RESUME
 from app.engine._replay import Outcome, WorkflowTaskResult
 from app.engine._store.eager import EagerClaims, EagerOffer
 from app.engine._store.rows import RunRow
+from app.engine._store.run_commands import RunCommands
 from app.engine._store.schema import (
     TERMINAL_EVENT,
     outbox,
@@ -37,7 +38,7 @@ from app.engine._tables import (
 )
 
 
-class WorkflowTasks(EagerClaims):
+class WorkflowTasks(EagerClaims, RunCommands):
     def commit_workflow_task(
         self, run: RunRow, step: WorkflowTaskResult, *, offer: EagerOffer | None = None
     ) -> list[Job] | None:
@@ -183,6 +184,8 @@ class WorkflowTasks(EagerClaims):
             tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
         elif command.type == ev.CHILD_WORKFLOW_REQUESTED:
             follow_ups.append(self._start_child(tx, command))
+        elif command.type in ev.RUN_COMMANDS:
+            follow_ups.append(self._carry_out(tx, run, command))
         elif command.type == ev.ACTIVITY_CANCEL_REQUESTED:
             # One activity, in this same transaction: a crash after the commit
             # cannot lose the request (the attempt's next heartbeat reads it).
