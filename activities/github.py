@@ -40,7 +40,7 @@ from app.github.comments import ensure_comment, find_comments
 from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
-from app.github.gitcmd import fetch_commit, git_env, remote_auth, run_git
+from app.github.gitcmd import fetch_commit, git_env, init_bare, remote_auth, run_git
 from app.github.markers import OpId, strip_markers
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
@@ -621,9 +621,7 @@ async def _fetch_base(
 ) -> Path:
     """A bare repository holding ``base_sha`` (fetched fresh: nothing survives a crash)."""
     bare = into / "objects.git"
-    init = await run_git(["init", "--quiet", "--bare", str(bare)], cwd=into, env=git_env())
-    if not init.ok:
-        raise PermanentError(f"git init failed: {init.stderr.strip()}")
+    init_bare(bare)
     fetched = await fetch_commit(bare, access.clone_url(repo), base_sha, token=token)
     if fetched.status == "unreachable":
         raise TransientError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
