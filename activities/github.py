@@ -37,9 +37,10 @@ from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, Conclusion, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
+from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
-from app.github.gitcmd import fetch_commit, git_env, remote_auth, run_git
+from app.github.gitcmd import fetch_commit, git_env, init_bare, remote_auth, run_git
 from app.github.markers import OpId, strip_markers
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
@@ -486,7 +487,15 @@ async def read_pull_request(actx: ActivityContext, request: PullInput) -> PullVi
 @typed_activity("github.observe", retry=API, timeouts=API_TIMEOUTS)
 @_git_suspension
 async def observe(actx: ActivityContext, request: ObserveInput) -> ObserveResult:
-    """The drift check's read: what humans may have changed while the run waited."""
+    """The drift check's read: what humans may have changed while the run waited.
+
+    Its REST reads repeat every check while nothing changes: revalidated, an
+    unchanged answer costs the installation's rate limit nothing."""
+    with revalidating():
+        return await _observe(actx, request)
+
+
+async def _observe(actx: ActivityContext, request: ObserveInput) -> ObserveResult:
     access = _access(actx)
     gh = access.factory.for_installation(request.installation_id, repository=request.repo)
     repo = RepoRef.parse(request.repo)
@@ -608,9 +617,7 @@ async def _fetch_base(
 ) -> Path:
     """A bare repository holding ``base_sha`` (fetched fresh: nothing survives a crash)."""
     bare = into / "objects.git"
-    init = await run_git(["init", "--quiet", "--bare", str(bare)], cwd=into, env=git_env())
-    if not init.ok:
-        raise PermanentError(f"git init failed: {init.stderr.strip()}")
+    init_bare(bare)
     fetched = await fetch_commit(bare, access.clone_url(repo), base_sha, token=token)
     if fetched.status == "unreachable":
         raise TransientError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")

@@ -1,0 +1,40 @@
+"""The drift check's reads are the ones revalidated with stored ETags
+(app/github/conditional.py): an unchanged answer costs the rate limit nothing."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from activities.github import GitHubAccess, observe
+from app.engine import ActivityContext
+from app.github import conditional
+
+
+class _Asked(Exception):
+    """Raised by the fake factory: whether the reads would be revalidated."""
+
+
+class _Factory:
+    def for_installation(self, installation_id: int, *, repository: str | None = None) -> Any:
+        raise _Asked(conditional._REVALIDATING.get())
+
+
+class _Context:
+    def dep(self, kind: type) -> GitHubAccess:
+        return GitHubAccess(factory=cast(Any, _Factory()), git_url="http://git.test")
+
+
+async def test_the_drift_check_reads_inside_revalidating() -> None:
+    raw = {
+        "installation_id": 7,
+        "repo": "octo/demo",
+        "issue_number": 1,
+        "op_run": "r",
+        "op_step": "s",
+    }
+    with pytest.raises(_Asked) as asked:
+        await observe.fn(cast(ActivityContext, _Context()), raw)
+    assert asked.value.args == (True,)
+    assert conditional._REVALIDATING.get() is False  # only inside the check
