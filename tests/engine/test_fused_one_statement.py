@@ -15,6 +15,7 @@ from sqlalchemy import Engine, event, insert, select
 from app.engine import _history_commands as ev
 from app.engine._errors import StaleLease
 from app.engine._history_commands import HistoryCommand, RecordedEvent
+from app.engine._jobs import DEFAULT_QUEUE, activity_job
 from app.engine._policy import ActivityOptions, Timeouts
 from app.engine._replay import WorkflowTaskResult
 from app.engine._store import Store
@@ -88,8 +89,8 @@ def _step(run: RunRow, claim: Claim) -> tuple[RecordedEvent, WorkflowTaskResult]
     return completed, WorkflowTaskResult(commands=[scheduled])
 
 
-def _offer() -> EagerOffer:
-    return EagerOffer(worker_id="w", code_version="v", activities={"act"})
+def _offer(eager: bool = True) -> EagerOffer | None:
+    return EagerOffer(worker_id="w", code_version="v", activities={"act"}) if eager else None
 
 
 def test_a_steady_step_is_written_whole(store: Store) -> None:
@@ -130,12 +131,42 @@ def test_a_steady_step_is_written_whole(store: Store) -> None:
     assert _rows(store, outbox, outbox.c.kind == "activity") == []
 
 
-def test_a_moved_history_writes_nothing_of_the_step(store: Store) -> None:
+def test_a_steady_step_without_an_eager_claim_queues_the_next_activity(store: Store) -> None:
+    run, claim = _running_step(store, "wf-queued")
+    completed, step = _step(run, claim)
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(args[2])
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        done = store.complete_and_continue(claim, "ok", run, completed, step, offer=None)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    assert done is not None and done.claimed is None
+    if store.engine.dialect.name == "postgresql":
+        assert len(statements) == 1
+    [nxt] = _rows(store, tasks, tasks.c.run_id == run.run_id, tasks.c.cmd == 3)
+    assert (nxt.status, nxt.attempt, nxt.fencing_token, nxt.worker_id) == ("scheduled", 0, 0, None)
+    assert (nxt.needs_reconcile, nxt.cancel_requested, nxt.input) == (False, False, {"i": 3})
+    assert done.jobs == [activity_job(nxt.id, 1, activity="act")]
+    [job] = _rows(store, outbox, outbox.c.kind == "activity")
+    assert (job.job_id, job.ref, job.queue) == (done.jobs[0].job_id, str(nxt.id), DEFAULT_QUEUE)
+    assert (job.not_before, job.relays, job.relay_at) == (0.0, 0, job.created_at)
+    assert _rows(store, attempts, attempts.c.task_id == nxt.id) == []
+    [row] = _rows(store, runs, runs.c.run_id == run.run_id)
+    assert row.history_length == run.history_length + 2
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["claimed", "queued"])
+def test_a_moved_history_writes_nothing_of_the_step(store: Store, eager: bool) -> None:
     run, claim = _running_step(store, "wf-moved")
     completed, step = _step(run, claim)
     with store.transaction() as tx:  # a signal arrives after the replay
         tx.append_event(run.run_id, ev.SIGNAL_RECEIVED, {"name": "s", "payload": None})
-    assert store.complete_and_continue(claim, "ok", run, completed, step, offer=_offer()) is None
+    offer = _offer(eager)
+    assert store.complete_and_continue(claim, "ok", run, completed, step, offer=offer) is None
     [task] = _rows(store, tasks, tasks.c.id == claim.task_id)
     assert (task.status, task.result) == ("running", None)
     [attempt] = _rows(store, attempts, attempts.c.task_id == claim.task_id)
@@ -147,13 +178,14 @@ def test_a_moved_history_writes_nothing_of_the_step(store: Store) -> None:
     store.complete_activity(claim.task_id, claim.token, "ok")
 
 
-def test_a_taken_operation_id_takes_the_usual_path(store: Store) -> None:
+@pytest.mark.parametrize("eager", [True, False], ids=["claimed", "queued"])
+def test_a_taken_operation_id_takes_the_usual_path(store: Store, eager: bool) -> None:
     run, claim = _running_step(store, "wf-taken")
     completed, step = _step(run, claim)
     with store.transaction() as tx:  # command 3's operation id, done before
         row = _task_row(run.run_id, 9, f"{run.run_id}:3") | {"input_hash": "h3"}
         tx.conn.execute(insert(tasks).values(row | {"status": "completed", "result": "old"}))
-    done = store.complete_and_continue(claim, "ok", run, completed, step, offer=_offer())
+    done = store.complete_and_continue(claim, "ok", run, completed, step, offer=_offer(eager))
     assert done is not None and done.claimed is None
     history = _rows(store, events, events.c.run_id == run.run_id, events.c.seq > run.history_length)
     assert [e.type for e in history] == [
@@ -166,12 +198,13 @@ def test_a_taken_operation_id_takes_the_usual_path(store: Store) -> None:
     assert task.status == "completed"
 
 
-def test_a_stale_token_writes_nothing_and_is_refused(store: Store) -> None:
+@pytest.mark.parametrize("eager", [True, False], ids=["claimed", "queued"])
+def test_a_stale_token_writes_nothing_and_is_refused(store: Store, eager: bool) -> None:
     run, claim = _running_step(store, "wf-stale")
     completed, step = _step(run, claim)
     with pytest.raises(StaleLease):
         store.complete_and_continue(
-            replace(claim, token=claim.token + 1), "late", run, completed, step, offer=_offer()
+            replace(claim, token=claim.token + 1), "late", run, completed, step, offer=_offer(eager)
         )
     [row] = _rows(store, runs, runs.c.run_id == run.run_id)
     assert row.history_length == run.history_length

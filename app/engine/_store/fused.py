@@ -31,13 +31,18 @@ from sqlalchemy.exc import DBAPIError
 from app.engine import _history_commands as ev
 from app.engine._errors import StaleLease
 from app.engine._history_commands import HistoryCommand, RecordedEvent
-from app.engine._jobs import Job
+from app.engine._jobs import Job, activity_job
 from app.engine._policy import ActivityOptions
 from app.engine._replay import WorkflowTaskResult
 from app.engine._store.activities import ActivityAttempts
 from app.engine._store.combined import schedule_claimed_params
 from app.engine._store.eager import EagerOffer, first_attempt
-from app.engine._store.one_statement import FUSED_STEP, is_refusal
+from app.engine._store.one_statement import (
+    FUSED_STEP_CLAIMED,
+    FUSED_STEP_QUEUED,
+    QUEUED_TASK_COLUMNS,
+    is_refusal,
+)
 from app.engine._store.rows import Claim, RunRow
 from app.engine._store.schema import tasks
 from app.engine._store.statements import TASK_BY_OPERATION
@@ -77,8 +82,8 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         cached execution, in one transaction. None, with nothing written, when
         the run's history is no longer ``run.history_length``. Raises
         :class:`StaleLease` when ``claim``'s token is not current."""
-        steady = _steady_schedule(step, offer)
-        if steady is not None and offer is not None and self.engine.dialect.name == "postgresql":
+        steady = _steady_schedule(step)
+        if steady is not None and self.engine.dialect.name == "postgresql":
             continued = self._step_in_one_statement(claim, result, run, completed, steady, offer)
             if continued is not None:
                 return continued
@@ -126,14 +131,22 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         run: RunRow,
         completed: RecordedEvent,
         command: HistoryCommand,
-        offer: EagerOffer,
+        offer: EagerOffer | None,
     ) -> Continued | None:
         """The steady step as one statement in autocommit: one round trip (see
         ``_store/one_statement.py``). None, with nothing written, when it
         could not be written so."""
         now = self.clock()
-        options = ActivityOptions.from_json(command.attrs["options"])
-        row = scheduled_task_row(run.run_id, command, now) | offer.claimed_row(options, now)
+        activity = command.attrs["activity"]
+        row = scheduled_task_row(run.run_id, command, now)
+        claims = offer is not None and offer.wants(activity)
+        if offer is not None and claims:
+            options = ActivityOptions.from_json(command.attrs["options"])
+            row |= offer.claimed_row(options, now)
+            statement, task_params = FUSED_STEP_CLAIMED, schedule_claimed_params(row)
+        else:
+            task_params = {f"t_{name}": row[name] for name in QUEUED_TASK_COLUMNS}
+            statement = FUSED_STEP_QUEUED
         params = {
             "p_task": claim.task_id,
             "p_token": claim.token,
@@ -148,7 +161,7 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
             "e2_seq": completed.seq + 1,
             "e2_type": command.type,
             "e2_data": scheduled_event_data(command),
-        } | schedule_claimed_params(row)
+        } | task_params
         # One statement is its own transaction: a crash "inside" it leaves
         # nothing, as a crash before it does.
         self.faults.hit("fused.mid_commit")
@@ -156,14 +169,17 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         try:
             with self.engine.connect() as conn:
                 autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
-                written = autocommit.execute(FUSED_STEP, params).one()
+                written = autocommit.execute(statement, params).one()
         except DBAPIError as exc:
             if is_refusal(exc):
                 return None
             raise
         if written.task_id is None:
             return None  # a stale token: nothing matched
-        offer.taken = first_attempt(now, int(written.task_id), run, command)
+        task_id = int(written.task_id)
+        if offer is None or not claims:
+            return Continued([activity_job(task_id, 1, activity=activity)], None)
+        offer.taken = first_attempt(now, task_id, run, command)
         return Continued([], offer.taken)
 
     def fused_outcome(
@@ -202,12 +218,11 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         return int(row.id) if held and row is not None else None
 
 
-def _steady_schedule(step: WorkflowTaskResult, offer: EagerOffer | None) -> HistoryCommand | None:
+def _steady_schedule(step: WorkflowTaskResult) -> HistoryCommand | None:
     """The one command of a steady step: a workflow task that only schedules
-    one activity, which ``offer`` takes. None for any other step."""
+    one activity. None for any other step."""
     if (
-        offer is None
-        or len(step.commands) != 1
+        len(step.commands) != 1
         or step.outcome is not None
         or step.cancel_phase
         or step.cancel_delivered
@@ -215,6 +230,4 @@ def _steady_schedule(step: WorkflowTaskResult, offer: EagerOffer | None) -> Hist
     ):
         return None
     command = step.commands[0]
-    if command.type != ev.ACTIVITY_SCHEDULED or not offer.wants(command.attrs["activity"]):
-        return None
-    return command
+    return command if command.type == ev.ACTIVITY_SCHEDULED else None

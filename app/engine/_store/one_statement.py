@@ -44,14 +44,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from app.engine._jobs import ACTIVITY, DEFAULT_QUEUE
 from app.engine._store.combined import CLAIMED_TASK_COLUMNS
-from app.engine._store.schema import attempts, events, runs, tasks
+from app.engine._store.schema import attempts, events, outbox, runs, tasks
 from app.engine._store.statements import COMPLETE_TASK, GUARDED_COMMIT
 
 #: The marker of the deliberate failure (``invalid_text_representation``).
 REFUSED = "fused step refused, history moved or operation id taken: "
-#: The task's flags that start false (their defaults, written explicitly).
-_FALSE_COLUMNS = ("needs_reconcile", "cancel_requested")
+#: The columns of a task row inserted queued (``scheduled_task_row``).
+QUEUED_TASK_COLUMNS = CLAIMED_TASK_COLUMNS[:13]
+#: The columns' defaults, written explicitly (see ``_fused_step``).
+_CLAIMED_DEFAULTS: dict[str, Any] = {"needs_reconcile": False, "cancel_requested": False}
+_QUEUED_DEFAULTS: dict[str, Any] = _CLAIMED_DEFAULTS | {"attempt": 0, "fencing_token": 0}
 #: SQLSTATE of a failed cast of text to integer.
 INVALID_TEXT_REPRESENTATION = "22P02"
 
@@ -66,7 +70,47 @@ def _event_row(n: int, moved: Any) -> Select[Any]:
     ).where(moved)
 
 
-def _fused_step() -> Select[Any]:
+def _claimed_follow_up(scheduled: Any) -> Any:
+    """The attempt row of a task inserted already claimed."""
+    return insert(attempts).from_select(
+        ["task_id", "attempt", "fencing_token", "worker_id", "code_version", "started_at"],
+        select(
+            scheduled.c.id,
+            literal(1),
+            literal(1),
+            bindparam("t_worker_id", type_=attempts.c.worker_id.type),
+            bindparam("t_code_version", type_=attempts.c.code_version.type),
+            bindparam("t_started_at", type_=attempts.c.started_at.type),
+        ),
+    )
+
+
+def _queued_follow_up(scheduled: Any) -> Any:
+    """The outbox row of a task inserted queued: ``activity_job(id, 1)``."""
+    now = bindparam("p_now", type_=Float)
+    return (
+        pg_insert(outbox)
+        .from_select(
+            ["job_id", "kind", "ref", "queue", "not_before", "created_at", "relays", "relay_at"],
+            select(
+                func.concat("act:", scheduled.c.id, ":1"),
+                literal(ACTIVITY),
+                cast(scheduled.c.id, String),
+                literal(DEFAULT_QUEUE),
+                literal(0.0),
+                now,
+                literal(0),
+                now,
+            ),
+            include_defaults=False,
+        )
+        .on_conflict_do_nothing()
+    )
+
+
+def _fused_step(*, claimed: bool) -> Select[Any]:
+    columns = CLAIMED_TASK_COLUMNS if claimed else QUEUED_TASK_COLUMNS
+    defaults = _CLAIMED_DEFAULTS if claimed else _QUEUED_DEFAULTS
     done = COMPLETE_TASK.cte("done")
     accepted = exists(select(done.c.run_id))
     finish = (
@@ -86,13 +130,10 @@ def _fused_step() -> Select[Any]:
     scheduled = (
         pg_insert(tasks)
         .from_select(
-            [*CLAIMED_TASK_COLUMNS, *_FALSE_COLUMNS],
+            [*columns, *defaults],
             select(
-                *(
-                    bindparam(f"t_{name}", type_=tasks.c[name].type)
-                    for name in CLAIMED_TASK_COLUMNS
-                ),
-                *(literal(False) for _ in _FALSE_COLUMNS),
+                *(bindparam(f"t_{name}", type_=tasks.c[name].type) for name in columns),
+                *(literal(value) for value in defaults.values()),
             ).where(moved),
             # The columns' Python-side defaults would be bound parameters
             # nobody fills inside a CTE: they are given above instead.
@@ -102,17 +143,7 @@ def _fused_step() -> Select[Any]:
         .returning(tasks.c.id)
         .cte("scheduled")
     )
-    started = insert(attempts).from_select(
-        ["task_id", "attempt", "fencing_token", "worker_id", "code_version", "started_at"],
-        select(
-            scheduled.c.id,
-            literal(1),
-            literal(1),
-            bindparam("t_worker_id", type_=attempts.c.worker_id.type),
-            bindparam("t_code_version", type_=attempts.c.code_version.type),
-            bindparam("t_started_at", type_=attempts.c.started_at.type),
-        ),
-    )
+    follow_up = (_claimed_follow_up if claimed else _queued_follow_up)(scheduled)
     logged = insert(events).from_select(
         ["run_id", "seq", "type", "data", "created_at"],
         union_all(_event_row(1, moved), _event_row(2, moved)),
@@ -132,16 +163,19 @@ def _fused_step() -> Select[Any]:
             refused.label("refused"),
         )
         .add_cte(finish)
-        .add_cte(started.cte("started"))
+        .add_cte(follow_up.cte("follow_up"))
         .add_cte(logged.cte("logged"))
     )
 
 
 #: The steady fused step in one statement: ``run_id`` None when the token was
-#: stale (nothing written), else ``task_id`` of the next activity, claimed;
-#: fails with ``REFUSED`` (nothing written) when the completion matched and
-#: the rest could not follow it.
-FUSED_STEP: Select[Any] = _fused_step()
+#: stale (nothing written), else ``task_id`` of the next activity, claimed
+#: for the worker (``FUSED_STEP_CLAIMED``) or queued with its outbox row
+#: (``FUSED_STEP_QUEUED``, when the worker runs no follow-up itself); fails
+#: with ``REFUSED`` (nothing written) when the completion matched and the
+#: rest could not follow it.
+FUSED_STEP_CLAIMED: Select[Any] = _fused_step(claimed=True)
+FUSED_STEP_QUEUED: Select[Any] = _fused_step(claimed=False)
 
 
 def is_refusal(exc: BaseException) -> bool:
