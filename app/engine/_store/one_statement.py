@@ -1,10 +1,10 @@
 """The steady fused step as one statement on its own, on PostgreSQL.
 
 A steady step (an activity's result whose workflow task schedules exactly
-one next activity, claimed at once by the same worker) wrote four statements
-in one transaction: the completion with its attempt's end, the
-history-length guard, the next activity inserted already claimed with its
-attempt row, and the two events. On PostgreSQL that is six round trips with
+one next activity) wrote four statements in one transaction: the completion
+with its attempt's end, the history-length guard, the next activity (inserted
+already claimed with its attempt row, or queued with its outbox row), and
+the two events. On PostgreSQL that is six round trips with
 ``BEGIN`` and ``COMMIT``. ``FUSED_STEP`` writes all of it in **one**
 statement with data-modifying CTEs, sent in autocommit: the statement is its
 own transaction, so the step costs one round trip (the floor).
