@@ -20,7 +20,7 @@ from app.engine._policy import ActivityOptions, Timeouts
 from app.engine._replay import WorkflowTaskResult
 from app.engine._store import Store
 from app.engine._store.eager import EagerOffer
-from app.engine._store.rows import Claim, RunRow
+from app.engine._store.rows import Claim, Failure, RunRow
 from app.engine._store.schema import attempts, events, outbox, runs, tasks
 from app.engine._store.statements import SCHEDULE_ACTIVITY
 
@@ -210,3 +210,20 @@ def test_a_stale_token_writes_nothing_and_is_refused(store: Store, eager: bool) 
     assert row.history_length == run.history_length
     assert _rows(store, events, events.c.run_id == run.run_id, events.c.seq > 1) == []
     assert len(_rows(store, tasks, tasks.c.run_id == run.run_id)) == 1
+
+
+def test_a_stale_result_leaves_the_earlier_attempt_as_it_ended(store: Store) -> None:
+    run, claim = _running_step(store, "wf-retried")
+    store.fail_activity(claim.task_id, claim.token, Failure("transient", "Boom", "x", 0.0))
+    again = store.claim_activity(claim.task_id, worker_id="w2", code_version="v")
+    assert again is not None and again.token == claim.token + 1
+    [ended] = _rows(store, attempts, attempts.c.fencing_token == claim.token)
+    completed, step = _step(run, claim)
+    with pytest.raises(StaleLease):
+        store.complete_and_continue(claim, "late", run, completed, step, offer=_offer())
+    [after] = _rows(store, attempts, attempts.c.fencing_token == claim.token)
+    # As it ended, plus the rejected completion's mark (``_reject_stale``).
+    assert after.outcome == f"{ended.outcome}; stale-completion-rejected"
+    assert (after.finished_at, after.error) == (ended.finished_at, ended.error)
+    [task] = _rows(store, tasks, tasks.c.id == claim.task_id)
+    assert (task.status, task.fencing_token, task.result) == ("running", again.token, None)
