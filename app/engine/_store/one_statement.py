@@ -5,7 +5,7 @@ one next activity) wrote four statements in one transaction: the completion
 with its attempt's end, the history-length guard, the next activity (inserted
 already claimed with its attempt row, or queued with its outbox row), and
 the two events. On PostgreSQL that is six round trips with
-``BEGIN`` and ``COMMIT``. ``FUSED_STEP`` writes all of it in **one**
+``BEGIN`` and ``COMMIT``. ``FUSED_STEP_*`` write all of it in **one**
 statement with data-modifying CTEs, sent in autocommit: the statement is its
 own transaction, so the step costs one round trip (the floor).
 
@@ -179,6 +179,6 @@ FUSED_STEP_QUEUED: Select[Any] = _fused_step(claimed=False)
 
 
 def is_refusal(exc: BaseException) -> bool:
-    """Whether ``exc`` is ``FUSED_STEP``'s deliberate failure."""
+    """Whether ``exc`` is the deliberate failure of a ``FUSED_STEP_*``."""
     orig = getattr(exc, "orig", None)
     return getattr(orig, "sqlstate", None) == INVALID_TEXT_REPRESENTATION and REFUSED in str(orig)
