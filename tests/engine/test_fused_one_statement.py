@@ -2,7 +2,8 @@
 claimed at once) on both databases: on PostgreSQL it is one statement in
 autocommit (app/engine/_store/one_statement.py), which must write exactly
 what the transaction of separate statements writes, and nothing at all when
-that transaction would have been rolled back or refused."""
+that transaction would have been rolled back or refused. A claim, one
+statement already, is sent in autocommit there too."""
 
 from __future__ import annotations
 
@@ -227,3 +228,25 @@ def test_a_stale_result_leaves_the_earlier_attempt_as_it_ended(store: Store) -> 
     assert (after.finished_at, after.error) == (ended.finished_at, ended.error)
     [task] = _rows(store, tasks, tasks.c.id == claim.task_id)
     assert (task.status, task.fencing_token, task.result) == ("running", again.token, None)
+
+
+def test_a_claim_on_postgresql_is_one_statement_in_autocommit(store: Store) -> None:
+    with store.transaction() as tx:
+        started = tx.start_run(workflow_name="wf", workflow_version=1, workflow_id="wf-c", input={})
+        stmt = SCHEDULE_ACTIVITY[tx.conn.dialect.name]
+        task_id = int(tx.conn.execute(stmt, _task_row(started.run_id, 2, "c:2")).scalar_one())
+    modes: list[Any] = []
+
+    def on_begin(conn: Any) -> None:
+        modes.append(conn.get_execution_options().get("isolation_level"))
+
+    event.listen(store.engine, "begin", on_begin)
+    try:
+        claim = store.claim_activity(task_id, worker_id="w", code_version="v")
+    finally:
+        event.remove(store.engine, "begin", on_begin)
+    assert claim is not None and claim.token == 1
+    postgres = store.engine.dialect.name == "postgresql"
+    assert modes == (["AUTOCOMMIT"] if postgres else [None])
+    [attempt] = _rows(store, attempts, attempts.c.task_id == task_id)
+    assert (attempt.attempt, attempt.fencing_token, attempt.worker_id) == (1, 1, "w")

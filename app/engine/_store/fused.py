@@ -167,9 +167,8 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         self.faults.hit("fused.mid_commit")
         self.faults.hit("workflow_task.mid_commit")
         try:
-            with self.engine.connect() as conn:
-                autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
-                written = autocommit.execute(statement, params).one()
+            with self.one_statement() as tx:
+                written = tx.conn.execute(statement, params).one()
         except DBAPIError as exc:
             if is_refusal(exc):
                 return None
