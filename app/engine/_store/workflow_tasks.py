@@ -156,8 +156,7 @@ class WorkflowTasks(EagerClaims, RunCommands):
     ) -> None:
         data = command.to_event_data()
         if command.type == ev.ACTIVITY_SCHEDULED:
-            # The input lives in the task row; history keeps its hash only.
-            data = {k: v for k, v in data.items() if k not in ("input", "options")}
+            data = scheduled_event_data(command)
         tx.defer_event(run.run_id, seq, command.type, data)
         attrs = command.attrs
         if command.type == ev.ACTIVITY_SCHEDULED:
@@ -214,30 +213,9 @@ class WorkflowTasks(EagerClaims, RunCommands):
     ) -> tuple[str, dict[str, Any]] | None:
         attrs = command.attrs
         op = attrs["operation_id"]
-        options = ActivityOptions.from_json(attrs["options"])
-        timeouts = options.timeouts
-        now = tx.now
-        row: dict[str, Any] = {
-            "run_id": run.run_id,
-            "cmd": command.cmd,
-            "activity": attrs["activity"],
-            "operation_id": op,
-            "input": attrs["input"],
-            "input_hash": attrs["input_hash"],
-            "options": attrs["options"],
-            "has_reconcile": bool(attrs.get("has_reconcile")),
-            "status": "scheduled",
-            "scheduled_at": now,
-            "next_attempt_at": now,
-            "schedule_to_start_deadline": (
-                now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
-            ),
-            "schedule_to_close_deadline": (
-                now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
-            ),
-        }
+        row = scheduled_task_row(run.run_id, command, tx.now)
         if offer is not None and offer.wants(attrs["activity"]):
-            row |= offer.claimed_row(options, now)
+            row |= offer.claimed_row(ActivityOptions.from_json(attrs["options"]), tx.now)
             task_id = self._insert_claimed(tx, row, run, command, offer)
         else:
             task_id = tx.conn.execute(SCHEDULE_ACTIVITY[tx.conn.dialect.name], row).scalar()
@@ -333,3 +311,34 @@ class WorkflowTasks(EagerClaims, RunCommands):
                 .where(runs.c.run_id == run_id, runs.c.status.not_in(OPEN_STATUSES))
                 .values(pending_task=False)
             )
+
+
+def scheduled_task_row(run_id: str, command: HistoryCommand, now: float) -> dict[str, Any]:
+    """The task row's columns of an ``activity_scheduled`` command, queued."""
+    attrs = command.attrs
+    timeouts = ActivityOptions.from_json(attrs["options"]).timeouts
+    return {
+        "run_id": run_id,
+        "cmd": command.cmd,
+        "activity": attrs["activity"],
+        "operation_id": attrs["operation_id"],
+        "input": attrs["input"],
+        "input_hash": attrs["input_hash"],
+        "options": attrs["options"],
+        "has_reconcile": bool(attrs.get("has_reconcile")),
+        "status": "scheduled",
+        "scheduled_at": now,
+        "next_attempt_at": now,
+        "schedule_to_start_deadline": (
+            now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
+        ),
+        "schedule_to_close_deadline": (
+            now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
+        ),
+    }
+
+
+def scheduled_event_data(command: HistoryCommand) -> dict[str, Any]:
+    """An ``activity_scheduled`` event's data: the input lives in the task row,
+    history keeps its hash only."""
+    return {k: v for k, v in command.to_event_data().items() if k not in ("input", "options")}
