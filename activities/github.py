@@ -74,9 +74,10 @@ from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, ensure_check_run
 from app.github.client import GitHubClientFactory
 from app.github.comments import ensure_comment, find_comments
+from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
-from app.github.gitcmd import fetch_commit, git_env, remote_auth, run_git
+from app.github.gitcmd import fetch_commit, git_env, init_bare, remote_auth, run_git
 from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
@@ -91,6 +92,7 @@ from app.github.publish import (
 )
 from app.github.pulls import ensure_pull_request, find_pull_requests, mark_ready_for_review
 from app.github.repos import RepoRef
+from app.github.reviews import list_reviews
 
 BOT = Identity("repairbot", "repairbot@users.noreply.github.com")
 
@@ -170,9 +172,7 @@ async def _fetch_base(
 ) -> Path:
     """A bare repository holding ``base_sha`` (fetched fresh: nothing survives a crash)."""
     bare = into / "objects.git"
-    init = await run_git(["init", "--quiet", "--bare", str(bare)], cwd=into, env=git_env())
-    if not init.ok:
-        raise PermanentError(f"git init failed: {init.stderr.strip()}")
+    init_bare(bare)
     fetched = await fetch_commit(bare, access.clone_url(repo), base_sha, token=token)
     if fetched.status == "unreachable":
         raise TransientError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
@@ -331,7 +331,14 @@ class GitHubActivities:
     @implements(github.observe)
     @_git_suspension
     async def observe(self, actx: ActivityContext, request: ObserveInput) -> ObserveResult:
-        """The drift check's read: what humans may have changed while the run waited."""
+        """The drift check's read: what humans may have changed while the run waited.
+
+        Its REST reads repeat every check while nothing changes: revalidated, an
+        unchanged answer costs the installation's rate limit nothing."""
+        with revalidating():
+            return await self._observe(actx, request)
+
+    async def _observe(self, actx: ActivityContext, request: ObserveInput) -> ObserveResult:
         access = self.access
         gh = access.factory.for_installation(request.installation_id, repository=request.repo)
         repo = RepoRef.parse(request.repo)
@@ -343,12 +350,7 @@ class GitHubActivities:
         reviews: list[ReviewView] = []
         if request.pull_number is not None:
             pull = _pull_view(await read_pull(gh, repo, request.pull_number))
-            with classified(mutation=False):
-                listed = await gh.rest.pulls.async_list_reviews(
-                    repo.owner, repo.name, request.pull_number, per_page=100
-                )
-            parsed: list[Any] = list(listed.parsed_data)
-            for review in parsed:
+            for review in await list_reviews(gh, repo, request.pull_number):
                 if review.user is None or not review.commit_id:
                     continue
                 reviews.append(

@@ -28,7 +28,7 @@ from app.engine import (
 )
 from app.evidence import EvidenceStore
 from app.github.errors import classified, classify, github_message, status_of
-from app.github.gitcmd import fetch_commit, git_env, run_git
+from app.github.gitcmd import fetch_commit, git_env, init_bare, run_git
 from app.github.pulls import find_pull_requests
 from app.github.repos import RepoRef
 from app.onboarding.detect import (
@@ -54,9 +54,7 @@ async def _read_root(
     """
     bare = into / "objects.git"
     env = git_env(extra={"GIT_DIR": str(bare)})
-    init = await run_git(["init", "--quiet", "--bare", str(bare)], cwd=into, env=git_env())
-    if not init.ok:
-        raise PermanentError(f"git init failed: {init.stderr.strip()}")
+    init_bare(bare)
     fetched = await fetch_commit(bare, remote_url, sha, token=token)
     if fetched.status == "unreachable":
         raise TransientError(f"cannot fetch {sha}: {fetched.detail}")

@@ -39,7 +39,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.github.gitcmd import GitTimeout, fetch_commit, git_env, remote_auth, run_git
+from app.github.gitcmd import (
+    GitTimeout,
+    fetch_commit,
+    git_env,
+    init_bare,
+    remote_auth,
+    run_git,
+)
 from app.sandbox import userns
 
 log = logging.getLogger("repairbot.workspace")
@@ -238,11 +245,7 @@ async def build_workspace(
         raise ValueError(f"base_sha must be a full commit id, got {base_sha!r}")
     ws = _new_workspace(root, base_sha)
     try:
-        init = await _git(
-            ["init", "--quiet", "--bare", str(ws.git_dir)], cwd=ws.root, env=_git_env()
-        )
-        if init.returncode != 0:
-            raise WorkspaceError(f"git init failed: {init.stderr}")
+        init_bare(ws.git_dir)
         fetched = await fetch_commit(
             ws.git_dir, clone_url, base_sha, token=token, time_limit=time_limit, config=git_config
         )
@@ -253,7 +256,9 @@ async def build_workspace(
         await check_tree(ws, base_sha, limits)
         if depth != 1 or tags:
             await _deepen(ws, clone_url, base_sha, token, git_config, depth, tags, time_limit)
-        await _git_ok(["update-ref", "--no-deref", "HEAD", base_sha], ws=ws)
+        # A detached HEAD at the base, as ``update-ref --no-deref`` would write it
+        # (the commit is fetched and its tree checked above).
+        (ws.git_dir / "HEAD").write_text(f"{base_sha}\n")
         await _git_ok(["read-tree", "--reset", "-u", "HEAD"], ws=ws)
         _configure(ws)
         if patch:

@@ -57,7 +57,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from app.engine._db import make_engine
 from app.github.auth import AppCredentials
 from app.github.client import GitHubClientFactory
-from app.github.conditional import DatabaseConditionalStore
+from app.github.conditional import DatabaseConditionalStore, revalidating
 from app.github.merge import read_pull
 from app.github.repos import RepoRef
 from app.operations.migrate import upgrade
@@ -212,11 +212,12 @@ async def simulate(
             pending[run] = change_at.pop(run)
             figures.changes += 1
         number = issues[run]
-        await gh.rest.issues.async_get(OWNER, REPO, number)
-        await read_pull(gh, repo, _PULLS[number])
-        await gh.rest.pulls.async_list_reviews(OWNER, REPO, _PULLS[number], per_page=100)
-        # The status comment's search (``find_comments``) lists the comments: one request.
-        listed = await gh.rest.issues.async_list_comments(OWNER, REPO, number, per_page=100)
+        with revalidating():  # as the github.observe activity reads
+            await gh.rest.issues.async_get(OWNER, REPO, number)
+            await read_pull(gh, repo, _PULLS[number])
+            await gh.rest.pulls.async_list_reviews(OWNER, REPO, _PULLS[number], per_page=100)
+            # The status comment's search (``find_comments``) lists the comments: one request.
+            listed = await gh.rest.issues.async_list_comments(OWNER, REPO, number, per_page=100)
         comments: list[dict[str, object]] = listed.raw_response.json()
         bodies = [str(comment.get("body") or "") for comment in comments]
         if run in pending and any(f"still broken ({run})" in body for body in bodies):

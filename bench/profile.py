@@ -78,6 +78,8 @@ class Census:
     transactions: Counter[str] = field(default_factory=Counter)
     statements: Counter[str] = field(default_factory=Counter)
     checkouts: int = 0
+    #: Transactions in autocommit (one statement each: no BEGIN, no COMMIT).
+    autocommits: int = 0
     active: bool = False
 
     @contextmanager
@@ -92,13 +94,18 @@ class Census:
         out = [f"  pool checkouts: {self.checkouts / n:.2f} per step"]
         if postgres:
             # psycopg sends BEGIN and COMMIT/ROLLBACK itself (no cursor event),
-            # and pool_pre_ping adds a ping per checkout: count them in.
-            trips = sum(self.statements.values()) + 2 * sum(self.transactions.values())
+            # except in autocommit, and pool_pre_ping adds a ping per
+            # checkout: count them in.
+            explicit = sum(self.transactions.values()) - self.autocommits
+            trips = sum(self.statements.values()) + 2 * explicit
             out.append(
                 f"  round trips: ~{trips / n:.1f} per step without pings, "
                 f"~{(trips + self.checkouts) / n:.1f} if every checkout pings"
             )
-        out.append(f"  transactions: {sum(self.transactions.values()) / n:.2f} per step")
+        out.append(
+            f"  transactions: {sum(self.transactions.values()) / n:.2f} per step"
+            f" ({self.autocommits / n:.2f} of them one statement in autocommit)"
+        )
         for caller, count in self.transactions.most_common():
             out.append(f"    {count / n:6.2f}  {caller}")
         out.append(f"  statements: {sum(self.statements.values()) / n:.2f} per step")
@@ -131,9 +138,11 @@ def install_census(engine: Engine, files: tuple[str, ...]) -> Census:
     change while another thread (the liveness beat) walks them."""
     census = Census()
 
-    def on_begin(_conn: Any) -> None:
+    def on_begin(conn: Any) -> None:
         if census.active:
             census.transactions[_caller(files)] += 1
+            if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+                census.autocommits += 1
 
     def on_statement(_conn: Any, _cur: Any, sql: str, *_rest: Any) -> None:
         if census.active:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from app.webhooks.events import PullRequestEvent
 from app.webhooks.routing import HandlerContext, Router
 from app.workflows.config_check import (
-    CONFIG_CHECK_WORKFLOW,
     ConfigCheckRequest,
+    config_check_run,
     config_check_workflow_id,
 )
 
@@ -30,8 +30,6 @@ def check_config_change(event: PullRequestEvent, ctx: HandlerContext) -> None:
         head_sha=pr.head.sha,
         base_sha=pr.base.sha,
     )
-    ctx.start(
-        CONFIG_CHECK_WORKFLOW,
-        config_check_workflow_id(event.repository.id, pr.head.sha),
-        request.model_dump(mode="json"),
+    ctx.start_typed(
+        config_check_run, request, id=config_check_workflow_id(event.repository.id, pr.head.sha)
     )

@@ -39,7 +39,20 @@ PG_ADMIN_URL = os.environ.get(
 )
 #: The Redis database the tests own (flushed per test); point TEST_REDIS_URL
 #: at another database number to run two checkouts' suites side by side.
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
+BASE_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
+
+
+def worker_redis_url(base: str, worker: str | None) -> str:
+    """Under pytest-xdist each worker (``gw0``, ``gw1``...) flushes a Redis
+    database of its own: the base's number plus the worker's, wrapping at 16
+    (Redis's default count of databases)."""
+    if not worker or not worker.startswith("gw"):
+        return base
+    prefix, _, number = base.rpartition("/")
+    return f"{prefix}/{(int(number or 0) + int(worker[2:])) % 16}"
+
+
+REDIS_URL = worker_redis_url(BASE_REDIS_URL, os.environ.get("PYTEST_XDIST_WORKER"))
 
 
 @pytest.fixture(scope="session")

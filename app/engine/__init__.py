@@ -14,7 +14,9 @@ What is here, by purpose:
   model. The untyped ``workflow``, ``activity``, ``Signal`` remain while
   product code moves over. ``Registry``; the contexts a
   workflow (``WorkflowContext``) and an activity (``ActivityContext``) get;
-  ``RetryPolicy`` and ``Timeouts``; ``Found`` / ``Absent`` / ``Unknown``, what
+  ``RetryPolicy`` and ``Timeouts``; what ``ctx.start_run``, ``ctx.cancel_run``
+  and ``ctx.describe_run`` answer (``StartedRun``, ``CancelledRun``,
+  ``RunDescription``); ``Found`` / ``Absent`` / ``Unknown``, what
   an activity's ``reconcile=`` answers after a lost outcome.
 - Running it: ``Runtime`` (a worker process), ``RuntimeClient`` (start, signal,
   cancel, read runs from anywhere), ``make_engine`` (the database), the arq
@@ -62,6 +64,7 @@ from app.engine._registry import (
     activity,
     workflow,
 )
+from app.engine._run_commands import CancelledRun, RunDescription, StartedRun
 from app.engine._runtime import SETTLED, Runtime
 from app.engine._scheduler import WorkflowFuture
 from app.engine._store import RunRow, StartResult, Store, Tx
@@ -129,6 +132,7 @@ __all__ = [
     "ActivityTask",
     "AmbiguousError",
     "ArqDispatcher",
+    "CancelledRun",
     "CleanupIncomplete",
     "Dependencies",
     "Found",
@@ -140,6 +144,7 @@ __all__ = [
     "ReconcileResult",
     "Registry",
     "RetryPolicy",
+    "RunDescription",
     "RunRow",
     "Runtime",
     "RuntimeClient",
@@ -148,6 +153,7 @@ __all__ = [
     "SignalRecord",
     "StaleLease",
     "StartResult",
+    "StartedRun",
     "Store",
     "StoreThreads",
     "Timeouts",

@@ -10,6 +10,7 @@ The worker runtime (:class:`app.engine._runtime.Runtime`) extends it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -21,6 +22,7 @@ from app.engine._clock import Clock, clock_datetime, system_clock
 from app.engine._dispatch import Dispatcher
 from app.engine._errors import WorkflowNotFound
 from app.engine._faults import FaultPoints
+from app.engine._history_commands import RecordedEvent
 from app.engine._jobs import Job
 from app.engine._registry import Registry
 from app.engine._replay import WorkflowExecution
@@ -31,6 +33,7 @@ from app.engine._tables import CLOSED_STATUSES, PARKED_STATUSES
 from app.engine._typed import SignalDefn, TypedWorkflow
 
 SETTLED = (*CLOSED_STATUSES, *PARKED_STATUSES)
+log = logging.getLogger("repairbot.engine")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -57,6 +60,7 @@ class RuntimeClient:
         #: The one clock of this runtime (see app/engine/_clock.py).
         self.clock = clock
         self.store = Store(engine, faults=self.faults, clock=clock)
+        self.store.answer_query = self._described_query
         #: The one way from a coroutine to the store (see async_store).
         self.threads = threads or StoreThreads.for_engine(engine)
         self.dispatcher: Dispatcher | None = None
@@ -197,15 +201,26 @@ class RuntimeClient:
         run = self.store.find_run(key)
         if run is None:
             raise WorkflowNotFound(key)
+        return self._replayed_query(run, self.store.load_events(run.run_id), name)
+
+    def _replayed_query(self, run: RunRow, events: list[RecordedEvent], name: str) -> Any:
         defn = self.registry.workflow(run.workflow_name, run.workflow_version)
         execution = WorkflowExecution(defn, run_id=run.run_id, workflow_id=run.workflow_id)
         try:
-            execution.apply(
-                self.store.load_events(run.run_id), task_time=clock_datetime(self.clock)
-            )
+            execution.apply(events, task_time=clock_datetime(self.clock))
             return execution.query(name)
         finally:
             execution.close()
+
+    def _described_query(self, run: RunRow, events: list[RecordedEvent], name: str) -> Any:
+        """A query answer for ``ctx.describe_run``: None rather than an error
+        when the run has no such query or its code cannot answer, so that one
+        run's trouble never fails the commit of the run describing it."""
+        try:
+            return self._replayed_query(run, events, name)
+        except Exception:
+            log.warning("query %r of run %s unanswerable", name, run.run_id, exc_info=True)
+            return None
 
     async def aquery(self, key: str, name: str) -> Any:
         """:meth:`query` from a coroutine (the reads and the replay off the loop)."""

@@ -21,6 +21,9 @@ from app.engine._history_commands import (
     ACTIVITY_SCHEDULED,
     CHILD_WORKFLOW_REQUESTED,
     MARKER_RECORDED,
+    RUN_CANCEL_REQUESTED,
+    RUN_DESCRIBE_REQUESTED,
+    RUN_START_REQUESTED,
     TIMER_CANCELLED,
     TIMER_STARTED,
     input_hash,
@@ -30,7 +33,9 @@ from app.engine._registry import (
     LEGACY_CANCEL_PHASES,
     OPERATOR_RESUME,
     ActivityDefn,
+    WorkflowDefn,
 )
+from app.engine._run_commands import CancelledRun, RunDescription, StartedRun
 from app.engine._scheduler import WorkflowFuture
 from app.engine._typed import SignalDefn, TypedActivity, TypedFuture, TypedWorkflow, dump_input
 
@@ -88,6 +93,7 @@ class WorkflowContext:
         #: Typed calls without ``step=`` per activity name: their derived step ids.
         self._step_counts: dict[str, int] = {}
         self._children: dict[int, WorkflowFuture] = {}
+        self._run_commands: dict[int, WorkflowFuture] = {}
         self.cancel_requested = False
         self.cancel_reason = ""
 
@@ -173,6 +179,57 @@ class WorkflowContext:
         future = WorkflowFuture(label=f"start {workflow.name} ({id})")
         self._children[cmd] = future
         return future
+
+    # Acting on other runs by workflow id. Each is a recorded command carried
+    # out in the transaction that records it, answer included: replay reads
+    # the answer, so a command acts once per (run, command number) whatever
+    # happens to the worker, and a new run under the same id can follow one
+    # that ended (unlike ``start_workflow``, which starts an id once ever).
+
+    @overload
+    def start_run(
+        self, workflow: TypedWorkflow[I, R], input: I, *, id: str
+    ) -> TypedFuture[StartedRun]: ...
+    @overload
+    def start_run(
+        self, workflow: WorkflowDefn, input: Any, *, id: str
+    ) -> TypedFuture[StartedRun]: ...
+    def start_run(self, workflow: WorkflowDefn, input: Any, *, id: str) -> TypedFuture[StartedRun]:
+        """Start ``workflow`` under ``id`` unless a run under ``id`` is open;
+        then that run is the answer (``created`` False). A run that ended does
+        not stop a new one. The run is not a child: it outlives this one.
+        A typed workflow's input is validated; an untyped one's is recorded as
+        given (JSON)."""
+        recorded_input = workflow.dump(input) if isinstance(workflow, TypedWorkflow) else input
+        attrs = {
+            "workflow": workflow.name,
+            "version": workflow.version,
+            "workflow_id": id,
+            "input": recorded_input,
+            "input_hash": input_hash(recorded_input),
+        }
+        return self._run_command(RUN_START_REQUESTED, attrs, f"start {id}", StartedRun)
+
+    def cancel_run(self, id: str, *, reason: str) -> TypedFuture[CancelledRun]:
+        """Ask the open (or parked) run under ``id`` to cancel, as an operator's
+        cancel does; ``reason`` is recorded in its history."""
+        attrs = {"workflow_id": id, "reason": reason}
+        return self._run_command(RUN_CANCEL_REQUESTED, attrs, f"cancel {id}", CancelledRun)
+
+    def describe_run(self, id: str, *, query: str | None = None) -> TypedFuture[RunDescription]:
+        """The newest run under ``id``: status, result, error and, while it is
+        open, its answer to ``query``. A recorded read: replay gets the same."""
+        attrs = {"workflow_id": id, "query": query}
+        return self._run_command(RUN_DESCRIBE_REQUESTED, attrs, f"describe {id}", RunDescription)
+
+    def _run_command(
+        self, type_: str, attrs: dict[str, Any], label: str, answer: type[M]
+    ) -> TypedFuture[M]:
+        cmd = self._x.next_command_number()
+        self._x.issue(cmd, type_, attrs)
+        future = WorkflowFuture(label=label)
+        self._run_commands[cmd] = future
+        return TypedFuture(future, answer)
 
     @overload
     def wait_for(self, signal: SignalDefn[M]) -> Awaitable[M]: ...
@@ -370,6 +427,12 @@ class WorkflowContext:
         if future is None:
             raise NondeterminismError(cmd, {"child start for": cmd}, {"no child requested": cmd})
         future.set_result(run_id)
+
+    def _answer_run_command(self, cmd: int, answer: Any) -> None:
+        future = self._run_commands.get(cmd)
+        if future is None:
+            raise NondeterminismError(cmd, {"answer for": cmd}, {"no run command issued": cmd})
+        future.set_result(answer)
 
     def _fire_timer(self, cmd: int) -> None:
         future = self._timers.get(cmd)

@@ -22,8 +22,16 @@ MARKER_RECORDED = "marker_recorded"
 ACTIVITY_CANCEL_REQUESTED = "activity_cancel_requested"
 #: The code started another workflow (``ctx.start_workflow``).
 CHILD_WORKFLOW_REQUESTED = "child_workflow_requested"
+#: The code acted on another run by workflow id (``ctx.start_run``,
+#: ``ctx.cancel_run``, ``ctx.describe_run``); each is answered by a
+#: ``run_command_answered`` written in the same transaction.
+RUN_START_REQUESTED = "run_start_requested"
+RUN_CANCEL_REQUESTED = "run_cancel_requested"
+RUN_DESCRIBE_REQUESTED = "run_describe_requested"
+RUN_COMMANDS = frozenset({RUN_START_REQUESTED, RUN_CANCEL_REQUESTED, RUN_DESCRIBE_REQUESTED})
 COMMAND_TYPES = frozenset(
     {
+        *RUN_COMMANDS,
         CHILD_WORKFLOW_REQUESTED,
         ACTIVITY_SCHEDULED,
         TIMER_STARTED,
@@ -44,6 +52,8 @@ DEADLINE_EXCEEDED = "deadline_exceeded"
 #: The child a ``child_workflow_requested`` asked for: its run id, and whether
 #: this request created it (False: a run of that id existed).
 CHILD_WORKFLOW_STARTED = "child_workflow_started"
+#: The answer to one of the ``RUN_COMMANDS`` (``cmd``) as the store found it.
+RUN_COMMAND_ANSWERED = "run_command_answered"
 
 # Terminal events, written by the workflow task that ends the run.
 WORKFLOW_COMPLETED = "workflow_completed"
@@ -64,6 +74,9 @@ COMPARED_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     MARKER_RECORDED: ("kind", "id"),
     ACTIVITY_CANCEL_REQUESTED: ("activity", "target"),
     CHILD_WORKFLOW_REQUESTED: ("workflow", "version", "workflow_id", "input_hash"),
+    RUN_START_REQUESTED: ("workflow", "version", "workflow_id", "input_hash"),
+    RUN_CANCEL_REQUESTED: ("workflow_id", "reason"),
+    RUN_DESCRIBE_REQUESTED: ("workflow_id", "query"),
 }
 
 

@@ -110,21 +110,16 @@ class Reconciler:
 
     def _repair(self, now: float) -> ReconcileReport:
         store, report = self.store, ReconcileReport()
-        lost = store.expired_leases(now)
-        lost += store.leases_of_lost_workers(now, silent_for=self.worker_silence)
-        for task_id, token, failure in lost:
-            try:
-                report.jobs += store.fail_activity(task_id, token, failure)
-                report.leases_expired += 1
-            except StaleLease:
-                pass  # the attempt finished or another reconciler got there first
+        # Expired leases, silent workers and due timers are exactly what
+        # next_due looks at: while it lies ahead (most passes) their three
+        # queries would find nothing, so one statement stands in for them.
+        due = store.next_due(silent_for=self.worker_silence)
+        fell_due = due is not None and due <= now
+        if fell_due:
+            self._release_and_fire(report, now)
         for task_id, error_type in store.expired_schedules(now):
             jobs = store.time_out_task(task_id, error_type)
             report.schedules_timed_out += bool(jobs)
-            report.jobs += jobs
-        for run_id, cmd in store.due_timers(now):
-            jobs = store.fire_timer(run_id, cmd)
-            report.timers_fired += bool(jobs)
             report.jobs += jobs
         deadline_jobs = store.enforce_deadlines(now)
         report.deadlines_enforced = len(deadline_jobs)
@@ -133,9 +128,29 @@ class Reconciler:
         stale = store.runnable_without_job(now - self.relay_grace)
         report.jobs_redispatched = len(stale)
         report.jobs += stale
-        # Read last, so what this pass changed (a released lease) is not reported as due.
-        report.next_due = store.next_due(silent_for=self.worker_silence)
+        if fell_due or report.jobs or report.schedules_timed_out:
+            # Read again, so what this pass changed (a released lease) is not
+            # reported as due; a pass that changed nothing keeps the first read.
+            due = store.next_due(silent_for=self.worker_silence)
+        report.next_due = due
         return report
+
+    def _release_and_fire(self, report: ReconcileReport, now: float) -> None:
+        """Fail the attempts whose lease ran out or whose worker fell silent;
+        fire the due timers."""
+        store = self.store
+        lost = store.expired_leases(now)
+        lost += store.leases_of_lost_workers(now, silent_for=self.worker_silence)
+        for task_id, token, failure in lost:
+            try:
+                report.jobs += store.fail_activity(task_id, token, failure)
+                report.leases_expired += 1
+            except StaleLease:
+                pass  # the attempt finished or another reconciler got there first
+        for run_id, cmd in store.due_timers(now):
+            jobs = store.fire_timer(run_id, cmd)
+            report.timers_fired += bool(jobs)
+            report.jobs += jobs
 
     async def _relay(self, report: ReconcileReport, now: float) -> None:
         """Send again the lingering jobs that are not merely waiting in the channel."""

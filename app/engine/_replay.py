@@ -28,6 +28,7 @@ from app.engine._history_commands import (
     CANCEL_REQUESTED,
     CHILD_WORKFLOW_STARTED,
     DEADLINE_EXCEEDED,
+    RUN_COMMAND_ANSWERED,
     SIGNAL_RECEIVED,
     TIMER_FIRED,
     WORKFLOW_STARTED,
@@ -200,6 +201,8 @@ class WorkflowExecution:
             self.ctx._resolve_activity(int(data["cmd"]), error=failure)
         elif event.type == CHILD_WORKFLOW_STARTED:
             self.ctx._resolve_child(int(data["cmd"]), str(data["run_id"]))
+        elif event.type == RUN_COMMAND_ANSWERED:
+            self.ctx._answer_run_command(int(data["cmd"]), data.get("answer"))
         elif event.type == TIMER_FIRED:
             self.ctx._fire_timer(int(data["cmd"]))
         elif event.type == SIGNAL_RECEIVED:

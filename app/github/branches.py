@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine import TransientError
-from app.github.gitcmd import git_env, run_git
+from app.github.gitcmd import git_env, init_bare, run_git
 from app.github.publish import git_auth_config, qualify_branch, remote_ref
 
 
@@ -52,7 +52,7 @@ async def delete_branch_if_at(
     secrets = [token] if token else []
     with tempfile.TemporaryDirectory(prefix="repairbot-delete-") as tmp:
         env = git_env(git_auth_config(remote_url, token))
-        await run_git(["init", "--quiet", "--bare", tmp], cwd=Path(tmp), env=env)
+        init_bare(Path(tmp))
         result = await run_git(
             [
                 "push",

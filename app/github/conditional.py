@@ -14,6 +14,11 @@ turns a 304 back into the stored 200 for the caller.
 Freshness is never traded for it: every read still goes to GitHub, which alone
 decides whether the stored answer is current (unlike a time-based HTTP cache,
 which githubkit's ``http_cache`` is and repairbot keeps off).
+
+Only reads made inside :func:`revalidating` (the drift check's) are stored and
+revalidated. A run's other reads are made once (a file, a permission, a
+branch's head) and a stored copy would never be asked again: storing and
+looking up each of them was a database read and write per GET for nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import contextlib
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,6 +48,19 @@ MAX_STORED_BYTES = 1024 * 1024
 #: Headers that describe the transfer of the original answer, not its content.
 _TRANSFER = frozenset({"content-encoding", "content-length", "transfer-encoding", "etag"})
 _table = GitHubConditional.__table__  # type: ignore[attr-defined]
+#: Whether the reads of the current task are ones that will be repeated.
+_REVALIDATING: ContextVar[bool] = ContextVar("revalidating", default=False)
+
+
+@contextlib.contextmanager
+def revalidating() -> Iterator[None]:
+    """GETs made inside are revalidated with, and stored for, later re-reads:
+    the reads a waiting run repeats every drift-check interval."""
+    token = _REVALIDATING.set(True)
+    try:
+        yield
+    finally:
+        _REVALIDATING.reset(token)
 
 
 @dataclass(frozen=True)
@@ -155,9 +174,10 @@ _UPSERTS: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
 
 
 class ConditionalTransport(httpx.AsyncBaseTransport):
-    """One installation's view of the shared transport: GETs revalidated with
-    the stored ``ETag``, and the shared rate budget consulted and kept current
-    around every request (when one is given)."""
+    """One installation's view of the shared transport: GETs made inside
+    :func:`revalidating` revalidated with the stored ``ETag``, and the shared
+    rate budget consulted and kept current around every request (when one is
+    given)."""
 
     def __init__(
         self,
@@ -172,7 +192,11 @@ class ConditionalTransport(httpx.AsyncBaseTransport):
         self.budget = budget
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        conditional = request.method == "GET" and "if-none-match" not in request.headers
+        conditional = (
+            request.method == "GET"
+            and "if-none-match" not in request.headers
+            and _REVALIDATING.get()
+        )
         key = request_key(request) if conditional else ""
         stored = await self.store.load(self.installation_id, key) if conditional else None
         if stored is not None:

@@ -77,6 +77,18 @@ def git_env(
     return env
 
 
+def init_bare(git_dir: Path) -> None:
+    """An empty bare repository at ``git_dir``, as ``git init --bare`` (with no
+    template and default settings) makes one, without starting git: a run
+    builds a dozen of these."""
+    for directory in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+        (git_dir / directory).mkdir(parents=True, exist_ok=True)
+    (git_dir / "HEAD").write_text("ref: refs/heads/master\n")
+    (git_dir / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+    )
+
+
 def redact(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         if secret:

@@ -45,6 +45,7 @@ from app.github.gitcmd import (
     GitResult,
     GitTimeout,
     git_env,
+    init_bare,
     remote_auth,
     run_git,
 )
@@ -295,9 +296,7 @@ async def _clean_room(repo_dir: Path | None) -> AsyncIterator[Path]:
         room = Path(scratch)
         if repo_dir is not None:
             objects = _objects_dir(repo_dir)
-            init = await run_git(["init", "--quiet", "--bare", str(room)], cwd=room, env=git_env())
-            if not init.ok:
-                raise TransientError(f"cannot prepare a push repository: {init.stderr.strip()}")
+            init_bare(room)
             (room / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         yield room
 

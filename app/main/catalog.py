@@ -24,7 +24,7 @@ from app.engine import Registry, TypedActivity
 from app.workflows import config_check as config_check_workflow
 from app.workflows import example as example_workflow
 from app.workflows import onboarding as onboarding_workflow
-from app.workflows import repair, slash_command
+from app.workflows import repair, slash_command, slash_command_v3, triage_v2
 from app.workflows import triage as triage_workflows
 
 #: One module per activity group: its contracts are what workflows call.
@@ -57,9 +57,11 @@ def build_registry() -> Registry:
         [
             *example_workflow.WORKFLOWS,
             *slash_command.WORKFLOWS,
+            *slash_command_v3.WORKFLOWS,
             *repair.WORKFLOWS,
             *onboarding_workflow.WORKFLOWS,
             *triage_workflows.WORKFLOWS,
+            *triage_v2.WORKFLOWS,
             *config_check_workflow.WORKFLOWS,
         ],
         # Being replaced by workflow commands: still declared with its bodies.

@@ -9,12 +9,12 @@ that leaves the file alone gets no check run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from app.contracts import config_check, github
-from app.engine import WorkflowContext, workflow
+from app.engine import WorkflowContext, typed_workflow
 from app.github.checks import Conclusion
 from app.github.markdown import code_block
 from app.operations.config_check import Problem, check_config
@@ -36,6 +36,12 @@ class ConfigCheckRequest(BaseModel):
     repo: str
     head_sha: str
     base_sha: str
+
+
+class ConfigCheckResult(BaseModel):
+    #: ``unchanged``: the pull request leaves the file alone (no check run);
+    #: else the conclusion of the check run written.
+    outcome: Literal["unchanged"] | Conclusion
 
 
 class CheckView(BaseModel):
@@ -95,9 +101,8 @@ def _described(config: RepoConfig) -> str:
     return "\n".join(lines)
 
 
-@workflow(CONFIG_CHECK_WORKFLOW, version=1)
-async def config_check_run(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = ConfigCheckRequest.model_validate(raw)
+@typed_workflow(CONFIG_CHECK_WORKFLOW, version=1)
+async def config_check_run(ctx: WorkflowContext, request: ConfigCheckRequest) -> ConfigCheckResult:
     where = {"repo": request.repo, "installation_id": request.installation_id}
     change = await call(
         ctx,
@@ -108,7 +113,7 @@ async def config_check_run(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[st
         step="read",
     )
     if not change.changed:
-        return {"outcome": "unchanged"}
+        return ConfigCheckResult(outcome="unchanged")
     view = view_of(change)
     await call(
         ctx,
@@ -125,7 +130,7 @@ async def config_check_run(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[st
         ),
         step="check-run",
     )
-    return {"outcome": view.conclusion}
+    return ConfigCheckResult(outcome=view.conclusion)
 
 
 WORKFLOWS = [config_check_run]

@@ -16,12 +16,10 @@ the proposal it made) instead of proposing twice. Steps, each recorded:
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 
 from app.contracts import github, onboarding
-from app.engine import WorkflowContext, workflow
+from app.engine import WorkflowContext, typed_workflow
 from app.onboarding.proposal import ONBOARDING_BRANCH, TITLE, onboarding_op, pull_request_body
 from app.repo_config import CONFIG_PATH
 from app.workflows.calls import call
@@ -42,9 +40,16 @@ class OnboardRequest(BaseModel):
     trigger_label: str = "repairbot"
 
 
-@workflow(ONBOARDING_WORKFLOW, version=1)
-async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
-    request = OnboardRequest.model_validate(raw)
+class OnboardResult(BaseModel):
+    #: ``proposed`` (by this run or one before it), or what the inspection
+    #: found instead: ``configured`` or ``empty`` (see ``InspectResult.state``).
+    outcome: str
+    #: The onboarding pull request, when there is one.
+    pull_number: int | None
+
+
+@typed_workflow(ONBOARDING_WORKFLOW, version=1)
+async def onboard(ctx: WorkflowContext, request: OnboardRequest) -> OnboardResult:
     where = {"repo": request.repo, "installation_id": request.installation_id}
     seen = await call(
         ctx,
@@ -55,7 +60,7 @@ async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
         step="inspect",
     )
     if seen.state != "needs-config":
-        return {"outcome": seen.state, "pull_number": seen.pull_number}
+        return OnboardResult(outcome=seen.state, pull_number=seen.pull_number)
     await call(
         ctx,
         onboarding.ensure_label,
@@ -100,7 +105,7 @@ async def onboard(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
             github.PullInput(**where, number=pull.number),
             step="ready",
         )
-    return {"outcome": "proposed", "pull_number": pull.number}
+    return OnboardResult(outcome="proposed", pull_number=pull.number)
 
 
 WORKFLOWS = [onboard]

@@ -16,7 +16,6 @@ Runs started on version 1 keep replaying :mod:`app.workflows.repair_v1`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from app.contracts import github
 from app.contracts.requests import RunRequest
@@ -28,7 +27,7 @@ from app.engine import (
     WorkflowCancelled,
     WorkflowContext,
     WorkflowFuture,
-    workflow,
+    typed_workflow,
 )
 from app.workflows import repair_v1
 from app.workflows.calls import call
@@ -36,7 +35,7 @@ from app.workflows.installation_slots import InstallationSlot
 from app.workflows.repair_base import Finished
 from app.workflows.repair_review import ReviewPhases
 from app.workflows.repair_work import WorkPhases
-from app.workflows.state import Next
+from app.workflows.state import Next, RunSummary
 from app.workflows.trigger_check import bot_may_trigger
 
 #: Outcomes that park the run (it holds the issue until a human retries it).
@@ -60,7 +59,7 @@ class Repair(WorkPhases, ReviewPhases):
             "confirming": self.confirm,
         }
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> RunSummary:
         try:
             if self.ctx.patched("verified-every-end-reported"):
                 # The start's own endings (an invalid config, no reproduction, a
@@ -86,7 +85,7 @@ class Repair(WorkPhases, ReviewPhases):
             raise NeedsHuman(self.state.detail or "a human needs to decide")
         return self.result()
 
-    def quiet(self, why: str) -> dict[str, Any]:
+    def quiet(self, why: str) -> RunSummary:
         """End without a word on the issue: the run was never really asked for."""
         self.state.outcome = "not-triggered"
         self.state.detail = why
@@ -379,13 +378,17 @@ class Repair(WorkPhases, ReviewPhases):
             await self.delete_branch("cancel-delete-branch")
         await self.final_report()
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> RunSummary:
         return self.state.summary()
 
 
-@workflow("repair", version=2)
-async def repair(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
-    return await Repair(ctx, RunRequest.model_validate(raw)).run()
+# The cancel phases the untyped declaration allowed it (the engine's legacy
+# set), named here: cancelled runs recorded them.
+@typed_workflow(
+    "repair", version=2, cancel_phases=("preserving-evidence", "cleaning-owned-resources")
+)
+async def repair(ctx: WorkflowContext, request: RunRequest) -> RunSummary:
+    return await Repair(ctx, request).run()
 
 
 WORKFLOWS = [repair_v1.repair, repair]

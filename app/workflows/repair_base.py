@@ -7,7 +7,7 @@ Deterministic code only: effects are activities, time is ``ctx.now()``.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -29,6 +29,13 @@ R = TypeVar("R", bound=BaseModel)
 
 POLICY_VERSION = "2026-11-30.2"
 CHECK_NAME = "repairbot"
+
+
+class RepoFields(TypedDict):
+    """Where a GitHub activity acts: the fields every repository input shares."""
+
+    repo: str
+    installation_id: int
 
 
 class Finished(Exception):
@@ -86,7 +93,7 @@ class RunBase:
         self.checks_open: list[str] = []
         #: Publication effects whose result the run has not taken in yet.
         self.inflight: dict[str, WorkflowFuture] = {}
-        ctx.set_query("status", lambda: self.state.summary())
+        ctx.set_query("status", lambda: self.state.summary().model_dump(mode="json"))
 
     # -- inputs of activities ---------------------------------------------------
 
@@ -102,10 +109,10 @@ class RunBase:
             self.moved = RepositoryMovedSignal.model_validate(signal.payload)
             self.state.repo = self.moved.full_name
 
-    def repo_fields(self) -> dict[str, Any]:
+    def repo_fields(self) -> RepoFields:
         self.follow_moves()
         repo = self.moved.full_name if self.moved else self.request.repo
-        return {"repo": repo, "installation_id": self.request.installation_id}
+        return RepoFields(repo=repo, installation_id=self.request.installation_id)
 
     def spec(self, base_sha: str, patch: EvidenceRef | None = None) -> WorkspaceSpec:
         self.follow_moves()

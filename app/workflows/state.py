@@ -185,14 +185,27 @@ class RunState(Model):
     leftovers: list[str] = Field(default_factory=list)
     evidence: list[EvidenceItem] = Field(default_factory=list)
 
-    def summary(self) -> dict[str, object]:
-        """The state as JSON, with the fields clients read most at the top level."""
-        return self.model_dump(mode="json") | {
-            "attempts": self.usage.attempts,
-            "pull_number": self.pull.number if self.pull else None,
-            "pull_url": self.pull.url if self.pull else None,
-        }
+    def summary(self) -> RunSummary:
+        """The state with the fields clients read most repeated at the top level."""
+        return RunSummary.model_validate(
+            dict(self)
+            | {
+                "attempts": self.usage.attempts,
+                "pull_number": self.pull.number if self.pull else None,
+                "pull_url": self.pull.url if self.pull else None,
+            }
+        )
 
     def add_evidence(self, label: str, ref: EvidenceRef | None) -> None:
         if ref is not None:
             self.evidence.append(EvidenceItem(label=label, ref=ref))
+
+
+class RunSummary(RunState):
+    """The repair run's result and its ``status`` query: the state, then the
+    three fields clients read most. A subclass, so its JSON is the state's
+    fields in order followed by these (what runs recorded as their result)."""
+
+    attempts: int
+    pull_number: int | None
+    pull_url: str | None

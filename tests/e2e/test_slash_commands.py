@@ -51,7 +51,7 @@ async def test_help_from_a_maintainer_is_answered(stack: LocalStack) -> None:
     [command] = [r for r in runs if r.workflow_name == "slash-command"]
     run = await stack.runtime.wait_for(command.run_id, timeout=30)
     assert run.status == "completed", run.error
-    assert run.result == {"verb": "help", "obeyed": True}
+    assert run.result == {"verb": "help", "obeyed": True, "permission": None}
     bodies = [c["body"] for c in await _issue_comments(stack, number)]
     replies = [b for b in bodies if b.startswith(f"@{people.maintainer}")]
     assert len(replies) == 1 and "/repair cancel" in replies[0]

@@ -1,6 +1,7 @@
 """When the reconciler next has work: the earliest lease expiry of a running
 attempt, pending timer, or silence deadline of a worker holding a running
-attempt. Finished work, fired timers and idle workers must not count."""
+attempt. Finished work, fired timers and idle workers must not count. The reconciler
+reads it first and skips the queries that look for those while it lies ahead."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from sqlalchemy import Engine, insert
 
+from app.engine._jobs import Job
+from app.engine._reconciler import Reconciler
 from app.engine._store import Store
 from app.engine._store.schema import tasks, timers
 from app.engine._store.workers import workers
@@ -28,6 +31,7 @@ def _task(engine: Engine, n: int, *, status: str, lease: float, worker: str) -> 
         "attempt": 1,
         "fencing_token": 1,
         "scheduled_at": 0.0,
+        "started_at": 0.0,
         "next_attempt_at": 0.0,
         "lease_expires_at": lease,
         "worker_id": worker,
@@ -74,3 +78,52 @@ def test_the_earliest_of_leases_timers_and_silences(db_engine: Engine) -> None:
     # A running attempt whose lease runs out sooner than both.
     _task(db_engine, 3, status="running", lease=1001.0, worker="busy")
     assert store.next_due(silent_for=SILENCE) == 1001.0
+
+
+class _CountingStore(Store):
+    """Counts the queries for expired leases, silent workers and due timers."""
+
+    asked: list[str]
+
+    def expired_leases(self, now: float, limit: int = 100) -> Any:
+        self.asked.append("expired_leases")
+        return super().expired_leases(now, limit)
+
+    def leases_of_lost_workers(self, now: float, *, silent_for: float, limit: int = 100) -> Any:
+        self.asked.append("leases_of_lost_workers")
+        return super().leases_of_lost_workers(now, silent_for=silent_for, limit=limit)
+
+    def due_timers(self, now: float, limit: int = 100) -> Any:
+        self.asked.append("due_timers")
+        return super().due_timers(now, limit)
+
+
+async def _no_sink(jobs: list[Job]) -> None:
+    pass
+
+
+def _reconciler(engine: Engine) -> tuple[Reconciler, _CountingStore]:
+    store = _CountingStore(engine)
+    store.asked = []
+    return Reconciler(store, _no_sink, worker_silence=SILENCE), store
+
+
+def test_nothing_due_yet_asks_only_when_it_will_be(db_engine: Engine) -> None:
+    reconciler, store = _reconciler(db_engine)
+    _worker(db_engine, "busy", last_seen=1000.0)
+    _task(db_engine, 1, status="running", lease=1005.0, worker="busy")
+    _timer(db_engine, "r2", fire_at=1008.0, status="pending")
+    report = reconciler._repair(1001.0)
+    assert store.asked == []
+    assert report.next_due == 1005.0
+
+
+def test_a_due_lease_or_timer_is_acted_on(db_engine: Engine) -> None:
+    reconciler, store = _reconciler(db_engine)
+    _worker(db_engine, "busy", last_seen=1000.0)
+    _task(db_engine, 1, status="running", lease=1005.0, worker="busy")
+    _timer(db_engine, "r2", fire_at=1008.0, status="pending")
+    report = reconciler._repair(1006.0)
+    assert store.asked == ["expired_leases", "leases_of_lost_workers", "due_timers"]
+    assert report.leases_expired == 1
+    assert report.next_due == 1008.0  # read again after the lease was released

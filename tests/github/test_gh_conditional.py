@@ -14,6 +14,7 @@ from app.github.conditional import (
     ConditionalTransport,
     DatabaseConditionalStore,
     MemoryConditionalStore,
+    revalidating,
 )
 from app.github.rate_budget import RateBudget, RateBudgetWait
 from emulator.auth import Principal
@@ -39,9 +40,10 @@ async def test_a_re_read_of_an_unchanged_issue_costs_nothing(
     number = await _new_issue(scene)
     factory = scene.new_factory(conditional=DatabaseConditionalStore(db_engine))
     gh = factory.for_installation(scene.installation_id)
-    first = (await gh.rest.issues.async_get("octo", "demo", number)).parsed_data
-    used = _used(scene)
-    again = (await gh.rest.issues.async_get("octo", "demo", number)).parsed_data
+    with revalidating():
+        first = (await gh.rest.issues.async_get("octo", "demo", number)).parsed_data
+        used = _used(scene)
+        again = (await gh.rest.issues.async_get("octo", "demo", number)).parsed_data
     assert again.title == first.title == "Broken"
     assert _used(scene) == used  # answered 304: not counted
 
@@ -52,15 +54,19 @@ async def test_another_worker_shares_the_stored_answer_and_sees_changes(
     number = await _new_issue(scene)
     one = scene.new_factory(conditional=DatabaseConditionalStore(db_engine))
     two = scene.new_factory(conditional=DatabaseConditionalStore(db_engine))
-    await one.for_installation(scene.installation_id).rest.issues.async_get("octo", "demo", number)
+    gh_one = one.for_installation(scene.installation_id)
+    with revalidating():
+        await gh_one.rest.issues.async_get("octo", "demo", number)
     used = _used(scene)
     gh_two = two.for_installation(scene.installation_id)
-    await gh_two.rest.issues.async_get("octo", "demo", number)
+    with revalidating():
+        await gh_two.rest.issues.async_get("octo", "demo", number)
     assert _used(scene) == used  # its first read was revalidated, not fetched
     await scene.client.rest(
         "PATCH", f"/repos/octo/demo/issues/{number}", as_user="alice", body={"state": "closed"}
     )
-    changed = (await gh_two.rest.issues.async_get("octo", "demo", number)).parsed_data
+    with revalidating():
+        changed = (await gh_two.rest.issues.async_get("octo", "demo", number)).parsed_data
     assert changed.state == "closed"  # a change is never hidden
     assert _used(scene) == used + 1
 
@@ -99,9 +105,32 @@ async def test_a_large_or_failed_answer_is_not_stored() -> None:
     store = MemoryConditionalStore()
     transport = ConditionalTransport(httpx.MockTransport(answer), 1, store)
     async with httpx.AsyncClient(transport=transport, base_url="https://api.test") as client:
-        assert len((await client.get("/big")).content) == 2 << 20
-        assert (await client.get("/missing")).status_code == 404
+        with revalidating():
+            assert len((await client.get("/big")).content) == 2 << 20
+            assert (await client.get("/missing")).status_code == 404
     assert store._entries == {}
+
+
+async def test_reads_outside_a_drift_check_are_neither_stored_nor_revalidated() -> None:
+    """A run's one-off reads cost no store look-up or write; the drift check's do."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, headers={"etag": 'W/"a"'}, json={"ok": True})
+
+    store = MemoryConditionalStore()
+    transport = ConditionalTransport(httpx.MockTransport(answer), 1, store)
+    async with httpx.AsyncClient(transport=transport, base_url="https://api.test") as client:
+        await client.get("/repos/o/r/contents/setup.py")
+        await client.get("/repos/o/r/contents/setup.py")
+        assert store._entries == {}
+        assert all("if-none-match" not in r.headers for r in seen)
+        with revalidating():
+            await client.get("/repos/o/r/issues/1")
+            await client.get("/repos/o/r/issues/1")
+    assert len(store._entries) == 1
+    assert seen[-1].headers["if-none-match"] == 'W/"a"'
 
 
 def _answer(remaining: int, reset: float, status: int = 200, **extra: str) -> httpx.Response:

@@ -70,22 +70,17 @@ class ActivityAttempts(StoreBase):
         """Take the next attempt of a scheduled task, or None if there is none to
         take. A worker without the activity's code (``can_run``) leaves it, and
         its job, for a worker that has it (or for its schedule-to-start timeout)."""
-        with self.transaction() as tx:
-            params: dict[str, Any] = {
-                "p_task": task_id,
-                "p_due": tx.now + EARLY_TOLERANCE,
-                "p_now": tx.now,
-                "p_worker": worker_id,
-                "p_code": code_version,
-            }
-            if can_run is not None:
-                params["p_can_run"] = list(can_run)
-            if dialect_has_ctes(tx.conn):
-                # The claim, its attempt's row and the consumed job at once.
+        if self.engine.dialect.name == "postgresql":
+            # The claim, its attempt's row and the consumed job in one
+            # statement, sent on its own: one round trip.
+            with self.one_statement() as tx:
+                params = _claim_params(tx, task_id, worker_id, code_version, can_run)
                 params["p_ref"] = str(task_id)
                 both = CLAIM_AND_START if can_run is None else CLAIM_ONLY_AND_START
                 row = tx.conn.execute(both, params).first()
                 return None if row is None else self._claim_of(tx, task_id, row)
+        with self.transaction() as tx:
+            params = _claim_params(tx, task_id, worker_id, code_version, can_run)
             row = tx.conn.execute(CLAIM if can_run is None else CLAIM_ONLY, params).first()
             if row is None:
                 return None
@@ -359,3 +354,18 @@ class ActivityAttempts(StoreBase):
                 finished_at=func.coalesce(attempts.c.finished_at, tx.now),
             )
         )
+
+
+def _claim_params(
+    tx: Tx, task_id: int, worker_id: str, code_version: str, can_run: Collection[str] | None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "p_task": task_id,
+        "p_due": tx.now + EARLY_TOLERANCE,
+        "p_now": tx.now,
+        "p_worker": worker_id,
+        "p_code": code_version,
+    }
+    if can_run is not None:
+        params["p_can_run"] = list(can_run)
+    return params

@@ -33,6 +33,15 @@ class StoreBase:
             tx.flush_events()
 
     @contextmanager
+    def one_statement(self) -> Iterator[Tx]:
+        """For a write that is exactly one statement, on PostgreSQL: the
+        connection is in autocommit, so the statement is its own transaction
+        and costs one round trip, without ``BEGIN`` and ``COMMIT``. Nothing
+        may be deferred on it (``Tx.defer_event``)."""
+        with self.engine.connect() as conn:
+            yield Tx(conn.execution_options(isolation_level="AUTOCOMMIT"), self.clock())
+
+    @contextmanager
     def reading(self) -> Iterator[Connection]:
         """A connection for reads only: on SQLite its transaction does not take
         the write lock (see ``app/engine/_db.py``), so readers never queue

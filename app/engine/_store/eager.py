@@ -93,11 +93,12 @@ class EagerClaims(StoreBase):
                 start_attempt(tx, int(task_id), 1, 1, offer.worker_id, offer.code_version)
         if task_id is None:
             return None
-        offer.taken = _first_attempt(tx, int(task_id), run, command)
+        offer.taken = first_attempt(tx.now, int(task_id), run, command)
         return int(task_id)
 
 
-def _first_attempt(tx: Tx, task_id: int, run: RunRow, command: HistoryCommand) -> Claim:
+def first_attempt(now: float, task_id: int, run: RunRow, command: HistoryCommand) -> Claim:
+    """The claim of attempt 1 of ``command``'s task, inserted already claimed."""
     attrs = command.attrs
     return Claim(
         task_id=task_id,
@@ -111,5 +112,5 @@ def _first_attempt(tx: Tx, task_id: int, run: RunRow, command: HistoryCommand) -
         token=1,
         needs_reconcile=False,
         options=ActivityOptions.from_json(attrs["options"]),
-        started_at=tx.now,
+        started_at=now,
     )

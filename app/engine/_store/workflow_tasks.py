@@ -14,6 +14,7 @@ from app.engine._registry import OPERATOR_RESUME
 from app.engine._replay import Outcome, WorkflowTaskResult
 from app.engine._store.eager import EagerClaims, EagerOffer
 from app.engine._store.rows import RunRow
+from app.engine._store.run_commands import RunCommands
 from app.engine._store.schema import (
     TERMINAL_EVENT,
     outbox,
@@ -37,7 +38,7 @@ from app.engine._tables import (
 )
 
 
-class WorkflowTasks(EagerClaims):
+class WorkflowTasks(EagerClaims, RunCommands):
     def commit_workflow_task(
         self, run: RunRow, step: WorkflowTaskResult, *, offer: EagerOffer | None = None
     ) -> list[Job] | None:
@@ -155,8 +156,7 @@ class WorkflowTasks(EagerClaims):
     ) -> None:
         data = command.to_event_data()
         if command.type == ev.ACTIVITY_SCHEDULED:
-            # The input lives in the task row; history keeps its hash only.
-            data = {k: v for k, v in data.items() if k not in ("input", "options")}
+            data = scheduled_event_data(command)
         tx.defer_event(run.run_id, seq, command.type, data)
         attrs = command.attrs
         if command.type == ev.ACTIVITY_SCHEDULED:
@@ -183,6 +183,8 @@ class WorkflowTasks(EagerClaims):
             tx.drop_jobs((outbox.c.kind == "timer") & (outbox.c.ref == ref))
         elif command.type == ev.CHILD_WORKFLOW_REQUESTED:
             follow_ups.append(self._start_child(tx, command))
+        elif command.type in ev.RUN_COMMANDS:
+            follow_ups.append(self._carry_out(tx, run, command))
         elif command.type == ev.ACTIVITY_CANCEL_REQUESTED:
             # One activity, in this same transaction: a crash after the commit
             # cannot lose the request (the attempt's next heartbeat reads it).
@@ -211,30 +213,9 @@ class WorkflowTasks(EagerClaims):
     ) -> tuple[str, dict[str, Any]] | None:
         attrs = command.attrs
         op = attrs["operation_id"]
-        options = ActivityOptions.from_json(attrs["options"])
-        timeouts = options.timeouts
-        now = tx.now
-        row: dict[str, Any] = {
-            "run_id": run.run_id,
-            "cmd": command.cmd,
-            "activity": attrs["activity"],
-            "operation_id": op,
-            "input": attrs["input"],
-            "input_hash": attrs["input_hash"],
-            "options": attrs["options"],
-            "has_reconcile": bool(attrs.get("has_reconcile")),
-            "status": "scheduled",
-            "scheduled_at": now,
-            "next_attempt_at": now,
-            "schedule_to_start_deadline": (
-                now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
-            ),
-            "schedule_to_close_deadline": (
-                now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
-            ),
-        }
+        row = scheduled_task_row(run.run_id, command, tx.now)
         if offer is not None and offer.wants(attrs["activity"]):
-            row |= offer.claimed_row(options, now)
+            row |= offer.claimed_row(ActivityOptions.from_json(attrs["options"]), tx.now)
             task_id = self._insert_claimed(tx, row, run, command, offer)
         else:
             task_id = tx.conn.execute(SCHEDULE_ACTIVITY[tx.conn.dialect.name], row).scalar()
@@ -330,3 +311,34 @@ class WorkflowTasks(EagerClaims):
                 .where(runs.c.run_id == run_id, runs.c.status.not_in(OPEN_STATUSES))
                 .values(pending_task=False)
             )
+
+
+def scheduled_task_row(run_id: str, command: HistoryCommand, now: float) -> dict[str, Any]:
+    """The task row's columns of an ``activity_scheduled`` command, queued."""
+    attrs = command.attrs
+    timeouts = ActivityOptions.from_json(attrs["options"]).timeouts
+    return {
+        "run_id": run_id,
+        "cmd": command.cmd,
+        "activity": attrs["activity"],
+        "operation_id": attrs["operation_id"],
+        "input": attrs["input"],
+        "input_hash": attrs["input_hash"],
+        "options": attrs["options"],
+        "has_reconcile": bool(attrs.get("has_reconcile")),
+        "status": "scheduled",
+        "scheduled_at": now,
+        "next_attempt_at": now,
+        "schedule_to_start_deadline": (
+            now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
+        ),
+        "schedule_to_close_deadline": (
+            now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
+        ),
+    }
+
+
+def scheduled_event_data(command: HistoryCommand) -> dict[str, Any]:
+    """An ``activity_scheduled`` event's data: the input lives in the task row,
+    history keeps its hash only."""
+    return {k: v for k, v in command.to_event_data().items() if k not in ("input", "options")}
