@@ -55,10 +55,10 @@ from app.contracts.github import (
     RepoInput,
     RevertInput,
     RevertResult,
-    ReviewView,
     TreesInput,
     TreesResult,
 )
+from app.contracts.requests import Review
 from app.engine import (
     Absent,
     ActivityContext,
@@ -347,15 +347,15 @@ class GitHubActivities:
                 await gh.rest.issues.async_get(repo.owner, repo.name, request.issue_number)
             ).parsed_data
         pull: PullView | None = None
-        reviews: list[ReviewView] = []
+        reviews: list[Review] = []
         if request.pull_number is not None:
             pull = _pull_view(await read_pull(gh, repo, request.pull_number))
             for review in await list_reviews(gh, repo, request.pull_number):
                 if review.user is None or not review.commit_id:
                     continue
                 reviews.append(
-                    ReviewView(
-                        id=review.id,
+                    Review(
+                        review_id=review.id,
                         state=review.state.lower(),
                         commit_id=review.commit_id,
                         reviewer=review.user.login,

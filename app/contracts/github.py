@@ -14,6 +14,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from app.contracts.requests import Review
 from app.engine import RetryPolicy, Timeouts, activity_contract
 from app.github.checks import Conclusion
 from app.github.markers import OpId, strip_markers
@@ -261,15 +262,6 @@ class RevertResult(Result):
     url: str = ""
 
 
-class ReviewView(Result):
-    id: int
-    state: str
-    commit_id: str
-    reviewer: str
-    body: str = ""
-    submitted_at: str | None = None
-
-
 class ObserveInput(Marked):
     """What the drift check looks at: the run's issue, pull request and branch."""
 
@@ -298,7 +290,7 @@ class ObserveResult(Result):
     branch_sha: str | None = None
     #: ``ok``, ``missing`` (deleted by someone) or ``edited``.
     status_comment: Literal["ok", "missing", "edited", "unknown"] = "unknown"
-    reviews: list[ReviewView] = []
+    reviews: list[Review] = []
 
 
 def body_sha256(body: str) -> str:

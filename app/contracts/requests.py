@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 #: Signal names, shared by the handlers that send and the workflows that wait.
 REVIEW = "review"
@@ -72,19 +72,36 @@ class CommandRequest(BaseModel):
     request: RunRequest
 
 
-class ReviewSignal(BaseModel):
+class Review(BaseModel):
+    """A review of a run's pull request, as the run judges it: the one model
+    for a review, whether a webhook told the run (:class:`ReviewSignal`) or
+    the drift check read it from GitHub (``github.observe``'s ``reviews``)."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    #: ``submitted`` or ``dismissed`` (webhooks), ``observed`` (the drift check).
-    action: str
-    review_id: int
+    #: GitHub's review id. Drift checks recorded before the review models were
+    #: one named it ``id``: their results still load.
+    review_id: int = Field(validation_alias=AliasChoices("review_id", "id"))
+    #: Lowercased: ``approved``, ``changes_requested``, ``commented``, ``dismissed``.
     state: str
     commit_id: str
     reviewer: str
     body: str = ""
-    pull_number: int
     #: When the reviewer submitted it: approval expiry counts from here.
     submitted_at: str | None = None
+
+    def observed(self, pull_number: int) -> ReviewSignal:
+        """This review as the signal a webhook would have sent (the drift check
+        found it on the pull request instead)."""
+        return ReviewSignal(action="observed", pull_number=pull_number, **self.model_dump())
+
+
+class ReviewSignal(Review):
+    """A review the run is told about, on which pull request and why."""
+
+    #: ``submitted`` or ``dismissed`` (webhooks), ``observed`` (the drift check).
+    action: str
+    pull_number: int
 
 
 class PullClosedSignal(BaseModel):

@@ -259,20 +259,9 @@ class ReviewPhases(RunBase):
             await self.report(
                 detail=f"The status comment was {what} by someone; repairbot wrote it again."
             )
-        for review in sorted(seen.reviews, key=lambda r: r.id):
+        for review in sorted(seen.reviews, key=lambda r: r.review_id):
             assert self.state.pull is not None
-            following = await self.on_review(
-                ReviewSignal(
-                    action="observed",
-                    review_id=review.id,
-                    state=review.state,
-                    commit_id=review.commit_id,
-                    reviewer=review.reviewer,
-                    body=review.body,
-                    pull_number=self.state.pull.number,
-                    submitted_at=review.submitted_at,
-                )
-            )
+            following = await self.on_review(review.observed(self.state.pull.number))
             if following is not None:
                 return following
         return None
@@ -329,7 +318,7 @@ class ReviewPhases(RunBase):
             return drained
         seen = await self.observe(f"revalidate-{n}")
         self.settle_pull(seen)
-        if any(r.id == approval.review_id and r.state == "dismissed" for r in seen.reviews):
+        if any(r.review_id == approval.review_id and r.state == "dismissed" for r in seen.reviews):
             return self.renew(
                 f"The approval by @{approval.reviewer} was dismissed: please review again."
             )
