@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from githubkit.exception import GitHubException
 
@@ -47,7 +47,6 @@ from app.contracts.github import (
     ProposalRepoResult,
     PullInput,
     PullRequestInput,
-    PullRequestResult,
     PullView,
     PushInput,
     PushResult,
@@ -79,7 +78,7 @@ from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
 from app.github.gitcmd import fetch_commit, git_env, init_bare, remote_auth, run_git
 from app.github.markers import OpId
-from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
+from app.github.merge import HeadMoved, Merged, PullSnapshot, merge_pinned, read_pull
 from app.github.publish import (
     Identity,
     Patch,
@@ -122,7 +121,7 @@ _git_suspension = suspension_checked(_factory_of)
 CONFIG_PATH = ".github/repairbot.yml"
 
 
-def _pull_view(state: Any) -> PullView:
+def _pull_view(state: PullSnapshot) -> PullView:
     return PullView(
         number=state.number,
         state=state.state,
@@ -576,7 +575,7 @@ class GitHubActivities:
         pr = found[0]
         # The same shape as the activity's own result: the workflow cannot tell them apart.
         return Found(
-            PullRequestResult(
+            PullView(
                 number=pr.number,
                 url=pr.html_url,
                 head_sha=pr.head.sha,
@@ -588,9 +587,7 @@ class GitHubActivities:
         )
 
     @implements(github.pull_request, reconcile=_pull_exists)
-    async def pull_request(
-        self, actx: ActivityContext, request: PullRequestInput
-    ) -> PullRequestResult:
+    async def pull_request(self, actx: ActivityContext, request: PullRequestInput) -> PullView:
         """The draft pull request for the run's branch, with the evidence in its body.
 
         ``draft`` in the result is False where the repository's plan has no drafts
@@ -609,7 +606,7 @@ class GitHubActivities:
             bot_login=await access.factory.bot_login(),
             head_owner=request.head_owner,
         )
-        return PullRequestResult(
+        return PullView(
             number=result.number,
             url=result.html_url,
             head_sha=result.head_sha,

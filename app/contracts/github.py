@@ -121,12 +121,22 @@ class IssueView(Result):
 
 
 class PullView(Result):
+    """A pull request as GitHub answered: opened (``github.pull_request``) or
+    read (``github.read_pull``, the drift check). The one pull-request model
+    that crosses from activities to workflows; each activity records every
+    field, so the defaults only fill what one answer does not carry."""
+
     number: int
-    state: str
-    merged: bool
-    draft: bool = False
-    head_sha: str
+    url: str = ""
+    #: ``open`` or ``closed`` (a merged pull request is closed and ``merged``).
+    state: str = "open"
+    merged: bool = False
+    #: False when the repository cannot have drafts and a ready one was opened.
+    draft: bool = True
+    head_sha: str = ""
     merge_commit_sha: str | None = None
+    #: ``github.pull_request`` created it (False: it existed).
+    created: bool = False
 
 
 class CommentInput(Marked):
@@ -191,17 +201,6 @@ class PullRequestInput(Marked):
     body: str
     #: ``head`` is a branch of this account's fork (``None``: of ``repo``).
     head_owner: str | None = None
-
-
-class PullRequestResult(Result):
-    number: int
-    url: str = ""
-    head_sha: str = ""
-    state: str = "open"
-    merged: bool = False
-    created: bool = False
-    #: False when the repository cannot have drafts and a ready PR was opened.
-    draft: bool = True
 
 
 class ReadyResult(Result):
@@ -396,7 +395,7 @@ proposal_repo = activity_contract(
 pull_request = activity_contract(
     "github.pull_request",
     PullRequestInput,
-    PullRequestResult,
+    PullView,
     retry=API,
     timeouts=API_TIMEOUTS,
     reconciled=True,

@@ -354,7 +354,7 @@ class WorkPhases(RunBase):
             op_step="pull-request",
             head_owner=head_owner(self.state.head_repo),
         )
-        pull = github.PullRequestResult.model_validate(
+        pull = github.PullView.model_validate(
             await self.working(
                 github.pull_request, proposal, step=f"pull-request-{n}", inflight="pull"
             )
@@ -386,7 +386,7 @@ class WorkPhases(RunBase):
             )
         self.state.head_repo = None if target.repo == self.request.repo else target.repo
 
-    def opened(self, pull: github.PullRequestResult) -> None:
+    def opened(self, pull: github.PullView) -> None:
         self.state.pull = PullState(
             number=pull.number,
             url=pull.url,
@@ -408,5 +408,5 @@ class WorkPhases(RunBase):
                 self.state.pushed.append(pushed.sha)
                 self.state.proposed_sha = pushed.sha
         if pull is not None and pull.done and pull.error is None and self.state.pull is None:
-            self.opened(github.PullRequestResult.model_validate(pull.result))
+            self.opened(github.PullView.model_validate(pull.result))
         self.inflight.clear()

@@ -1,9 +1,11 @@
-"""One review model (app/contracts/requests.Review): the webhook's signal and
-the drift check's read carry the same fields, and old recordings still load."""
+"""One review model (app/contracts/requests.Review) and one pull-request model
+(app/contracts/github.PullView): what a webhook sends and what an activity
+reads carry the same fields, and answers recorded before they were one still
+load."""
 
 from __future__ import annotations
 
-from app.contracts.github import ObserveResult
+from app.contracts.github import ObserveResult, PullView
 from app.contracts.requests import Review, ReviewSignal
 
 REVIEW = {
@@ -35,3 +37,18 @@ def test_a_signal_is_recorded_with_the_fields_it_always_had() -> None:
         "action", "review_id", "state", "commit_id", "reviewer", "body", "pull_number",
         "submitted_at",
     }  # fmt: skip
+
+
+def test_pull_requests_recorded_by_both_old_models_load() -> None:
+    """``github.read_pull`` recorded a PullView without url and created;
+    ``github.pull_request`` recorded a PullRequestResult without merge_commit_sha."""
+    read = PullView.model_validate(
+        {"number": 4, "state": "closed", "merged": True, "draft": False, "head_sha": "abc",
+         "merge_commit_sha": "def"}
+    )  # fmt: skip
+    opened = PullView.model_validate(
+        {"number": 4, "url": "https://x/pull/4", "head_sha": "abc", "state": "open",
+         "merged": False, "created": True, "draft": True}
+    )  # fmt: skip
+    assert (read.merged, read.merge_commit_sha, read.url) == (True, "def", "")
+    assert (opened.created, opened.url, opened.merge_commit_sha) == (True, "https://x/pull/4", None)
