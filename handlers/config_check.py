@@ -1,18 +1,18 @@
 """``pull_request`` opened, reopened or pushed to: check the repository's
 ``.github/repairbot.yml`` as that pull request would leave it (a check run on
 its head commit, only when it changes the file; see
-:mod:`app.workflows.config_check`). Any pull request counts, forks included:
+app/workflows/config_check.py). Any pull request counts, forks included:
 the check reads the file, never runs it."""
 
 from __future__ import annotations
 
-from app.webhooks.events import PullRequestEvent
-from app.webhooks.routing import HandlerContext, Router
-from app.workflows.config_check import (
+from app.contracts.config_check import (
+    CONFIG_CHECK_WORKFLOW,
     ConfigCheckRequest,
-    config_check_run,
     config_check_workflow_id,
 )
+from app.webhooks.events import PullRequestEvent
+from app.webhooks.routing import HandlerContext, Router
 
 router = Router()
 
@@ -30,6 +30,5 @@ def check_config_change(event: PullRequestEvent, ctx: HandlerContext) -> None:
         head_sha=pr.head.sha,
         base_sha=pr.base.sha,
     )
-    ctx.start_typed(
-        config_check_run, request, id=config_check_workflow_id(event.repository.id, pr.head.sha)
-    )
+    workflow_id = config_check_workflow_id(event.repository.id, pr.head.sha)
+    ctx.start(CONFIG_CHECK_WORKFLOW, workflow_id, request)

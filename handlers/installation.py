@@ -7,11 +7,11 @@ from __future__ import annotations
 from sqlalchemy import bindparam, delete, insert, update
 
 from app.app_tables import Installation, InstallationRepository
+from app.contracts.onboarding import ONBOARDING_WORKFLOW, OnboardRequest, onboarding_workflow_id
 from app.contracts.triage_inputs import INSTALLATION_RESUMED
 from app.webhooks.events import InstallationEvent, InstallationRepositoriesEvent
 from app.webhooks.models import InstalledAccount, RepositoryRef
 from app.webhooks.routing import HandlerContext, Router
-from app.workflows.onboarding import OnboardRequest, onboard, onboarding_workflow_id
 from handlers.moves import end_runs, installation_open_runs, installation_runs
 
 router = Router()
@@ -103,7 +103,7 @@ def _onboard(ctx: HandlerContext, installation_id: int, repos: tuple[RepositoryR
             repo=repo.full_name,
             trigger_label=ctx.settings.trigger_label,
         )
-        ctx.start_typed(onboard, request, id=onboarding_workflow_id(repo.id))
+        ctx.start(ONBOARDING_WORKFLOW, onboarding_workflow_id(repo.id), request)
 
 
 @router.on("installation")

@@ -1,5 +1,6 @@
-"""Onboarding a newly installed repository: look at it, and make sure its
-trigger label exists (the proposal goes through the GitHub activities)."""
+"""Onboarding a newly installed repository: the workflow's name, id, input
+and result; its activities look at the repository and make sure its trigger
+label exists (the proposal goes through the GitHub activities)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,29 @@ from pydantic import BaseModel, ConfigDict
 
 from app.contracts.github import API, API_TIMEOUTS, GIT_TIMEOUTS, RepoInput
 from app.engine import activity_contract
+
+ONBOARDING_WORKFLOW = "onboard"
+
+
+def onboarding_workflow_id(repository_id: int) -> str:
+    return f"onboard:{repository_id}"
+
+
+class OnboardRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    installation_id: int
+    repository_id: int
+    repo: str
+    trigger_label: str = "repairbot"
+
+
+class OnboardResult(BaseModel):
+    #: ``proposed`` (by this run or one before it), or what the inspection
+    #: found instead: ``configured`` or ``empty`` (see ``InspectResult.state``).
+    outcome: str
+    #: The onboarding pull request, when there is one.
+    pull_number: int | None
 
 
 class InspectInput(RepoInput):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -23,8 +23,6 @@ from app.engine import Registry, StartResult, Tx, TypedWorkflow
 from app.webhooks.events import RoutingKey
 
 Handler = Callable[[Any, "HandlerContext"], None]
-I = TypeVar("I", bound=BaseModel)  # noqa: E741 (a typed workflow's input model)
-R = TypeVar("R", bound=BaseModel)
 
 
 @dataclass
@@ -41,15 +39,18 @@ class HandlerContext:
         return f"{self.settings.github_app_slug}[bot]"
 
     def start(self, workflow: str, workflow_id: str, input: Any) -> StartResult:
-        return self._start(workflow, self.registry.latest_version(workflow), workflow_id, input)
-
-    def start_typed(self, workflow: TypedWorkflow[I, R], input: I, *, id: str) -> StartResult:
-        """Start a typed workflow at its declared version, ``input`` validated
-        and recorded as ``RuntimeClient.start`` records it."""
-        # As ``start`` does by name: a workflow this intake's registry lacks
-        # fails the delivery here, not later in a worker.
-        self.registry.workflow(workflow.name, workflow.version)
-        return self._start(workflow.name, workflow.version, id, workflow.dump(input))
+        """Start ``workflow`` by name at the latest version this intake's
+        registry has (one it lacks fails the delivery here, not later in a
+        worker). A typed workflow takes its input model, validated and
+        recorded as ``RuntimeClient.start`` records it; so a handler needs the
+        workflow's contract (app/contracts), never the workflow itself."""
+        version = self.registry.latest_version(workflow)
+        defn = self.registry.workflow(workflow, version)
+        if isinstance(defn, TypedWorkflow):
+            input = defn.dump(input)
+        elif isinstance(input, BaseModel):  # an untyped workflow validates it itself
+            input = input.model_dump(mode="json")
+        return self._start(workflow, version, workflow_id, input)
 
     def _start(self, workflow: str, version: int, workflow_id: str, input: Any) -> StartResult:
         result = self.tx.start_run(

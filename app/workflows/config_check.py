@@ -9,11 +9,14 @@ that leaves the file alone gets no check run.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from app.contracts import config_check, github
+from app.contracts.config_check import (
+    CONFIG_CHECK_WORKFLOW,
+    ConfigCheckRequest,
+    ConfigCheckResult,
+)
 from app.engine import WorkflowContext, typed_workflow
 from app.github.checks import Conclusion
 from app.github.markdown import code_block
@@ -21,27 +24,7 @@ from app.operations.config_check import Problem, check_config
 from app.repo_config import CONFIG_PATH, RepoConfig
 from app.workflows.calls import call
 
-CONFIG_CHECK_WORKFLOW = "config-check"
 CHECK_NAME = "repairbot config"
-
-
-def config_check_workflow_id(repository_id: int, head_sha: str) -> str:
-    return f"config-check:{repository_id}:{head_sha}"
-
-
-class ConfigCheckRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    installation_id: int
-    repo: str
-    head_sha: str
-    base_sha: str
-
-
-class ConfigCheckResult(BaseModel):
-    #: ``unchanged``: the pull request leaves the file alone (no check run);
-    #: else the conclusion of the check run written.
-    outcome: Literal["unchanged"] | Conclusion
 
 
 class CheckView(BaseModel):

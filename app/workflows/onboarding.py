@@ -16,36 +16,12 @@ the proposal it made) instead of proposing twice. Steps, each recorded:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from app.contracts import github, onboarding
+from app.contracts.onboarding import ONBOARDING_WORKFLOW, OnboardRequest, OnboardResult
 from app.engine import WorkflowContext, typed_workflow
 from app.onboarding.proposal import ONBOARDING_BRANCH, TITLE, onboarding_op, pull_request_body
 from app.repo_config import CONFIG_PATH
 from app.workflows.calls import call
-
-ONBOARDING_WORKFLOW = "onboard"
-
-
-def onboarding_workflow_id(repository_id: int) -> str:
-    return f"onboard:{repository_id}"
-
-
-class OnboardRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    installation_id: int
-    repository_id: int
-    repo: str
-    trigger_label: str = "repairbot"
-
-
-class OnboardResult(BaseModel):
-    #: ``proposed`` (by this run or one before it), or what the inspection
-    #: found instead: ``configured`` or ``empty`` (see ``InspectResult.state``).
-    outcome: str
-    #: The onboarding pull request, when there is one.
-    pull_number: int | None
 
 
 @typed_workflow(ONBOARDING_WORKFLOW, version=1)

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.contracts.config_check import config_check_workflow_id
 from app.demo.stack import LocalStack
-from app.workflows.config_check import CHECK_NAME, config_check_workflow_id
+from app.workflows.config_check import CHECK_NAME
 from tests.e2e.scenario import check_runs, push_files
 
 pytestmark = pytest.mark.slow

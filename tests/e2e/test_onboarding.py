@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from app.contracts.onboarding import onboarding_workflow_id
 from app.demo.stack import LocalStack
 from app.onboarding.proposal import ONBOARDING_BRANCH
-from app.workflows.onboarding import onboarding_workflow_id
 from tests.e2e.scenario import branch_sha, file_on_branch, push_files
 
 pytestmark = pytest.mark.slow

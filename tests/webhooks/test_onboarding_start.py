@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import Engine
 
 from app.config import Settings
+from app.contracts.onboarding import onboarding_workflow_id
 from app.engine._registry import Registry
 from app.engine._runtime import Runtime
 from app.main.web_process import build_router
 from app.web import create_app
-from app.workflows.onboarding import onboarding_workflow_id
 from tests.web.support import SECRET, STAND_INS, Poster, example
 
 

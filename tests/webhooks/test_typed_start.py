@@ -1,6 +1,7 @@
-"""``HandlerContext.start_typed``: a handler starts a typed workflow with its
-input model, recorded as the client's typed start records it, at the
-declared version, and only if the intake's registry has that workflow."""
+"""``HandlerContext.start``: a handler starts a typed workflow by name with its
+input model (from app/contracts, never the workflow module), recorded as the
+client's typed start records it, at the latest version the intake's registry
+has, and only if it has that workflow."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from app.engine import StartResult
+from app.contracts.config_check import CONFIG_CHECK_WORKFLOW, ConfigCheckRequest
+from app.engine import InputRejected, StartResult
 from app.engine._errors import UnknownWorkflow
 from app.engine._registry import Registry
 from app.webhooks.routing import HandlerContext
-from app.workflows.config_check import ConfigCheckRequest, config_check_run
+from app.workflows.config_check import config_check_run
 
 
 class RecordingTx:
@@ -37,9 +39,9 @@ def handler_context(registry: Registry) -> tuple[HandlerContext, RecordingTx]:
     return HandlerContext(tx, registry, Settings(), "delivery-1"), tx  # type: ignore[arg-type]
 
 
-def test_start_typed_records_the_model_as_json_at_the_declared_version() -> None:
+def test_start_records_the_model_as_json_at_the_declared_version() -> None:
     ctx, tx = handler_context(Registry.of([config_check_run]))
-    result = ctx.start_typed(config_check_run, REQUEST, id="config-check:1:aaa")
+    result = ctx.start(CONFIG_CHECK_WORKFLOW, "config-check:1:aaa", REQUEST)
     assert result.created
     assert tx.started == [
         {
@@ -52,8 +54,17 @@ def test_start_typed_records_the_model_as_json_at_the_declared_version() -> None
     assert ctx.notes == ["started config-check:1:aaa/1"]
 
 
-def test_start_typed_refuses_a_workflow_the_registry_lacks() -> None:
+def test_start_refuses_a_workflow_the_registry_lacks() -> None:
     ctx, tx = handler_context(Registry())
     with pytest.raises(UnknownWorkflow):
-        ctx.start_typed(config_check_run, REQUEST, id="config-check:1:aaa")
+        ctx.start(CONFIG_CHECK_WORKFLOW, "config-check:1:aaa", REQUEST)
+    assert tx.started == []
+
+
+def test_start_refuses_an_input_the_typed_workflow_does_not_take() -> None:
+    """Checked before anything is recorded: a handler that builds the wrong
+    model fails its delivery instead of starting a run that cannot begin."""
+    ctx, tx = handler_context(Registry.of([config_check_run]))
+    with pytest.raises(InputRejected):
+        ctx.start(CONFIG_CHECK_WORKFLOW, "config-check:1:aaa", {"repo": "octo/slugify"})
     assert tx.started == []

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from app.contracts.config_check import ConfigCheckRequest, ConfigCheckResult
+from app.contracts.onboarding import OnboardRequest, OnboardResult
 from app.contracts.requests import RunRequest
 from app.engine import WorkflowContext, typed_workflow
 from app.engine._determinism import check_module_source
@@ -22,8 +24,8 @@ from app.engine._registry import ENGINE_CANCEL_PHASES, LEGACY_CANCEL_PHASES, Reg
 from app.engine._replay import Outcome, WorkflowExecution
 from app.main.catalog import build_registry
 from app.workflows import config_check, onboarding, repair_runs, slash_command_v3, triage_v2
-from app.workflows.config_check import ConfigCheckRequest, ConfigCheckResult, config_check_run
-from app.workflows.onboarding import OnboardRequest, OnboardResult, onboard
+from app.workflows.config_check import config_check_run
+from app.workflows.onboarding import onboard
 from app.workflows.repair import repair
 from app.workflows.state import PullState, RunState, RunSummary, Usage
 
