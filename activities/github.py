@@ -78,7 +78,7 @@ from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
 from app.github.gitcmd import fetch_commit, git_env, init_bare, remote_auth, run_git
 from app.github.markers import OpId
-from app.github.merge import HeadMoved, Merged, PullSnapshot, merge_pinned, read_pull
+from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
     Identity,
     Patch,
@@ -89,7 +89,12 @@ from app.github.publish import (
     remote_answers,
     remote_ref,
 )
-from app.github.pulls import ensure_pull_request, find_pull_requests, mark_ready_for_review
+from app.github.pulls import (
+    PullSnapshot,
+    ensure_pull_request,
+    find_pull_requests,
+    mark_ready_for_review,
+)
 from app.github.repos import RepoRef
 from app.github.reviews import list_reviews
 
@@ -121,14 +126,17 @@ _git_suspension = suspension_checked(_factory_of)
 CONFIG_PATH = ".github/repairbot.yml"
 
 
-def _pull_view(state: PullSnapshot) -> PullView:
+def _pull_view(pull: PullSnapshot) -> PullView:
+    """app/github's pull request as the workflows see it."""
     return PullView(
-        number=state.number,
-        state=state.state,
-        merged=state.merged,
-        draft=state.draft,
-        head_sha=state.head_sha,
-        merge_commit_sha=state.merge_commit_sha,
+        number=pull.number,
+        url=pull.html_url,
+        state=pull.state,
+        merged=pull.merged,
+        draft=pull.draft,
+        head_sha=pull.head_sha,
+        merge_commit_sha=pull.merge_commit_sha,
+        created=pull.created,
     )
 
 
@@ -606,15 +614,7 @@ class GitHubActivities:
             bot_login=await access.factory.bot_login(),
             head_owner=request.head_owner,
         )
-        return PullView(
-            number=result.number,
-            url=result.html_url,
-            head_sha=result.head_sha,
-            state=result.state,
-            merged=result.merged,
-            created=result.created,
-            draft=result.draft,
-        )
+        return _pull_view(result)
 
     @implements(github.propose_revert)
     @_git_suspension

@@ -35,6 +35,7 @@ from githubkit.exception import GitHubException, RequestFailed
 from app.engine import TransientError
 from app.github.client import InstallationGitHub
 from app.github.errors import classified, classify, github_message, no_answer
+from app.github.pulls import PullSnapshot
 from app.github.repos import RepoRef
 
 MergeMethod = Literal["merge", "squash", "rebase"]
@@ -80,21 +81,6 @@ class NotMergeable:
 
 
 MergeOutcome = Merged | HeadMoved | NotMergeable
-
-
-@dataclass(frozen=True)
-class PullSnapshot:
-    """What a merge decision needs from a pull request, read fresh."""
-
-    number: int
-    state: str
-    merged: bool
-    draft: bool
-    head_sha: str
-    #: API version 2026-03-10 removed this field; see :func:`read_pull`.
-    merge_commit_sha: str | None
-    #: ``None`` while GitHub is still computing whether it can merge.
-    mergeable: bool | None = None
 
 
 async def read_pull(gh: InstallationGitHub, repo: RepoRef, number: int) -> PullSnapshot:

@@ -39,22 +39,31 @@ def drafts_unsupported(exc: BaseException) -> bool:
 
 
 @dataclass(frozen=True)
-class PullResult:
+class PullSnapshot:
+    """A pull request as GitHub answered one request: the one model of a pull
+    request in app/github, whether this call opened it
+    (:func:`ensure_pull_request`) or read it fresh for a merge decision or a
+    drift check (:func:`app.github.merge.read_pull`)."""
+
     number: int
-    html_url: str
     head_sha: str
     #: "open" or "closed". A closed pull request is returned, never reopened or
     #: replaced: a human closed it and the workflow decides what that means.
     state: str
     draft: bool
     merged: bool
+    html_url: str = ""
+    #: API version 2026-03-10 removed this field; see :func:`app.github.merge.read_pull`.
+    merge_commit_sha: str | None = None
+    #: ``None`` while GitHub is still computing whether it can merge (or not read).
+    mergeable: bool | None = None
     #: This call created it.
-    created: bool
+    created: bool = False
 
 
-def _result(pr: PullRequest | PullRequestSimple, *, created: bool) -> PullResult:
+def _result(pr: PullRequest | PullRequestSimple, *, created: bool) -> PullSnapshot:
     merged = pr.merged if isinstance(pr, PullRequest) else pr.merged_at is not None
-    return PullResult(
+    return PullSnapshot(
         number=pr.number,
         html_url=pr.html_url,
         head_sha=pr.head.sha,
@@ -106,7 +115,7 @@ async def _reconcile(
     body: str,
     *,
     created: bool,
-) -> PullResult:
+) -> PullSnapshot:
     if pr.state != "open" or (pr.title == title and pr.body == body):
         return _result(pr, created=created)
     with classified(mutation=True):
@@ -128,7 +137,7 @@ async def ensure_pull_request(
     fields: Mapping[str, str] | None = None,
     bot_login: str | None,
     head_owner: str | None = None,
-) -> PullResult:
+) -> PullSnapshot:
     """The pull request for ``op`` from ``head`` into ``base``, created as a draft if absent
     (ready for review where the repository's plan has no drafts).
 

@@ -8,7 +8,7 @@ from gh_scene import Scene
 
 from app.engine._errors import PermanentError, TransientError
 from app.github.markers import Marker, OpId, parse_marker
-from app.github.pulls import PullResult, ensure_pull_request
+from app.github.pulls import PullSnapshot, ensure_pull_request
 
 OP = OpId("run-1", "pull-request")
 CREATE = "POST /repos/{owner}/{repo}/pulls"
@@ -26,7 +26,7 @@ def pulls_in(scene: Scene) -> list[tuple[int, str, str, bool, str]]:
 
 async def ensure(
     scene: Scene, *, body: str = "Evidence: ...", title: str = "Fix add"
-) -> PullResult:
+) -> PullSnapshot:
     return await ensure_pull_request(
         scene.gh,
         scene.repo,
