@@ -8,14 +8,21 @@ from app.engine import WorkflowContext
 from app.workflows.calls import call
 
 
-async def may_write(
+async def permission(
     ctx: WorkflowContext, user: str, *, repo: str, installation_id: int, step: str
-) -> bool:
-    """Whether ``user`` has write access (write, maintain or admin) now."""
-    granted = await call(
+) -> github.PermissionResult:
+    """``user``'s permission on ``repo`` now (``may_write``: write, maintain or admin)."""
+    return await call(
         ctx,
         github.permission,
         github.PermissionInput(repo=repo, installation_id=installation_id, user=user),
         step=step,
     )
+
+
+async def may_write(
+    ctx: WorkflowContext, user: str, *, repo: str, installation_id: int, step: str
+) -> bool:
+    """Whether ``user`` has write access (write, maintain or admin) now."""
+    granted = await permission(ctx, user, repo=repo, installation_id=installation_id, step=step)
     return granted.may_write

@@ -15,6 +15,7 @@ from app.contracts.requests import CommandRequest, RunRequest
 from app.engine import RunDescription, WorkflowContext, typed_workflow
 from app.workflows import repair_runs
 from app.workflows.calls import call
+from app.workflows.permissions import permission
 from handlers.slash import HELP
 
 
@@ -100,13 +101,8 @@ async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
 @typed_workflow("slash-command", version=3)
 async def slash_command(ctx: WorkflowContext, command: CommandRequest) -> CommandOutcome:
     request, author, verb = command.request, command.author, command.command.verb
-    granted = await call(
-        ctx,
-        github.permission,
-        github.PermissionInput(
-            repo=request.repo, installation_id=request.installation_id, user=author
-        ),
-        step="permission",
+    granted = await permission(
+        ctx, author, repo=request.repo, installation_id=request.installation_id, step="permission"
     )
     if not granted.may_write:
         # One refusal per person per issue: the operation id does not name this run.

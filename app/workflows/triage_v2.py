@@ -16,6 +16,7 @@ from app.contracts.triage_inputs import CloseTriage, LabelTriage
 from app.engine import TypedWorkflow, WorkflowContext, typed_workflow
 from app.workflows import repair_runs
 from app.workflows.calls import call
+from app.workflows.permissions import permission
 from app.workflows.triage import HOLDING, _say
 
 
@@ -92,13 +93,8 @@ async def close_triage(ctx: WorkflowContext, triaged: CloseTriage) -> CloseTriag
             # GitHub closed the issue because the run's PR merged (closing
             # keywords), whether the run or a person merged it: not a cancel.
             return CloseTriaged(cancelled=False, why=f"closed by the merge of #{number}")
-    granted = await call(
-        ctx,
-        github.permission,
-        github.PermissionInput(
-            repo=request.repo, installation_id=request.installation_id, user=closer
-        ),
-        step="permission",
+    granted = await permission(
+        ctx, closer, repo=request.repo, installation_id=request.installation_id, step="permission"
     )
     if not granted.may_write:
         # One comment per person per issue, however often they close it
