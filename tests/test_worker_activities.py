@@ -1,6 +1,7 @@
 """The composition root gives every activity its body and dependencies
 (app/main/worker_process.py): a worker has a body for every contract its
-workflows call, with or without a GitHub App."""
+workflows call, with or without a GitHub App, and the ``runs.*`` bodies act
+on that worker's own runtime."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
+from app.contracts.ids import request_workflow_id
 from app.engine import PermanentError
 from app.main.worker_process import build_runtime, shared_clients
+from tests.workflows.repair_scenario import REQUEST
 
 
 def test_a_worker_without_a_github_app_may_start_and_its_github_use_says_why_it_fails(
@@ -28,4 +31,27 @@ def test_a_worker_without_a_github_app_may_start_and_its_github_use_says_why_it_
         with pytest.raises(PermanentError, match="no GitHub App: set GITHUB_APP_ID"):
             _ = clients.github.factory
     finally:
+        runtime.engine.dispose()
+
+
+async def test_the_runs_bodies_start_and_describe_runs_on_the_workers_own_runtime(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    path = tmp_path / "worker.db"
+    shutil.copy(sqlite_template, path)
+    settings = Settings(data_dir=tmp_path / "data", database_url=f"sqlite:///{path}")
+    runtime = build_runtime(settings)
+    bodies = runtime.registry.activities
+    try:
+        # Nothing in these bodies reads the activity context.
+        described = await bodies["runs.describe_repair"].fn(None, REQUEST)  # type: ignore[arg-type]
+        assert described["exists"] is False
+        first = await bodies["runs.start_repair"].fn(None, REQUEST)  # type: ignore[arg-type]
+        again = await bodies["runs.start_repair"].fn(None, REQUEST)  # type: ignore[arg-type]
+        assert first["created"] is True and again == {**first, "created": False}
+        key = request_workflow_id(REQUEST["repo_id"], REQUEST["repo"], REQUEST["issue_number"])
+        run = await runtime.read(runtime.store.find_run, key)
+        assert run is not None and run.run_id == first["run_id"]
+    finally:
+        await runtime.stop()
         runtime.engine.dispose()

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from app.engine._activity_context import ActivityContext, Dependencies
+from app.engine._activity_context import ActivityContext
 from app.engine._client import RuntimeClient
 from app.engine._context import Signal, WorkflowContext
 from app.engine._db import make_engine
@@ -134,7 +134,6 @@ __all__ = [
     "ArqDispatcher",
     "CancelledRun",
     "CleanupIncomplete",
-    "Dependencies",
     "Found",
     "HistoryEvent",
     "InputRejected",

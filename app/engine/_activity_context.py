@@ -8,42 +8,17 @@ later heartbeat carries it along, so a progress beat never erases it.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from app.engine._db_retry import retrying
 from app.engine._faults import FaultPoints
 from app.engine._store import Claim, Store
 from app.engine._store.async_store import StoreThreads
 
-T = TypeVar("T")
-
 #: The key under which a checkpoint travels in the heartbeat details.
 CHECKPOINT_KEY = "checkpoint"
 #: The key under which counts an activity keeps across attempts travel.
 CARRIED_KEY = "carried"
-
-
-class Dependencies:
-    """Shared clients built once per worker (GitHub factory, evidence store...),
-    looked up by type so activities stay typed."""
-
-    def __init__(self, *objects: object) -> None:
-        self._by_type: dict[type, object] = {}
-        for obj in objects:
-            self.add(obj)
-
-    def add(self, obj: object) -> None:
-        self._by_type[type(obj)] = obj
-
-    def get(self, kind: type[T]) -> T:
-        found = self._by_type.get(kind)
-        if found is None:
-            for obj in self._by_type.values():
-                if isinstance(obj, kind):
-                    return obj
-            raise LookupError(f"no {kind.__name__} was given to this worker")
-        assert isinstance(found, kind)
-        return found
 
 
 class ActivityContext:
@@ -53,7 +28,6 @@ class ActivityContext:
         *,
         store: Store,
         threads: StoreThreads,
-        deps: Dependencies,
         worker_id: str,
         faults: FaultPoints,
     ) -> None:
@@ -65,7 +39,6 @@ class ActivityContext:
         self.task_id = claim.task_id
         self.token = claim.token
         self.worker_id = worker_id
-        self.deps = deps
         self.cancel_requested = False
         self._store = store
         self._threads = threads
@@ -122,10 +95,3 @@ class ActivityContext:
     def fault(self, name: str) -> None:
         """A named fault point inside the activity's own code (crash tests)."""
         self._faults.hit(name, self.activity)
-
-    def dep(self, kind: type[T]) -> T:
-        # Deprecated: an activity's dependencies are its instance's attributes
-        # (``implements`` + ``Registry.register_activities``), given explicitly;
-        # this type-keyed lookup stays for activities/runs.py alone (being
-        # replaced by workflow commands) and the engine's own tests.
-        return self.deps.get(kind)

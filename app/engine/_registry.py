@@ -160,7 +160,7 @@ class Registry:
     def register_activities(self, instance: object) -> list[str]:
         """Register every activity declared with ``typed_activity_method`` or
         ``implements`` on ``instance``'s class, run on ``instance`` (which holds their
-        dependencies, given explicitly instead of looked up by type).
+        dependencies, given explicitly).
         Returns their names; an instance with none is an error."""
         from app.engine._typed import (  # typed builds on this module
             TypedActivity,

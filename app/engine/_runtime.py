@@ -12,7 +12,6 @@ import uuid
 
 from sqlalchemy import Engine
 
-from app.engine._activity_context import Dependencies
 from app.engine._client import SETTLED, RuntimeClient
 from app.engine._clock import Clock, system_clock
 from app.engine._db_retry import retrying
@@ -35,7 +34,6 @@ class Runtime(RuntimeClient):
         *,
         worker_id: str = "local",
         code_version: str = "dev",
-        deps: Dependencies | None = None,
         fault_point: str = "",
         max_history_events: int = 2000,
         concurrency: int = 8,
@@ -60,7 +58,6 @@ class Runtime(RuntimeClient):
             registry,
             worker_id=self.worker_id,
             code_version=code_version,
-            deps=deps,
             faults=self.faults,
             max_history_events=max_history_events,
             concurrency=concurrency,

@@ -28,8 +28,8 @@ the store, replay and recorded histories are unchanged.
     await client.start(greet, GreetInput(name="ada"), id="greet-1")
     await client.send("greet-1", APPROVAL, Approval(by="bob"), dedupe_key=review_id)
 
-Side by side with the untyped API (``ctx.activity``, ``wait_signal``,
-``actx.dep``) until product code has moved.
+Side by side with the untyped API (``ctx.activity``, ``wait_signal``)
+until product code has moved.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
-from app.engine._activity_context import ActivityContext, Dependencies
+from app.engine._activity_context import ActivityContext
 from app.engine._clock import Clock, clock_datetime, system_clock
 from app.engine._db_retry import is_transient, retrying
 from app.engine._errors import ActivityFailure, StaleLease
@@ -109,7 +109,6 @@ class Worker:
         *,
         worker_id: str,
         code_version: str,
-        deps: Dependencies | None = None,
         faults: FaultPoints | None = None,
         max_history_events: int = 2000,
         cache_size: int = 1000,
@@ -126,7 +125,6 @@ class Worker:
         self.registry = registry
         self.worker_id = worker_id
         self.code_version = code_version
-        self.deps = deps or Dependencies()
         self.faults = faults or FaultPoints()
         self.max_history_events = max_history_events
         self.cache = ExecutionCache(cache_size)
@@ -452,7 +450,6 @@ class Worker:
             claim,
             store=self.store,
             threads=self.threads,
-            deps=self.deps,
             worker_id=self.worker_id,
             faults=self.faults,
         )

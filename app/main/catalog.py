@@ -1,12 +1,11 @@
 """The workflows this build of repairbot runs, and the activities they call:
 contracts (their bodies are registered by the worker, app/main/worker_process.py,
-with their dependencies) and the activities still declared with their bodies."""
+with their dependencies)."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from activities import runs
 from app.contracts import (
     agent,
     approval,
@@ -16,6 +15,7 @@ from app.contracts import (
     installation_caps,
     onboarding,
     repo_commands,
+    runs,
     triage,
     trigger_config,
     workspace,
@@ -37,6 +37,7 @@ CONTRACT_MODULES: tuple[ModuleType, ...] = (
     installation_caps,
     onboarding,
     repo_commands,
+    runs,
     triage,
     trigger_config,
     workspace,
@@ -63,9 +64,7 @@ def build_registry() -> Registry:
             *triage_workflows.WORKFLOWS,
             *triage_v2.WORKFLOWS,
             *config_check_workflow.WORKFLOWS,
-        ],
-        # Being replaced by workflow commands: still declared with its bodies.
-        runs.ACTIVITIES,
+        ]
     )
     for module in CONTRACT_MODULES:
         registry.declare(contracts_in(module))

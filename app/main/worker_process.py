@@ -20,6 +20,7 @@ from activities.github import GitHubAccess, GitHubActivities
 from activities.installation_caps import InstallationCapsActivities
 from activities.onboarding import OnboardingActivities
 from activities.repo_commands import RepoCommandActivities
+from activities.runs import RunActivities
 from activities.suspension import suspended
 from activities.triage import TriageActivities
 from activities.trigger_config import TriggerConfigActivities
@@ -34,11 +35,9 @@ from app.agent.http import AgentHttp
 from app.agent.proxy import ModelProxy
 from app.config import Settings
 from app.engine import (
-    Dependencies,
     PermanentError,
     Registry,
     Runtime,
-    Store,
     freeze_startup_heap,
     make_engine,
     serve_arq,
@@ -70,9 +69,6 @@ class WorkerClients:
     #: The workspace, command and agent activities' (settings, evidence, sandbox, git).
     checkouts: Checkouts
     agent: AgentTools
-    #: Looked up by type (``actx.dep``) by the activities not yet given theirs
-    #: explicitly: ``activities/runs.py`` (the runtime).
-    legacy: Dependencies
 
 
 class _NoGitHubApp:
@@ -83,8 +79,9 @@ class _NoGitHubApp:
         raise PermanentError("this worker has no GitHub App: set GITHUB_APP_ID")
 
 
-def register_activities(registry: Registry, clients: WorkerClients, store: Store) -> None:
+def register_activities(registry: Registry, clients: WorkerClients, runtime: Runtime) -> None:
     """Give the registry every activity body, each with its dependencies."""
+    store = runtime.store
     registry.register_activities(ExampleActivities())
     for activities in checkout_activities(clients.checkouts, clients.agent):
         registry.register_activities(activities)
@@ -97,6 +94,8 @@ def register_activities(registry: Registry, clients: WorkerClients, store: Store
     registry.register_activities(ConfigCheckActivities(clients.github))
     registry.register_activities(TriggerConfigActivities(clients.github))
     registry.register_activities(OnboardingActivities(clients.github, clients.evidence))
+    # The old workflow versions' way to start or signal other runs.
+    registry.register_activities(RunActivities(runtime))
 
 
 def checkout_activities(checkouts: Checkouts, agent: AgentTools) -> list[object]:
@@ -162,7 +161,6 @@ def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
         github=access,
         checkouts=checkouts,
         agent=agent,
-        legacy=Dependencies(),
     )
 
 
@@ -179,14 +177,12 @@ def build_runtime(
     (``clients`` built on ``engine``, when given)."""
     engine = engine or make_engine(settings.database_url)
     clients = clients or shared_clients(settings, engine)
-    deps = clients.legacy
     registry = build_registry()
     runtime = Runtime(
         engine,
         registry,
         worker_id=settings.worker_id,
         code_version=settings.code_version,
-        deps=deps,
         fault_point=settings.fault_point,
         max_history_events=settings.max_history_events,
         concurrency=settings.concurrency,
@@ -195,8 +191,7 @@ def build_runtime(
         worker_silence=settings.worker_silence,
         db_patience=settings.db_patience,
     )
-    deps.add(runtime)  # activities that start or signal other runs use it
-    register_activities(registry, clients, runtime.store)
+    register_activities(registry, clients, runtime)
     return runtime
 
 

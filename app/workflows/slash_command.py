@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities import runs
-from app.contracts import github
+from app.contracts import github, runs
 from app.contracts.requests import CommandRequest, RunRequest
 from app.engine import WorkflowContext, workflow
 from app.workflows import slash_command_v1

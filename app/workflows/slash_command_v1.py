@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities import runs
-from app.contracts import github
+from app.contracts import github, runs
 from app.engine import WorkflowContext, workflow
 from handlers.slash import HELP
 

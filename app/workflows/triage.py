@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities import runs
-from app.contracts import github, triage
+from app.contracts import github, runs, triage
 from app.contracts.requests import RunRequest
 from app.contracts.triage_inputs import CloseTriage, LabelTriage
 from app.engine import WorkflowContext, workflow

@@ -11,11 +11,10 @@ import pytest
 from app.agent import AgentPolicy
 from app.config import Settings
 from app.contracts.workspace import WorkspaceSpec
-from app.engine._activity_context import Dependencies
 from app.engine._db import make_engine
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.sandbox.runner import Sandbox
-from tests.activities.support import RecordingContext
+from tests.activities.support import Dependencies, RecordingContext
 from tests.agent.sample_repo import (  # noqa: F401
     SampleRepo,
     sample_repo_fixture,

@@ -20,7 +20,6 @@ from app.agent.http import AgentHttp
 from app.agent.proxy import ModelProxy
 from app.config import Settings
 from app.contracts.workspace import WorkspaceSpec
-from app.engine._activity_context import Dependencies
 from app.engine._registry import ActivityDefn, Registry
 from app.engine._typed import TypedActivity
 from app.evidence import EvidenceRef, EvidenceStore
@@ -42,6 +41,30 @@ def body(activities: object, name: str) -> ActivityDefn:
     registry = Registry()
     registry.register_activities(activities)
     return registry.activities[name]
+
+
+class Dependencies:
+    """The clients a test puts together (settings, evidence store, sandbox...),
+    looked up by type: :func:`bodies` builds the activity objects from them
+    as the worker builds them from its own."""
+
+    def __init__(self, *objects: object) -> None:
+        self._by_type: dict[type, object] = {}
+        for obj in objects:
+            self.add(obj)
+
+    def add(self, obj: object) -> None:
+        self._by_type[type(obj)] = obj
+
+    def get(self, kind: type[T]) -> T:
+        found = self._by_type.get(kind)
+        if found is None:
+            for obj in self._by_type.values():
+                if isinstance(obj, kind):
+                    return obj
+            raise LookupError(f"no {kind.__name__} was given to this worker")
+        assert isinstance(found, kind)
+        return found
 
 
 class SimulatedCrash(BaseException):
@@ -97,9 +120,6 @@ class RecordingContext:
         nxt = RecordingContext(self.deps, attempt=self.attempt + 1)
         nxt.last_checkpoint = self.checkpoints[-1] if self.checkpoints else None
         return nxt
-
-    def dep(self, kind: type[Any]) -> Any:
-        return self.deps.get(kind)
 
 
 def _optional(deps: Dependencies, kind: type[T]) -> T | None:

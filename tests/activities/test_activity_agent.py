@@ -12,12 +12,19 @@ from app.agent import AgentHttp, AgentPolicy
 from app.contracts.agent import propose_fix
 from app.contracts.repo_commands import verify_candidate
 from app.contracts.workspace import WorkspaceSpec
-from app.engine._activity_context import Dependencies
 from app.engine._errors import PermanentError, TransientError
 from app.evidence import EvidenceRef, EvidenceStore
 from app.repo_config import AgentConfig, Command
 from app.secrets import KnownSecrets
-from tests.activities.support import FIX_AGENT, REPRO, TESTS, RecordingContext, call, with_patch
+from tests.activities.support import (
+    FIX_AGENT,
+    REPRO,
+    TESTS,
+    Dependencies,
+    RecordingContext,
+    call,
+    with_patch,
+)
 from tests.agent.sample_repo import FIX_ARGV, FIX_DIFF
 
 

@@ -13,13 +13,12 @@ from sqlalchemy import update
 from activities.workspace import GitCredentials, InstallationGit
 from app.config import Settings
 from app.contracts.workspace import WorkspaceSpec, prepare_workspace
-from app.engine._activity_context import Dependencies
 from app.engine._errors import PermanentError, TransientError
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.evidence.database import blobs
 from app.github.errors import InstallationSuspended
 from app.sandbox.runner import Sandbox
-from tests.activities.support import RecordingContext, call
+from tests.activities.support import Dependencies, RecordingContext, call
 from tests.agent.sample_repo import SampleRepo
 
 CONFIG = """

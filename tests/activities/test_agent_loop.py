@@ -17,10 +17,16 @@ from app.agent.budget import Caps, LoopBudget, Price
 from app.agent.steps import TRIMMED
 from app.contracts.agent import propose_fix
 from app.contracts.workspace import WorkspaceSpec
-from app.engine._activity_context import Dependencies
 from app.engine._errors import TransientError
 from app.evidence import EvidenceStore
-from tests.activities.support import REPRO, TESTS, RecordingContext, SimulatedCrash, call
+from tests.activities.support import (
+    REPRO,
+    TESTS,
+    Dependencies,
+    RecordingContext,
+    SimulatedCrash,
+    call,
+)
 from tests.activities.test_activity_agent import verify
 from tests.agent.fake_llm import API_KEY, FakeLLM, Turn, context_too_long, rate_limited
 

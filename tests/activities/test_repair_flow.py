@@ -21,14 +21,13 @@ from app.config import Settings
 from app.contracts.agent import propose_fix
 from app.contracts.repo_commands import run_reproduction, verify_candidate
 from app.contracts.workspace import WorkspaceSpec, prepare_workspace
-from app.engine._activity_context import Dependencies
 from app.engine._context import WorkflowContext
 from app.engine._errors import ActivityError
 from app.engine._registry import Registry, workflow
 from app.engine._runtime import Runtime
 from app.evidence import FolderEvidenceStore
 from app.sandbox.runner import Sandbox
-from tests.activities.support import bodies, checkouts_of
+from tests.activities.support import Dependencies, bodies, checkouts_of
 from tests.agent.sample_repo import FIX_ARGV, REPRO_ARGV, TEST_ARGV, SampleRepo
 
 CONFIG = f"""

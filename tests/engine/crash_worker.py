@@ -24,18 +24,18 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from app.engine._activity_context import ActivityContext, Dependencies
+from app.engine._activity_context import ActivityContext
 from app.engine._context import WorkflowContext
 from app.engine._db import make_engine
 from app.engine._errors import ActivityCancelled, ActivityError
 from app.engine._policy import RetryPolicy, Timeouts
-from app.engine._registry import Absent, Found, Registry, activity, workflow
+from app.engine._registry import Absent, ActivityDefn, Found, Registry, activity, workflow
 from app.engine._runtime import Runtime
 from app.engine._typed import typed_workflow
 from app.workflows.calls import first
@@ -93,63 +93,115 @@ class CrashDeps:
 # -- activities ----------------------------------------------------------------
 
 
-@activity("square", retry=RETRY, timeouts=QUICK)
-async def square(actx: ActivityContext, args: dict[str, int]) -> int:
-    actx.dep(CrashDeps).note(actx)
-    return args["i"] * args["i"]
+class CrashActivities:
+    """This worker's activity bodies, given what they reach outside the runtime."""
+
+    def __init__(self, deps: CrashDeps) -> None:
+        self.deps = deps
+
+    async def square(self, actx: ActivityContext, args: dict[str, int]) -> int:
+        self.deps.note(actx)
+        return args["i"] * args["i"]
+
+    async def chunked(self, actx: ActivityContext, args: dict[str, int]) -> int:
+        """Works in chunks and heartbeats after each one, with its progress."""
+        self.deps.note(actx)
+        for done in range(1, args["chunks"] + 1):
+            await asyncio.sleep(0.02)
+            await actx.heartbeat({"chunks_done": done})
+        return args["chunks"]
+
+    async def gated(self, actx: ActivityContext, _: Any) -> dict[str, Any]:
+        """Heartbeats once, then (on a worker with a gate) goes silent until the
+        gate opens: the shape of a worker that was paused and resumes late."""
+        await actx.heartbeat({"phase": "started"})
+        # Noted after the heartbeat committed: once the test sees this line, this
+        # process holds no database lock and may be frozen safely.
+        self.deps.note(actx)
+        await self.deps.hold_at_gate()
+        return {"attempt": actx.attempt, "worker": self.deps.worker_id}
+
+    async def long_hold(self, actx: ActivityContext, _: Any) -> dict[str, Any]:
+        """No heartbeats, a ten-minute start-to-close: only the worker's liveness can
+        tell quickly that the attempt died with its worker."""
+        self.deps.note(actx)
+        await self.deps.hold_at_gate()
+        return {"attempt": actx.attempt, "worker": self.deps.worker_id}
+
+    async def until_stopped(self, actx: ActivityContext, args: dict[str, int]) -> str:
+        """Heartbeats for ``chunks`` x 50 ms, or until told to stop."""
+        self.deps.note(actx)
+        for _ in range(args["chunks"]):
+            if await actx.heartbeat():
+                self.deps.note(actx, stopped=True)
+                raise ActivityCancelled("asked to stop")
+            await asyncio.sleep(0.05)
+        self.deps.note(actx, finished=True)
+        return "finished"
+
+    async def open_ticket(self, actx: ActivityContext, args: dict[str, str]) -> dict[str, Any]:
+        assert self.deps.tickets is not None, "this worker was started without --tickets"
+        ticket = TicketService(self.deps.tickets).create_ticket(actx.operation_id, args["title"])
+        self.deps.note(actx, ticket=ticket.id)
+        return ticket.to_json()
+
+    async def find_ticket(self, actx: ActivityContext, _: dict[str, str]) -> Found | Absent:
+        """Reconcile: the ticket service answers by operation id whether the
+        effect happened; a found ticket is the activity's result."""
+        assert self.deps.tickets is not None, "this worker was started without --tickets"
+        ticket = TicketService(self.deps.tickets).find(actx.operation_id)
+        return Found(ticket.to_json()) if ticket else Absent()
+
+    def defns(self) -> list[ActivityDefn]:
+        """The activities declared below (names, options), run on this object."""
+        return [
+            replace(square, fn=self.square),
+            replace(chunked, fn=self.chunked),
+            replace(gated, fn=self.gated),
+            replace(long_hold, fn=self.long_hold),
+            replace(until_stopped, fn=self.until_stopped),
+            replace(open_ticket, fn=self.open_ticket),
+            replace(open_ticket_reconciled, fn=self.open_ticket, reconcile=self.find_ticket),
+        ]
 
 
-@activity("chunked", retry=RETRY, timeouts=HEARTBEATING)
-async def chunked(actx: ActivityContext, args: dict[str, int]) -> int:
-    """Works in chunks and heartbeats after each one, with its progress."""
-    actx.dep(CrashDeps).note(actx)
-    for done in range(1, args["chunks"] + 1):
-        await asyncio.sleep(0.02)
-        await actx.heartbeat({"chunks_done": done})
-    return args["chunks"]
+def _run_by_the_worker(name: str) -> Any:
+    """A declaration's body: the workflows need the name and options only; the
+    worker process runs the :class:`CrashActivities` method instead."""
+
+    async def unbound(actx: ActivityContext, _: Any) -> Any:
+        raise LookupError(f"{name} runs in a crash worker process only (CrashActivities)")
+
+    return unbound
 
 
-@activity("gated", retry=RETRY, timeouts=HEARTBEATING)
-async def gated(actx: ActivityContext, _: Any) -> dict[str, Any]:
-    """Heartbeats once, then (on a worker with a gate) goes silent until the
-    gate opens: the shape of a worker that was paused and resumes late."""
-    deps = actx.dep(CrashDeps)
-    await actx.heartbeat({"phase": "started"})
-    # Noted after the heartbeat committed: once the test sees this line, this
-    # process holds no database lock and may be frozen safely.
-    deps.note(actx)
-    await deps.hold_at_gate()
-    return {"attempt": actx.attempt, "worker": deps.worker_id}
-
+square = activity("square", retry=RETRY, timeouts=QUICK)(_run_by_the_worker("square"))
+chunked = activity("chunked", retry=RETRY, timeouts=HEARTBEATING)(_run_by_the_worker("chunked"))
+gated = activity("gated", retry=RETRY, timeouts=HEARTBEATING)(_run_by_the_worker("gated"))
 
 #: Retried at once: a retry with a backoff is a deferred job, which arq starts
 #: by its fallback poll (no doorbell rings at a due time), and the liveness
 #: tests time the release and the doorbell, not a poll.
 RETRY_AT_ONCE = RetryPolicy(initial_interval=0.0, max_attempts=5)
 
-
-@activity("long_hold", retry=RETRY_AT_ONCE, timeouts=Timeouts(start_to_close=600))
-async def long_hold(actx: ActivityContext, _: Any) -> dict[str, Any]:
-    """No heartbeats, a ten-minute start-to-close: only the worker's liveness can
-    tell quickly that the attempt died with its worker."""
-    deps = actx.dep(CrashDeps)
-    deps.note(actx)
-    await deps.hold_at_gate()
-    return {"attempt": actx.attempt, "worker": deps.worker_id}
-
-
-@activity("until_stopped", retry=RETRY, timeouts=HEARTBEATING)
-async def until_stopped(actx: ActivityContext, args: dict[str, int]) -> str:
-    """Heartbeats for ``chunks`` x 50 ms, or until told to stop."""
-    deps = actx.dep(CrashDeps)
-    deps.note(actx)
-    for _ in range(args["chunks"]):
-        if await actx.heartbeat():
-            deps.note(actx, stopped=True)
-            raise ActivityCancelled("asked to stop")
-        await asyncio.sleep(0.05)
-    deps.note(actx, finished=True)
-    return "finished"
+long_hold = activity("long_hold", retry=RETRY_AT_ONCE, timeouts=Timeouts(start_to_close=600))(
+    _run_by_the_worker("long_hold")
+)
+until_stopped = activity("until_stopped", retry=RETRY, timeouts=HEARTBEATING)(
+    _run_by_the_worker("until_stopped")
+)
+#: Plain retry: safe because the service is idempotent by operation id.
+open_ticket = activity("open_ticket", retry=RETRY, timeouts=QUICK)(
+    _run_by_the_worker("open_ticket")
+)
+#: The same effect with a reconcile function: a lost attempt is an ambiguous
+#: failure, resolved by asking the service before any retry.
+open_ticket_reconciled = activity(
+    "open_ticket_reconciled",
+    retry=RETRY,
+    timeouts=QUICK,
+    reconcile=_run_by_the_worker("open_ticket_reconciled"),
+)(_run_by_the_worker("open_ticket_reconciled"))
 
 
 @workflow("crash_stop_one")
@@ -168,32 +220,6 @@ async def crash_stop_one(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str
 async def crash_long_hold(ctx: WorkflowContext, _: Any) -> dict[str, Any]:
     held: dict[str, Any] = await ctx.activity(long_hold, None, step="hold")
     return held
-
-
-async def _open_ticket(actx: ActivityContext, args: dict[str, str]) -> dict[str, Any]:
-    deps = actx.dep(CrashDeps)
-    assert deps.tickets is not None, "this worker was started without --tickets"
-    ticket = TicketService(deps.tickets).create_ticket(actx.operation_id, args["title"])
-    deps.note(actx, ticket=ticket.id)
-    return ticket.to_json()
-
-
-async def _find_ticket(actx: ActivityContext, _: dict[str, str]) -> Found | Absent:
-    """Reconcile: the ticket service answers by operation id whether the
-    effect happened; a found ticket is the activity's result."""
-    deps = actx.dep(CrashDeps)
-    assert deps.tickets is not None, "this worker was started without --tickets"
-    ticket = TicketService(deps.tickets).find(actx.operation_id)
-    return Found(ticket.to_json()) if ticket else Absent()
-
-
-#: Plain retry: safe because the service is idempotent by operation id.
-open_ticket = activity("open_ticket", retry=RETRY, timeouts=QUICK)(_open_ticket)
-#: The same effect with a reconcile function: a lost attempt is an ambiguous
-#: failure, resolved by asking the service before any retry.
-open_ticket_reconciled = activity(
-    "open_ticket_reconciled", retry=RETRY, timeouts=QUICK, reconcile=_find_ticket
-)(_open_ticket)
 
 
 # -- workflows -----------------------------------------------------------------
@@ -297,11 +323,14 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         tickets=Path(args.tickets) if args.tickets else None,
         gate=Path(args.gate) if args.gate else None,
     )
+    # The workflows of REGISTRY, with the activities run on this process's deps.
+    registry = Registry(workflows=dict(REGISTRY.workflows))
+    for defn in CrashActivities(deps).defns():
+        registry.add_activity(defn)
     runtime = Runtime(
         make_engine(args.db),
-        REGISTRY,
+        registry,
         worker_id=args.worker_id,
-        deps=Dependencies(deps),
         fault_point=args.fault,
         reconcile_interval=args.reconcile_interval,
         relay_grace=args.relay_grace,

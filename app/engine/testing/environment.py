@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 from sqlmodel import SQLModel
 
 from app.engine import _tables  # noqa: F401  (registers the runtime's tables)
-from app.engine._activity_context import Dependencies
 from app.engine._client import SETTLED
 from app.engine._db import make_engine
 from app.engine._history import export_history
@@ -71,7 +70,6 @@ class WorkflowEnvironment:
         *,
         database_url: str | None = None,
         clock: ManualClock | None = None,
-        deps: Dependencies | None = None,
     ) -> AsyncIterator[WorkflowEnvironment]:
         """``registry``'s workflows with ``fakes`` for all its activities, on
         ``database_url`` (a migrated database), or on a fresh SQLite file."""
@@ -85,7 +83,6 @@ class WorkflowEnvironment:
                 engine,
                 fakes.registry(registry),
                 worker_id="kit",
-                deps=deps,
                 clock=clock,
                 # The step dispatcher loses no job, so the relay has nothing to
                 # resend; left on, a long ``advance`` would make every row
