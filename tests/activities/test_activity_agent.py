@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from app.agent import AgentHttp, AgentPolicy
+from app.agent import AgentPolicy
 from app.contracts.agent import propose_fix
 from app.contracts.repo_commands import verify_candidate
 from app.contracts.workspace import WorkspaceSpec
@@ -150,13 +149,6 @@ async def test_failing_setup_is_retried_not_proposed(
 ) -> None:
     with pytest.raises(TransientError, match="setup failed"):
         await call(propose_fix, actx, propose_input(spec, setup=[{"shell": "exit 1"}]))
-
-
-async def test_agent_http_is_its_own_dependency() -> None:
-    # A GitHub client (with its own auth) must never be mistaken for the agents' client.
-    async with httpx.AsyncClient(auth=("x-access-token", "ghs_secret")) as github:
-        with pytest.raises(LookupError):
-            Dependencies(github).get(AgentHttp)
 
 
 # -- no secret leaves through what the agent produced (issue 19, item 2) -------------
