@@ -10,8 +10,8 @@ under a new delivery id, does nothing.
 
 from __future__ import annotations
 
-from app.contracts.ids import COMMAND_WORKFLOW, command_workflow_id
-from app.contracts.requests import CommandRequest, CommandSpec
+from app.contracts.ids import SLASH_COMMAND_WORKFLOW, slash_command_workflow_id
+from app.contracts.requests import SlashCommandRequest, SlashCommandSpec
 from app.webhooks.events import IssueCommentEvent
 from app.webhooks.routing import HandlerContext, Router
 from handlers.inputs import repair_request
@@ -31,15 +31,15 @@ def created(event: IssueCommentEvent, ctx: HandlerContext) -> None:
         ctx.notes.append("no installation in the payload: cannot act")
         return
     command = (
-        CommandSpec(verb=parsed.verb.value, args=parsed.args)
+        SlashCommandSpec(verb=parsed.verb.value, args=parsed.args)
         if isinstance(parsed, SlashCommand)
-        else CommandSpec(verb="unknown", args=parsed.word)
+        else SlashCommandSpec(verb="unknown", args=parsed.word)
     )
-    workflow_id = command_workflow_id(event.comment.id)
+    workflow_id = slash_command_workflow_id(event.comment.id)
     if ctx.tx.has_run(workflow_id):
         ctx.notes.append(f"comment {event.comment.id} was already handled: ignored")
         return
-    request = CommandRequest(
+    request = SlashCommandRequest(
         command=command,
         author=event.comment.user.login,
         comment_id=event.comment.id,
@@ -52,4 +52,4 @@ def created(event: IssueCommentEvent, ctx: HandlerContext) -> None:
             git_url=ctx.settings.github_git_url,
         ),
     )
-    ctx.start(COMMAND_WORKFLOW, workflow_id, request.model_dump(mode="json"))
+    ctx.start(SLASH_COMMAND_WORKFLOW, workflow_id, request.model_dump(mode="json"))

@@ -49,20 +49,6 @@ class UnknownSlashCommand:
 
 ParsedCommand = SlashCommand | UnknownSlashCommand
 
-#: The answer to ``/repair help`` and to an unknown subcommand. Commands are in
-#: code spans, so quoting this text back can never issue one.
-HELP = """\
-repairbot understands these commands from people with write access, each at the start of a line:
-
-| command | what it does |
-| --- | --- |
-| `/repair` | start a repair run for this issue |
-| `/repair status` | show where the run is |
-| `/repair retry` | try again after a failed or rejected attempt |
-| `/repair cancel` | stop the run (evidence is kept) |
-| `/repair help` | show this message |
-"""
-
 # `/repair` as a whole word, at most three spaces in (four make a code block).
 # ASCII-only case folding for the trigger: "/repaİr" (dotted capital I) is not a command.
 _COMMAND_LINE = re.compile(r"[ ]{0,3}(?ai:/repair)(?:\s+(?P<rest>.*?))?\s*")

@@ -87,10 +87,18 @@ def test_contracts_import_neither_workflows_nor_activities_nor_handlers() -> Non
     assert violations(contracts, "app.workflows", "activities", "handlers") == []
 
 
-def test_workflows_import_contracts_not_activities() -> None:
+def test_workflows_import_contracts_not_activities_or_handlers() -> None:
     workflows = modules_in("app/workflows")
     assert any(p.name == "repair.py" for p in workflows)  # the walk found the workflows
-    assert violations(workflows, "activities") == []
+    assert violations(workflows, "activities", "handlers") == []
+
+
+def test_handlers_start_workflows_by_their_contracts_not_their_code() -> None:
+    """A handler names a workflow and builds its input from app/contracts;
+    the intake runs no workflow code, so it needs none of it."""
+    handlers = modules_in("handlers")
+    assert any(p.name == "issues.py" for p in handlers)  # the walk found the handlers
+    assert violations(handlers, "app.workflows", "activities") == []
 
 
 def test_activities_do_not_import_workflows() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 REPAIR_WORKFLOW = "repair"
-COMMAND_WORKFLOW = "slash-command"
+SLASH_COMMAND_WORKFLOW = "slash-command"
 LABEL_TRIAGE_WORKFLOW = "label-triage"
 CLOSE_TRIAGE_WORKFLOW = "close-triage"
 BRANCH_PREFIX = "repairbot/issue-"
@@ -48,7 +48,7 @@ def request_workflow_id(repo_id: int | None, repo_full_name: str, issue_number: 
     return repair_workflow_id(repo_id, issue_number)
 
 
-def command_workflow_id(comment_id: int | str) -> str:
+def slash_command_workflow_id(comment_id: int | str) -> str:
     """Keyed by the comment: the same comment, however often delivered, is one command."""
     return f"command:{comment_id}"
 

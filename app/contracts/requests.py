@@ -52,7 +52,22 @@ class RunRequest(BaseModel):
     reread_issue: bool = False
 
 
-class CommandSpec(BaseModel):
+#: The answer to ``/repair help`` and to an unknown subcommand. Commands are in
+#: code spans, so quoting this text back can never issue one.
+HELP = """\
+repairbot understands these commands from people with write access, each at the start of a line:
+
+| command | what it does |
+| --- | --- |
+| `/repair` | start a repair run for this issue |
+| `/repair status` | show where the run is |
+| `/repair retry` | try again after a failed or rejected attempt |
+| `/repair cancel` | stop the run (evidence is kept) |
+| `/repair help` | show this message |
+"""
+
+
+class SlashCommandSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: ``repair``, ``cancel``, ``retry``, ``status``, ``help`` or ``unknown``.
@@ -60,12 +75,12 @@ class CommandSpec(BaseModel):
     args: str = ""
 
 
-class CommandRequest(BaseModel):
+class SlashCommandRequest(BaseModel):
     """The slash-command workflow's input (keyed by the comment's id)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    command: CommandSpec
+    command: SlashCommandSpec
     author: str
     comment_id: int
     on_pull_request: bool = False

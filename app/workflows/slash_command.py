@@ -1,6 +1,6 @@
 """The slash-command workflow (version 2): check the author's permission
 through the API, then act (start, cancel, retry, status, help) or refuse
-politely, once. Keyed by the comment's id (see :func:`command_workflow_id`),
+politely, once. Keyed by the comment's id (see :func:`slash_command_workflow_id`),
 so a captured comment redelivered under a new delivery id does nothing.
 """
 
@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from app.contracts import github, runs
-from app.contracts.requests import CommandRequest, RunRequest
+from app.contracts.requests import HELP, RunRequest, SlashCommandRequest
 from app.engine import WorkflowContext, workflow
 from app.workflows import slash_command_v1
 from app.workflows.calls import call
-from handlers.slash import HELP
 
 
 async def _comment(
@@ -45,7 +44,7 @@ def _describe(status: runs.DescribeResult) -> str:
     return text
 
 
-async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
+async def _act(ctx: WorkflowContext, command: SlashCommandRequest) -> str:
     request, author, verb = command.request, command.author, command.command.verb
     if verb == "repair":
         started = await call(ctx, runs.start_repair, request, step="start")
@@ -91,7 +90,7 @@ async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
 
 @workflow("slash-command", version=2)
 async def slash_command(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
-    command = CommandRequest.model_validate(raw)
+    command = SlashCommandRequest.model_validate(raw)
     request, author, verb = command.request, command.author, command.command.verb
     granted = await call(
         ctx,

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.contracts import github, runs
+from app.contracts.requests import HELP
 from app.engine import WorkflowContext, workflow
-from handlers.slash import HELP
 
 WRITE_OR_HIGHER = frozenset({"admin", "maintain", "write"})
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from app.contracts import github
-from app.contracts.requests import CommandRequest, RunRequest
+from app.contracts.requests import HELP, RunRequest, SlashCommandRequest
 from app.engine import RunDescription, WorkflowContext, typed_workflow
 from app.workflows import repair_runs
 from app.workflows.calls import call
 from app.workflows.permissions import permission
-from handlers.slash import HELP
 
 
-class CommandOutcome(BaseModel):
+class SlashCommandOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     verb: str
@@ -73,7 +72,7 @@ def _retried(retried: repair_runs.Retried) -> str:
     return f"Run `{retried.run_id}` is still active; nothing to retry."
 
 
-async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
+async def _act(ctx: WorkflowContext, command: SlashCommandRequest) -> str:
     request, author, verb = command.request, command.author, command.command.verb
     if verb == "repair":
         started = await repair_runs.start_repair(ctx, request)
@@ -99,7 +98,7 @@ async def _act(ctx: WorkflowContext, command: CommandRequest) -> str:
 
 
 @typed_workflow("slash-command", version=3)
-async def slash_command(ctx: WorkflowContext, command: CommandRequest) -> CommandOutcome:
+async def slash_command(ctx: WorkflowContext, command: SlashCommandRequest) -> SlashCommandOutcome:
     request, author, verb = command.request, command.author, command.command.verb
     granted = await permission(
         ctx, author, repo=request.repo, installation_id=request.installation_id, step="permission"
@@ -114,10 +113,10 @@ async def slash_command(ctx: WorkflowContext, command: CommandRequest) -> Comman
             f"Sorry @{author}, repairbot only takes commands from people with write "
             "access to this repository.",
         )
-        return CommandOutcome(verb=verb, obeyed=False, permission=granted.permission)
+        return SlashCommandOutcome(verb=verb, obeyed=False, permission=granted.permission)
     reply = await _act(ctx, command)
     await _comment(ctx, request, ctx.run_id, "reply", f"@{author} {reply}")
-    return CommandOutcome(verb=verb, obeyed=True)
+    return SlashCommandOutcome(verb=verb, obeyed=True)
 
 
 WORKFLOWS = [slash_command]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.contracts.ids import command_workflow_id
+from app.contracts.ids import slash_command_workflow_id
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from tests.e2e.scenario import review, wait_end, wait_phase, workflow_id
@@ -98,7 +98,7 @@ async def test_repair_status_cancel_and_retry_from_a_maintainer(stack: LocalStac
         made = await stack.gh.comment(
             people.owner, stack.repo_name, number, text, as_user=people.maintainer
         )
-        run = await _settle(stack, command_workflow_id(made["id"]))
+        run = await _settle(stack, slash_command_workflow_id(made["id"]))
         assert run.status == "completed" and run.result["obeyed"] is True, run.result
         replies = [
             c["body"]
@@ -144,7 +144,7 @@ async def test_retry_after_a_merged_run_is_refused_with_a_reason(stack: LocalSta
     made = await stack.gh.comment(
         people.owner, stack.repo_name, number, "/repair retry", as_user=people.maintainer
     )
-    run = await _settle(stack, command_workflow_id(made["id"]))
+    run = await _settle(stack, slash_command_workflow_id(made["id"]))
     assert run.status == "completed" and run.result["obeyed"] is True, run.result
     replies = [
         c["body"]

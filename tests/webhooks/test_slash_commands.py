@@ -140,7 +140,7 @@ def test_commands_only_come_from_lines_starting_with_the_trigger(body: str) -> N
 
 
 def test_the_help_text_issues_no_command_even_when_quoted_back() -> None:
-    from handlers.slash import HELP
+    from app.contracts.requests import HELP
 
     assert parse_commands(HELP) == []
     assert parse_commands("\n".join("> " + line for line in HELP.splitlines())) == []
