@@ -24,7 +24,7 @@ from app.engine import Registry, TypedActivity
 from app.workflows import config_check as config_check_workflow
 from app.workflows import example as example_workflow
 from app.workflows import onboarding as onboarding_workflow
-from app.workflows import repair, slash_command, slash_command_v3, triage_v2
+from app.workflows import repair, slash_command, slash_command_v2, triage_v1
 from app.workflows import triage as triage_workflows
 
 #: One module per activity group: its contracts are what workflows call.
@@ -57,12 +57,12 @@ def build_registry() -> Registry:
     registry = Registry.of(
         [
             *example_workflow.WORKFLOWS,
+            *slash_command_v2.WORKFLOWS,
             *slash_command.WORKFLOWS,
-            *slash_command_v3.WORKFLOWS,
             *repair.WORKFLOWS,
             *onboarding_workflow.WORKFLOWS,
+            *triage_v1.WORKFLOWS,
             *triage_workflows.WORKFLOWS,
-            *triage_v2.WORKFLOWS,
             *config_check_workflow.WORKFLOWS,
         ]
     )

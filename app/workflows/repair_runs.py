@@ -23,7 +23,7 @@ from app.engine import (
 )
 from app.operations.run_actions import LANDED
 from app.workflows import repair
-from app.workflows.triage import (
+from app.workflows.triage_v1 import (
     FIRST_LOOK_SECONDS,
     HOLDING,
     LONGEST_LOOK_SECONDS,

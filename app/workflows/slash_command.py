@@ -1,18 +1,32 @@
-"""The slash-command workflow (version 2): check the author's permission
+"""The slash-command workflow (version 3): check the author's permission
 through the API, then act (start, cancel, retry, status, help) or refuse
 politely, once. Keyed by the comment's id (see :func:`slash_command_workflow_id`),
-so a captured comment redelivered under a new delivery id does nothing.
+so a captured comment redelivered under a new delivery id does nothing. It
+acts on the issue's repair run through the engine's run commands
+(:mod:`app.workflows.repair_runs`). Versions 1 and 2
+(:mod:`app.workflows.slash_command_v1`, :mod:`app.workflows.slash_command_v2`)
+stay registered for the runs recorded with them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import BaseModel, ConfigDict
 
-from app.contracts import github, runs
+from app.contracts import github
 from app.contracts.requests import HELP, RunRequest, SlashCommandRequest
-from app.engine import WorkflowContext, workflow
-from app.workflows import slash_command_v1
+from app.engine import RunDescription, WorkflowContext, typed_workflow
+from app.workflows import repair_runs
 from app.workflows.calls import call
+from app.workflows.permissions import permission
+
+
+class SlashCommandOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    verb: str
+    obeyed: bool
+    #: The author's permission when the command was refused.
+    permission: str | None = None
 
 
 async def _comment(
@@ -33,72 +47,63 @@ async def _comment(
     )
 
 
-def _describe(status: runs.DescribeResult) -> str:
-    if not status.exists:
+def _describe(seen: RunDescription) -> str:
+    if not seen.exists:
         return "No repair run for this issue yet. Comment `/repair` to start one."
-    text = f"Repair run `{status.run_id}` is **{status.status}**."
-    if status.phase is not None and status.phase.get("phase"):
-        text += f" Current phase: {status.phase['phase']}."
-    if status.error:
-        text += f"\n\nLast problem: {status.error}"
+    text = f"Repair run `{seen.run_id}` is **{seen.status}**."
+    if isinstance(seen.query, dict) and seen.query.get("phase"):
+        text += f" Current phase: {seen.query['phase']}."
+    if seen.error:
+        text += f"\n\nLast problem: {seen.error}"
     return text
+
+
+def _retried(retried: repair_runs.Retried) -> str:
+    if retried.created:
+        return f"Started a new repair run `{retried.run_id}`."
+    if retried.reason == repair_runs.MERGED:
+        return (
+            f"Run `{retried.run_id}` merged its fix, so there is nothing to retry. "
+            "If the bug is back, open a new issue (or label this one again)."
+        )
+    if retried.reason == repair_runs.CANCELLING:
+        return (
+            f"Run `{retried.run_id}` was parked; it was asked to cancel, and it is still "
+            "cleaning up. Comment `/repair retry` again once it has ended."
+        )
+    return f"Run `{retried.run_id}` is still active; nothing to retry."
 
 
 async def _act(ctx: WorkflowContext, command: SlashCommandRequest) -> str:
     request, author, verb = command.request, command.author, command.command.verb
     if verb == "repair":
-        started = await call(ctx, runs.start_repair, request, step="start")
+        started = await repair_runs.start_repair(ctx, request)
         return (
             f"Started repair run `{started.run_id}`. Progress is tracked in its status comment."
             if started.created
             else f"A repair run is already active for this issue: `{started.run_id}`."
         )
     if verb == "cancel":
-        outcome = await call(
-            ctx,
-            runs.cancel_repair,
-            runs.CancelInput(request=request, reason=f"@{author} asked to cancel"),
-            step="cancel",
-        )
+        cancelled = await repair_runs.cancel_repair(ctx, request, f"@{author} asked to cancel")
         return (
             "Cancelling the repair run: active work stops, evidence is kept, resources are "
             "cleaned up. The status comment will say when it is done."
-            if outcome.cancelled
+            if cancelled
             else "There is no active repair run to cancel."
         )
     if verb == "retry":
-        retried = await call(
-            ctx,
-            runs.retry_repair,
-            runs.RetryInput(request=request, author=author),
-            step="retry",
-        )
-        if retried.created:
-            return f"Started a new repair run `{retried.run_id}`."
-        if retried.reason == runs.MERGED:
-            return (
-                f"Run `{retried.run_id}` merged its fix, so there is nothing to retry. "
-                "If the bug is back, open a new issue (or label this one again)."
-            )
-        return f"Run `{retried.run_id}` is still active; nothing to retry."
+        return _retried(await repair_runs.retry_repair(ctx, request, author))
     if verb == "status":
-        described = await call(ctx, runs.describe_repair, request, step="status")
-        return _describe(described)
+        return _describe(await repair_runs.describe_repair(ctx, request))
     unknown = command.command.args if verb == "unknown" else None
     return (f"I don't know `/repair {unknown}`.\n\n" if unknown else "") + HELP
 
 
-@workflow("slash-command", version=2)
-async def slash_command(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
-    command = SlashCommandRequest.model_validate(raw)
+@typed_workflow("slash-command", version=3)
+async def slash_command(ctx: WorkflowContext, command: SlashCommandRequest) -> SlashCommandOutcome:
     request, author, verb = command.request, command.author, command.command.verb
-    granted = await call(
-        ctx,
-        github.permission,
-        github.PermissionInput(
-            repo=request.repo, installation_id=request.installation_id, user=author
-        ),
-        step="permission",
+    granted = await permission(
+        ctx, author, repo=request.repo, installation_id=request.installation_id, step="permission"
     )
     if not granted.may_write:
         # One refusal per person per issue: the operation id does not name this run.
@@ -110,10 +115,10 @@ async def slash_command(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, 
             f"Sorry @{author}, repairbot only takes commands from people with write "
             "access to this repository.",
         )
-        return {"verb": verb, "obeyed": False, "permission": granted.permission}
+        return SlashCommandOutcome(verb=verb, obeyed=False, permission=granted.permission)
     reply = await _act(ctx, command)
     await _comment(ctx, request, ctx.run_id, "reply", f"@{author} {reply}")
-    return {"verb": verb, "obeyed": True}
+    return SlashCommandOutcome(verb=verb, obeyed=True)
 
 
-WORKFLOWS = [slash_command_v1.slash_command, slash_command]
+WORKFLOWS = [slash_command]

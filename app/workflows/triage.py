@@ -15,50 +15,48 @@ GitHub (handlers make no network calls).
 
 Both are keyed by the delivery (a redelivery is one triage). Deterministic
 code only: every look at GitHub or at runs is an activity.
+
+This is version 2 of both: typed, and looking at and acting on the issue's
+repair run through the engine's run commands (:mod:`app.workflows.repair_runs`).
+Version 1 (:mod:`app.workflows.triage_v1`) stays registered for the runs
+recorded with it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.contracts import github, runs, triage
-from app.contracts.requests import RunRequest
+from pydantic import BaseModel, ConfigDict
+
+from app.contracts import github, triage
 from app.contracts.triage_inputs import CloseTriage, LabelTriage
-from app.engine import WorkflowContext, workflow
+from app.engine import TypedWorkflow, WorkflowContext, typed_workflow
+from app.workflows import repair_runs
 from app.workflows.calls import call
-
-#: Seconds between looks at a run that is still cancelling (doubling), and
-#: how long a relabel waits for it before it says why it gave up.
-FIRST_LOOK_SECONDS = 2.0
-LONGEST_LOOK_SECONDS = 60.0
-LONGEST_WAIT_SECONDS = 3600.0
-#: The run statuses that hold the issue (another run cannot start beside them).
-HOLDING = frozenset({"running", "cancelling", "needs-human", "blocked-nondeterministic"})
+from app.workflows.permissions import permission
+from app.workflows.triage_v1 import HOLDING, _say
 
 
-async def _say(
-    ctx: WorkflowContext, request: RunRequest, step: str, body: str, *, op_run: str | None = None
-) -> None:
-    """A comment on the issue; ``op_run`` (default: this triage) names its
-    marker, so one shared by several triages is one comment, updated."""
-    await call(
-        ctx,
-        github.comment,
-        github.CommentInput(
-            repo=request.repo,
-            installation_id=request.installation_id,
-            issue_number=request.issue_number,
-            op_run=op_run or ctx.run_id,
-            op_step=step,
-            body=body,
-        ),
-        step=f"comment-{step}",
-    )
+class LabelTriaged(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    started: bool
+    #: The run started, or the one already holding the issue.
+    run_id: str | None = None
+    #: Why no run was started.
+    why: str | None = None
 
 
-@workflow("label-triage", version=1)
-async def label_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
-    triaged = LabelTriage.model_validate(raw)
+class CloseTriaged(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cancelled: bool
+    #: Why the run was not cancelled.
+    why: str | None = None
+
+
+@typed_workflow("label-triage", version=2)
+async def label_triage(ctx: WorkflowContext, triaged: LabelTriage) -> LabelTriaged:
     request = triaged.request
     config = await call(
         ctx,
@@ -72,44 +70,33 @@ async def label_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
     )
     trigger = config.trigger_label or triaged.default_trigger
     if request.label != trigger:
-        return {"started": False, "why": f"{request.label!r} is not the trigger {trigger!r}"}
-    waited, delay, look = 0.0, FIRST_LOOK_SECONDS, 0
-    while True:
-        look += 1
-        started = await call(ctx, runs.start_repair, request, step=f"start-{look}")
-        if started.created:
-            return {"started": True, "run_id": started.run_id}
-        seen = await call(ctx, runs.describe_repair, request, step=f"look-{look}")
-        if seen.status in HOLDING and seen.status != "cancelling":
-            return {"started": False, "why": "a run is already active", "run_id": seen.run_id}
-        if seen.status == "cancelling":
-            if waited >= LONGEST_WAIT_SECONDS:
-                await _say(
-                    ctx,
-                    request,
-                    "relabel-gave-up",
-                    f"The `{trigger}` label was added again while run `{seen.run_id}` was "
-                    f"still cancelling, and it had not finished after {waited / 60:.0f} "
-                    "minutes, so no new run was started. Once it has ended, comment "
-                    "`/repair` (or label the issue again) to start one.",
-                )
-                return {"started": False, "why": "the cancelling run did not end in time"}
-            # A relabel during a cancel is a request for the next run: wait for
-            # this one to finish cleaning up (it still owns its branch and PR).
-            await ctx.sleep(delay)
-            waited += delay
-            delay = min(delay * 2, LONGEST_LOOK_SECONDS)
-        # Otherwise the run ended between the two looks: start again.
+        return LabelTriaged(started=False, why=f"{request.label!r} is not the trigger {trigger!r}")
+    attempt = await repair_runs.start_repair_after_cancels(ctx, request)
+    if attempt.started.created:
+        return LabelTriaged(started=True, run_id=attempt.started.run_id)
+    seen = attempt.holder
+    assert seen is not None  # no run started: one holds the issue
+    if seen.status == "cancelling":
+        await _say(
+            ctx,
+            request,
+            "relabel-gave-up",
+            f"The `{trigger}` label was added again while run `{seen.run_id}` was "
+            f"still cancelling, and it had not finished after {attempt.waited / 60:.0f} "
+            "minutes, so no new run was started. Once it has ended, comment "
+            "`/repair` (or label the issue again) to start one.",
+        )
+        return LabelTriaged(started=False, why="the cancelling run did not end in time")
+    return LabelTriaged(started=False, why="a run is already active", run_id=seen.run_id)
 
 
-@workflow("close-triage", version=1)
-async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, Any]:
-    triaged = CloseTriage.model_validate(raw)
+@typed_workflow("close-triage", version=2)
+async def close_triage(ctx: WorkflowContext, triaged: CloseTriage) -> CloseTriaged:
     request, closer = triaged.request, triaged.closer
-    seen = await call(ctx, runs.describe_repair, request, step="look")
+    seen = await repair_runs.describe_repair(ctx, request)
     if seen.status not in HOLDING or seen.status == "cancelling":
-        return {"cancelled": False, "why": "no run to cancel"}
-    number = (seen.phase or {}).get("pull_number")
+        return CloseTriaged(cancelled=False, why="no run to cancel")
+    number = seen.query.get("pull_number") if isinstance(seen.query, dict) else None
     if isinstance(number, int):
         pull = await call(
             ctx,
@@ -122,14 +109,9 @@ async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
         if pull.merged:
             # GitHub closed the issue because the run's PR merged (closing
             # keywords), whether the run or a person merged it: not a cancel.
-            return {"cancelled": False, "why": f"closed by the merge of #{number}"}
-    granted = await call(
-        ctx,
-        github.permission,
-        github.PermissionInput(
-            repo=request.repo, installation_id=request.installation_id, user=closer
-        ),
-        step="permission",
+            return CloseTriaged(cancelled=False, why=f"closed by the merge of #{number}")
+    granted = await permission(
+        ctx, closer, repo=request.repo, installation_id=request.installation_id, step="permission"
     )
     if not granted.may_write:
         # One comment per person per issue, however often they close it
@@ -143,14 +125,9 @@ async def close_triage(ctx: WorkflowContext, raw: dict[str, Any]) -> dict[str, A
             "can stop it with `/repair cancel`.",
             op_run=f"closed-by-reader:{request.repo_id or request.repo}#{request.issue_number}",
         )
-        return {"cancelled": False, "why": f"@{closer} has {granted.permission} access"}
-    outcome = await call(
-        ctx,
-        runs.cancel_repair,
-        runs.CancelInput(request=request, reason=f"the issue was closed by @{closer}"),
-        step="cancel",
-    )
-    return {"cancelled": outcome.cancelled}
+        return CloseTriaged(cancelled=False, why=f"@{closer} has {granted.permission} access")
+    cancelled = await repair_runs.cancel_repair(ctx, request, f"the issue was closed by @{closer}")
+    return CloseTriaged(cancelled=cancelled)
 
 
-WORKFLOWS = [label_triage, close_triage]
+WORKFLOWS: list[TypedWorkflow[Any, Any]] = [label_triage, close_triage]

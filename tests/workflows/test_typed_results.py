@@ -23,7 +23,7 @@ from app.engine._history import RecordedEvent
 from app.engine._registry import ENGINE_CANCEL_PHASES, LEGACY_CANCEL_PHASES, Registry
 from app.engine._replay import Outcome, WorkflowExecution
 from app.main.catalog import build_registry
-from app.workflows import config_check, onboarding, repair_runs, slash_command_v3, triage_v2
+from app.workflows import config_check, onboarding, repair_runs, slash_command, triage
 from app.workflows.config_check import config_check_run
 from app.workflows.onboarding import onboard
 from app.workflows.repair import repair
@@ -97,7 +97,7 @@ def test_the_determinism_check_reads_the_typed_workflow_itself() -> None:
 
     with pytest.raises(DeterminismViolation, match=r"time\.time"):
         Registry.of([reads_the_clock])
-    for module in (config_check, onboarding, repair_runs, slash_command_v3, triage_v2):
+    for module in (config_check, onboarding, repair_runs, slash_command, triage):
         check_module_source(module)  # their helpers are workflow code too
 
 
