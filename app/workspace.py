@@ -35,7 +35,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from app.github.gitcmd import (
     init_bare,
     remote_auth,
     run_git,
+    run_git_bytes,
 )
 from app.sandbox import userns
 
@@ -172,51 +173,12 @@ def _git_env(ws: Workspace | None = None) -> dict[str, str]:
     return git_env(_PINNED, extra=extra)
 
 
-@dataclass(frozen=True)
-class _GitOutput:
-    returncode: int
-    stdout: bytes
-    stderr: str
-
-
-async def _git(
-    args: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    input: bytes | None = None,
-    time_limit: float = _GIT_TIME_LIMIT,
-    secrets: Sequence[str] = (),
-) -> _GitOutput:
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        cwd=cwd,
-        env=dict(env),
-        stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,  # a timeout kills git-remote-http and friends too
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(input), time_limit)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await asyncio.shield(proc.wait())
-        raise
-    text = err.decode(errors="replace")
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    assert proc.returncode is not None
-    return _GitOutput(proc.returncode, out, text.strip())
-
-
 async def _git_ok(args: Sequence[str], *, ws: Workspace, input: bytes | None = None) -> bytes:
-    result = await _git(args, cwd=ws.repo, env=_git_env(ws), input=input)
+    result = await run_git_bytes(
+        args, cwd=ws.repo, env=_git_env(ws), input=input, time_limit=_GIT_TIME_LIMIT
+    )
     if result.returncode != 0:
-        raise WorkspaceError(f"git {args[0]} failed: {result.stderr}")
+        raise WorkspaceError(f"git {args[0]} failed: {result.stderr.strip()}")
     return result.stdout
 
 
@@ -348,11 +310,15 @@ async def apply_patch(
         args.append("--check")
     if not patch.endswith("\n"):
         patch += "\n"
-    result = await _git(
-        [*args, "-"], cwd=ws.repo, env=_git_env(ws), input=patch.encode(errors="surrogateescape")
+    result = await run_git_bytes(
+        [*args, "-"],
+        cwd=ws.repo,
+        env=_git_env(ws),
+        input=patch.encode(errors="surrogateescape"),
+        time_limit=_GIT_TIME_LIMIT,
     )
     if result.returncode != 0:
-        raise PatchRejected(result.stderr or "git apply failed")
+        raise PatchRejected(result.stderr.strip() or "git apply failed")
 
 
 async def snapshot(ws: Workspace) -> str:
@@ -393,7 +359,12 @@ async def diff_from(ws: Workspace, tree_ish: str, *, limit: int | None = None) -
 async def file_at(ws: Workspace, commit: str, path: str, *, limit: int) -> bytes | None:
     """A regular file's bytes at ``commit`` (our git directory), or ``None``
     when it is absent there, is not a regular file, or exceeds ``limit``."""
-    listed = await _git(["ls-tree", "-z", commit, "--", path], cwd=ws.repo, env=_git_env(ws))
+    listed = await run_git_bytes(
+        ["ls-tree", "-z", commit, "--", path],
+        cwd=ws.repo,
+        env=_git_env(ws),
+        time_limit=_GIT_TIME_LIMIT,
+    )
     fields = listed.stdout.split(b"\t", 1)[0].split() if listed.returncode == 0 else []
     if len(fields) != 3 or fields[0] not in (b"100644", b"100755"):
         return None

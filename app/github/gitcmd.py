@@ -96,7 +96,18 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-async def run_git(
+@dataclass(frozen=True)
+class GitOutput:
+    """git's answer with its output as bytes (file contents, tree listings):
+    what :func:`run_git` decodes. ``stderr`` is text, secrets already redacted."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+
+async def run_git_bytes(
     args: Sequence[str],
     *,
     cwd: Path,
@@ -104,9 +115,10 @@ async def run_git(
     input: bytes | None = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
     secrets: Sequence[str] = (),
-) -> GitResult:
-    """Run ``git <args>`` in ``cwd``. Never raises for a non-zero exit; raises
-    :class:`GitTimeout` after killing the process group when ``time_limit`` passes."""
+) -> GitOutput:
+    """Run ``git <args>`` in ``cwd``: the one way repairbot runs git. Never
+    raises for a non-zero exit; raises :class:`GitTimeout` after killing the
+    process group when ``time_limit`` passes."""
     argv = ("git", *args)
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -127,12 +139,24 @@ async def run_git(
         await _kill(proc)
         raise
     assert proc.returncode is not None
-    return GitResult(
-        argv=argv,
-        returncode=proc.returncode,
-        stdout=redact(out.decode(errors="replace"), secrets),
-        stderr=redact(err.decode(errors="replace"), secrets),
+    return GitOutput(argv, proc.returncode, out, redact(err.decode(errors="replace"), secrets))
+
+
+async def run_git(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    input: bytes | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    secrets: Sequence[str] = (),
+) -> GitResult:
+    """:func:`run_git_bytes` with its output as text (secrets redacted)."""
+    raw = await run_git_bytes(
+        args, cwd=cwd, env=env, input=input, time_limit=time_limit, secrets=secrets
     )
+    stdout = redact(raw.stdout.decode(errors="replace"), secrets)
+    return GitResult(argv=raw.argv, returncode=raw.returncode, stdout=stdout, stderr=raw.stderr)
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
