@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from arq import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.jobs import Job as ArqJob
 from arq.jobs import JobStatus
+from arq.worker import func
 
-from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher
+from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher, Consumer
 from app.engine._arq_scripts import TAKE, TAKE_SCRIPT, Script
 from app.engine._jobs import DEFAULT_QUEUE, Job
-from app.engine._redis_channel import connect, load_job
+from app.engine._redis_channel import connect, dump_result, load_job, redis_settings
 
 pytestmark = pytest.mark.redis
 
@@ -107,3 +109,28 @@ async def test_a_script_the_server_does_not_know_is_sent_again(pool: ArqRedis) -
     reply = await fresh(pool, [DEFAULT_QUEUE], [now, 100, 1, 1000, in_progress_key_prefix])
     assert reply[0] == b"loaded"
     assert (await pool.script_exists(fresh.sha)) == [True]
+
+
+async def _noop(ctx: dict[str, Any], kind: str, ref: str, job_id: str) -> None:
+    return None
+
+
+async def test_a_burst_consumer_takes_no_more_than_its_burst(
+    pool: ArqRedis, redis_url: str
+) -> None:
+    await ArqDispatcher(pool).enqueue([_job(f"b-{i}") for i in range(3)])
+    consumer = Consumer(
+        functions=[func(_noop, name=JOB_FUNCTION)],
+        redis_settings=redis_settings(redis_url),
+        queue_name=DEFAULT_QUEUE,
+        burst=True,
+        max_burst_jobs=1,
+        keep_result=0,
+        job_serializer=dump_result,
+        job_deserializer=load_job,
+        handle_signals=False,
+    )
+    await consumer.async_run()  # burst: returns once its one job is done
+    await consumer.close()
+    assert consumer.jobs_complete == 1
+    assert await pool.zcard(DEFAULT_QUEUE) == 2  # the other two left in the queue
