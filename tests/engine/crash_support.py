@@ -23,12 +23,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.engine import _history_commands as ev
 from app.engine._db import make_engine
 from app.engine._runtime import SETTLED
 from app.engine._store import RunRow, Store
+from app.engine._store.schema import runs
 from app.engine._tables import ActivityTask, OutboxRow, WorkerRecord
 from tests.engine.crash_worker import REGISTRY
 
@@ -251,6 +252,12 @@ class CrashLab:
 
     def events(self, run_id: str) -> list[ev.RecordedEvent]:
         return self.store.load_events(run_id)
+
+    def runs_under(self, workflow_id: str) -> int:
+        """How many runs were ever started under ``workflow_id`` (exactly-once checks)."""
+        with self.engine.connect() as conn:
+            counted = select(func.count()).select_from(runs)
+            return int(conn.execute(counted.where(runs.c.workflow_id == workflow_id)).scalar_one())
 
     def task_rows(self, run_id: str) -> list[Any]:
         with self.engine.connect() as conn:

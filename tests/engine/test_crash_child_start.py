@@ -10,20 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
 
 from app.engine import _history_commands as ev
-from app.engine._store.schema import runs
 from tests.engine.crash_support import CrashLab, assert_history_sound
-
-
-def _runs_of(lab: CrashLab, workflow_id: str) -> int:
-    with lab.engine.connect() as conn:
-        return int(
-            conn.execute(
-                select(func.count()).select_from(runs).where(runs.c.workflow_id == workflow_id)
-            ).scalar_one()
-        )
 
 
 @pytest.mark.parametrize(
@@ -47,10 +36,10 @@ def test_kill_around_a_child_start_starts_exactly_one_child(
                 ev.CHILD_WORKFLOW_REQUESTED,
                 ev.CHILD_WORKFLOW_STARTED,
             ]
-            assert _runs_of(lab, "child-crash") == 1
+            assert lab.runs_under("child-crash") == 1
         else:  # nothing of the killed transaction is visible
             assert types == [ev.WORKFLOW_STARTED]
-            assert _runs_of(lab, "child-crash") == 0
+            assert lab.runs_under("child-crash") == 0
 
         fresh.go()
         parent = lab.wait_settled(run_id)
@@ -58,7 +47,7 @@ def test_kill_around_a_child_start_starts_exactly_one_child(
         assert child is not None
         lab.wait_settled(child.run_id)
 
-        assert _runs_of(lab, "child-crash") == 1
+        assert lab.runs_under("child-crash") == 1
         assert (parent.status, parent.result) == ("completed", {"child_run": child.run_id})
         history = lab.events(run_id)
         assert [e.type for e in history].count(ev.CHILD_WORKFLOW_REQUESTED) == 1

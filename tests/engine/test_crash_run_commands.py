@@ -9,20 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
 
 from app.engine import _history_commands as ev
-from app.engine._store.schema import runs
 from tests.engine.crash_support import CrashLab, assert_history_sound
-
-
-def _runs_of(lab: CrashLab, workflow_id: str) -> int:
-    with lab.engine.connect() as conn:
-        return int(
-            conn.execute(
-                select(func.count()).select_from(runs).where(runs.c.workflow_id == workflow_id)
-            ).scalar_one()
-        )
 
 
 @pytest.mark.parametrize(
@@ -46,10 +35,10 @@ def test_kill_around_a_start_run_starts_exactly_one_run(
                 ev.RUN_START_REQUESTED,
                 ev.RUN_COMMAND_ANSWERED,
             ]
-            assert _runs_of(lab, "started-crash") == 1
+            assert lab.runs_under("started-crash") == 1
         else:  # nothing of the killed transaction is visible
             assert types == [ev.WORKFLOW_STARTED]
-            assert _runs_of(lab, "started-crash") == 0
+            assert lab.runs_under("started-crash") == 0
 
         fresh.go()
         starter = lab.wait_settled(run_id)
@@ -57,7 +46,7 @@ def test_kill_around_a_start_run_starts_exactly_one_run(
         assert started is not None
         lab.wait_settled(started.run_id)
 
-        assert _runs_of(lab, "started-crash") == 1
+        assert lab.runs_under("started-crash") == 1
         assert (starter.status, starter.result) == (
             "completed",
             {"run_id": started.run_id, "created": True},
