@@ -71,7 +71,7 @@ from app.engine import (
 from app.evidence import EvidenceStore
 from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, ensure_check_run
-from app.github.client import GitHubClientFactory
+from app.github.client import GitHubClientFactory, InstallationGitHub
 from app.github.comments import ensure_comment, find_comments
 from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
@@ -236,11 +236,15 @@ class GitHubActivities:
         self.evidence = evidence
         self.settings = settings
 
+    def _client(self, request: RepoInput) -> tuple[InstallationGitHub, RepoRef]:
+        """The installation's client, scoped to the request's repository, and that repository."""
+        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        return gh, RepoRef.parse(request.repo)
+
     @implements(github.permission)
     async def permission(self, actx: ActivityContext, request: PermissionInput) -> PermissionResult:
         """A user's permission on the repository (admin, write, read or none), from the API."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         try:
             response = await gh.rest.repos.async_get_collaborator_permission_level(
                 repo.owner, repo.name, request.user
@@ -254,8 +258,7 @@ class GitHubActivities:
     @implements(github.branch_head)
     async def branch_head(self, actx: ActivityContext, request: BranchInput) -> BranchHeadResult:
         """The commit a branch points at now."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         with classified(mutation=False):
             response = await gh.rest.git.async_get_ref(
                 repo.owner, repo.name, f"heads/{request.branch}"
@@ -265,8 +268,7 @@ class GitHubActivities:
     @implements(github.compare)
     async def compare(self, actx: ActivityContext, request: CompareInput) -> CompareResult:
         """How ``head`` relates to ``base`` (``ahead``: a fast-forward of it)."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         try:
             response = await gh.rest.repos.async_compare_commits(
                 repo.owner, repo.name, f"{request.base}...{request.head}"
@@ -280,8 +282,7 @@ class GitHubActivities:
     @implements(github.commit_trees)
     async def commit_trees(self, actx: ActivityContext, request: TreesInput) -> TreesResult:
         """The tree of each commit, read back from GitHub (what landed, what was verified)."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         trees: dict[str, str] = {}
         for sha in dict.fromkeys(request.commits):
             with classified(mutation=False):
@@ -292,8 +293,7 @@ class GitHubActivities:
     @implements(github.read_issue)
     async def read_issue(self, actx: ActivityContext, request: IssueInput) -> IssueView:
         """The issue as it is now: title, body, author, state."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         with classified(mutation=False):
             issue = (
                 await gh.rest.issues.async_get(repo.owner, repo.name, request.number)
@@ -311,8 +311,7 @@ class GitHubActivities:
         """The policy in force now: the build's policy version and the repository's
         config as it is at the branch's head (read from git, not from the run)."""
         access = self.access
-        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         with classified(mutation=False):
             ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
         head = ref.parsed_data.object_.sha
@@ -331,8 +330,8 @@ class GitHubActivities:
 
     @implements(github.read_pull_request)
     async def read_pull_request(self, actx: ActivityContext, request: PullInput) -> PullView:
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
+        gh, repo = self._client(request)
+        state = await read_pull(gh, repo, request.number)
         return _pull_view(state)
 
     @implements(github.observe)
@@ -347,8 +346,7 @@ class GitHubActivities:
 
     async def _observe(self, actx: ActivityContext, request: ObserveInput) -> ObserveResult:
         access = self.access
-        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         with classified(mutation=False):
             issue = (
                 await gh.rest.issues.async_get(repo.owner, repo.name, request.issue_number)
@@ -625,8 +623,7 @@ class GitHubActivities:
         Safe to retry: the same inputs give the same commit, the push is conditional
         and the pull request is found by its marker."""
         access = self.access
-        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         with classified(mutation=False):
             merged = await gh.rest.git.async_get_commit(repo.owner, repo.name, request.merge_sha)
         if not merged.parsed_data.parents:
@@ -675,16 +672,15 @@ class GitHubActivities:
     @implements(github.ready_for_review)
     async def ready_for_review(self, actx: ActivityContext, request: PullInput) -> ReadyResult:
         """Take the approved draft out of draft so it can be merged (idempotent)."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        changed = await mark_ready_for_review(gh, RepoRef.parse(request.repo), request.number)
+        gh, repo = self._client(request)
+        changed = await mark_ready_for_review(gh, repo, request.number)
         return ReadyResult(changed=changed)
 
     @implements(github.close_pull)
     async def close_pull(self, actx: ActivityContext, request: ClosePullInput) -> ClosePullResult:
         """Say why on the pull request (once, by marker), then close it (idempotent)."""
         access = self.access
-        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
-        repo = RepoRef.parse(request.repo)
+        gh, repo = self._client(request)
         if request.comment and request.op_run and request.op_step:
             await ensure_comment(
                 gh,
@@ -701,21 +697,19 @@ class GitHubActivities:
     @implements(github.check_run)
     async def check_run(self, actx: ActivityContext, request: CheckRunInput) -> CheckRunResult:
         """The run's check on its proposed commit (found by operation id, updated in place)."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
+        gh, repo = self._client(request)
         view = CheckRunView(
             name=request.name,
             title=request.title,
             summary=request.summary,
             conclusion=request.conclusion,
         )
-        result = await ensure_check_run(
-            gh, RepoRef.parse(request.repo), request.head_sha, request.op, view
-        )
+        result = await ensure_check_run(gh, repo, request.head_sha, request.op, view)
         return CheckRunResult(id=result.id)
 
     async def _merged_already(self, actx: ActivityContext, request: MergeInput) -> ReconcileResult:
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        state = await read_pull(gh, RepoRef.parse(request.repo), request.number)
+        gh, repo = self._client(request)
+        state = await read_pull(gh, repo, request.number)
         if state.merged:
             return Found(MergeResult(outcome="merged", merge_commit_sha=state.merge_commit_sha))
         return Absent()
@@ -723,10 +717,8 @@ class GitHubActivities:
     @implements(github.merge, reconcile=_merged_already)
     async def merge(self, actx: ActivityContext, request: MergeInput) -> MergeResult:
         """Merge only if the head is still the approved commit (``sha``-pinned)."""
-        gh = self.access.factory.for_installation(request.installation_id, repository=request.repo)
-        outcome = await merge_pinned(
-            gh, RepoRef.parse(request.repo), request.number, request.sha, request.method
-        )
+        gh, repo = self._client(request)
+        outcome = await merge_pinned(gh, repo, request.number, request.sha, request.method)
         if isinstance(outcome, Merged):
             result = MergeResult(outcome="merged", merge_commit_sha=outcome.merge_commit_sha)
         elif isinstance(outcome, HeadMoved):
