@@ -40,7 +40,7 @@ from arq.worker import func
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from app.engine._arq_scripts import ENQUEUE_SCRIPT, TAKE_SCRIPT, execute
+from app.engine._arq_scripts import ENQUEUE_SCRIPT, START_SCRIPT, execute
 from app.engine._doorbell import Doorbell, add_rings
 from app.engine._jobs import DEFAULT_QUEUE, RETRACT, Job, workflow_queue
 from app.engine._redis_channel import dump_result, load_job, use_json
@@ -189,41 +189,26 @@ class Consumer(ArqWorker):
             else:
                 await self.doorbell.wait(self.queue_name, self.poll_delay_s)
 
-    async def _poll_iteration(self) -> None:
-        """arq's poll, with its ZRANGEBYSCORE and the start of each job (four
-        round trips a job) done by one script
-        (:data:`~app.engine._arq_scripts.TAKE`), which takes no more jobs
-        than this consumer has free slots: the rest stay free for others."""
-        free = self.max_jobs - self.job_counter
-        if self.burst and self.max_burst_jobs >= 0:
-            free = min(free, self.max_burst_jobs - self._jobs_started())
-        if self.allow_pick_jobs and free > 0:
-            await self._take(free)
-        if self.allow_abort_jobs:
-            await self._cancel_aborted_jobs()
-        for job_id, task in list(self.tasks.items()):
-            if task.done():
-                del self.tasks[job_id]
-                task.result()  # as arq does: a failure in run_job is raised here
-        await self.heart_beat()
-
-    async def _take(self, free: int) -> None:
-        reply = await TAKE_SCRIPT(
-            self.pool,
-            [self.queue_name],
-            [
-                int(time.time() * 1000),
-                self.queue_read_limit,
-                free,
-                int(self.in_progress_timeout_s * 1000),
-                in_progress_key_prefix,
-            ],
-        )
-        for job_id_b, score in zip(reply[0::2], reply[1::2], strict=True):
-            # A free slot was counted above and only this loop takes one.
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's ``start_jobs`` with its WATCH/EXISTS/ZSCORE/MULTI (four round
+        trips per job) done by one script (:data:`~app.engine._arq_scripts.START`)."""
+        for job_id_b in job_ids:
             await self.sem.acquire()
+            if self.job_counter >= self.max_jobs:
+                self.sem.release()
+                return
             self.job_counter += 1
             job_id = job_id_b.decode()
+            score = await START_SCRIPT(
+                self.pool,
+                [in_progress_key_prefix + job_id, self.queue_name],
+                [job_id, int(time.time() * 1000), int(self.in_progress_timeout_s * 1000)],
+            )
+            if score is None:
+                # Started elsewhere, finished, or deferred again meanwhile.
+                self.job_counter -= 1
+                self.sem.release()
+                continue
             task = self.loop.create_task(self.run_job(job_id, int(float(score))))
             task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
             self.tasks[job_id] = task

@@ -1,23 +1,18 @@
-"""arq's enqueue, and its poll with the start of the jobs it finds, each as
-one Redis round trip.
+"""arq's enqueue and job start, each as one Redis round trip.
 
-arq 0.28 enqueues with WATCH, EXISTS and MULTI/EXEC (three round trips),
-polls with ZRANGEBYSCORE (one) and starts each job it found with WATCH,
-EXISTS, ZSCORE and MULTI/EXEC (four), all on the path of every job a run
-sends through Redis. These Lua scripts do the same checks and writes
-atomically on the server, in one round trip each, on
+arq 0.28 enqueues with WATCH, EXISTS and MULTI/EXEC (three round trips) and
+starts a job with WATCH, EXISTS, ZSCORE and MULTI/EXEC (four), all on the
+path of every job a run sends through Redis. These Lua scripts do the same
+checks and writes atomically on the server, in one round trip each, on
 arq's own keys and formats: a job written here is read by arq's worker, and
 the jobs arq writes are started here. Behaviour is arq's:
 
 - enqueue: nothing is written when the job id's job key or result key
   exists (a double send is one job); else the job key with its expiry and
   the queue entry with its score;
-- take (poll and start): arq's poll reads the due ids; each that has no
-  in-progress key is taken (the in-progress key set, with arq's timeout), up
-  to the consumer's free slots. A job a crashed worker took therefore keeps
-  its keys exactly as under arq's own start. The script builds the
-  in-progress key names from arq's prefix itself, so it needs every key on
-  one server (no Redis Cluster, which arq does not support either).
+- start: the job is taken when no in-progress key exists and its score is
+  due; the in-progress key is then set, with arq's timeout. A job a crashed
+  worker took therefore keeps its keys exactly as under arq's own start.
 
 Scripts run by SHA; a server that does not know one yet (a restart, a
 flush of the script cache) is sent it once and the call repeated.
@@ -41,24 +36,14 @@ redis.call('zadd', KEYS[3], ARGV[3], ARGV[4])
 return 1
 """
 
-#: KEYS: queue. ARGV: now ms, ids to read, jobs to take, in-progress timeout ms,
-#: in-progress key prefix. Returns id, score, id, score... of the jobs taken.
-#: Reads past jobs in progress (a busy consumer's, a dead one's) as arq's poll
-#: does, so they cannot hide due jobs behind them.
-TAKE = """
-local ids = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-local taken = {}
-local want = tonumber(ARGV[3])
-for _, id in ipairs(ids) do
-    if #taken >= 2 * want then break end
-    local key = ARGV[5] .. id
-    if redis.call('exists', key) == 0 then
-        redis.call('psetex', key, ARGV[4], '1')
-        table.insert(taken, id)
-        table.insert(taken, redis.call('zscore', KEYS[1], id))
-    end
-end
-return taken
+#: KEYS: in-progress key, queue. ARGV: job id, now ms, in-progress timeout ms.
+#: Returns the job's score, or nil when it is not to be started here.
+START = """
+if redis.call('exists', KEYS[1]) == 1 then return false end
+local score = redis.call('zscore', KEYS[2], ARGV[1])
+if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
+redis.call('psetex', KEYS[1], ARGV[3], '1')
+return score
 """
 
 
@@ -97,4 +82,4 @@ async def execute(redis: Redis, build: Any, scripts: Sequence[Script]) -> list[A
 
 
 ENQUEUE_SCRIPT = Script(ENQUEUE)
-TAKE_SCRIPT = Script(TAKE)
+START_SCRIPT = Script(START)

@@ -1,26 +1,23 @@
-"""The one-round-trip enqueue and take (app/engine/_arq_scripts.py) keep
+"""The one-round-trip enqueue and start (app/engine/_arq_scripts.py) keep
 arq's keys and rules, on the real Redis: what the dispatcher writes is a job
 arq reads, a double send is one job, a job in progress or not yet due is not
-started, a take takes no more jobs than asked and looks past jobs in
-progress, and a server that lost the scripts gets them again."""
+started, and a server that lost the scripts gets them again."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from arq import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.jobs import Job as ArqJob
 from arq.jobs import JobStatus
-from arq.worker import func
 
-from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher, Consumer
-from app.engine._arq_scripts import TAKE, TAKE_SCRIPT, Script
+from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher
+from app.engine._arq_scripts import START, START_SCRIPT, Script
 from app.engine._jobs import DEFAULT_QUEUE, Job
-from app.engine._redis_channel import connect, dump_result, load_job, redis_settings
+from app.engine._redis_channel import connect, load_job
 
 pytestmark = pytest.mark.redis
 
@@ -37,14 +34,12 @@ def _job(job_id: str, not_before: float = 0.0) -> Job:
     return Job(job_id, "activity", "17", queue=DEFAULT_QUEUE, not_before=not_before)
 
 
-async def _take(pool: ArqRedis, want: int, read: int = 100) -> dict[str, float]:
-    """The jobs a consumer with ``want`` free slots takes: id -> score."""
-    reply = await TAKE_SCRIPT(
+async def _start(pool: ArqRedis, job_id: str) -> object:
+    return await START_SCRIPT(
         pool,
-        [DEFAULT_QUEUE],
-        [int(time.time() * 1000), read, want, 60_000, in_progress_key_prefix],
+        [in_progress_key_prefix + job_id, DEFAULT_QUEUE],
+        [job_id, int(time.time() * 1000), 60_000],
     )
-    return {i.decode(): float(score) for i, score in zip(reply[0::2], reply[1::2], strict=True)}
 
 
 async def test_an_enqueued_job_is_arqs_and_a_second_send_is_the_same_job(pool: ArqRedis) -> None:
@@ -71,66 +66,31 @@ async def test_a_deferred_job_is_scored_at_its_time_and_not_started_before(
     await ArqDispatcher(pool).enqueue([_job("later", not_before=due)])
     assert await pool.zscore(DEFAULT_QUEUE, "later") == pytest.approx(due * 1000, abs=1)
     assert await pool.pttl("arq:job:later") > 3_600_000 + 25_000
-    assert await _take(pool, 1) == {}
+    assert await _start(pool, "later") is None
     assert not await pool.exists(in_progress_key_prefix + "later")
 
 
 async def test_a_job_is_started_once(pool: ArqRedis) -> None:
     await ArqDispatcher(pool).enqueue([_job("once")])
-    taken = await _take(pool, 1)
-    assert taken == {"once": await pool.zscore(DEFAULT_QUEUE, "once")}
+    score = await _start(pool, "once")
+    assert score is not None
+    assert int(float(score)) == int(await pool.zscore(DEFAULT_QUEUE, "once") or 0)  # type: ignore[arg-type]
     assert 0 < await pool.pttl(in_progress_key_prefix + "once") <= 60_000
     # In progress: a second consumer does not take it.
-    assert await _take(pool, 1) == {}
-
-
-async def test_a_take_takes_no_more_jobs_than_free_slots(pool: ArqRedis) -> None:
-    await ArqDispatcher(pool).enqueue([_job(f"j-{i}") for i in range(3)])
-    assert len(await _take(pool, 2)) == 2
-    assert await _take(pool, 2) != {}  # the third was left for another consumer
-
-
-async def test_a_take_looks_past_jobs_in_progress(pool: ArqRedis) -> None:
-    # Jobs stay in arq's queue until they finish, so a busy (or dead)
-    # consumer's jobs come first; a due job behind them is still found.
-    await ArqDispatcher(pool).enqueue([_job(f"busy-{i}") for i in range(3)])
-    assert len(await _take(pool, 3)) == 3
-    await ArqDispatcher(pool).enqueue([_job("waiting")])
-    assert list(await _take(pool, 1)) == ["waiting"]
+    assert await _start(pool, "once") is None
+    # Gone from the queue (finished): nothing to start.
+    assert await _start(pool, "absent") is None
 
 
 async def test_a_script_the_server_does_not_know_is_sent_again(pool: ArqRedis) -> None:
     # A source no server has seen (its own SHA), rather than flushing the
     # script cache of a server other tests share.
-    fresh = Script(TAKE + f"\n-- {time.time_ns()}\n")
+    fresh = Script(START + f"\n-- {time.time_ns()}\n")
     assert (await pool.script_exists(fresh.sha)) == [False]
     await ArqDispatcher(pool).enqueue([_job("loaded")])
     now = int(time.time() * 1000)
-    reply = await fresh(pool, [DEFAULT_QUEUE], [now, 100, 1, 1000, in_progress_key_prefix])
-    assert reply[0] == b"loaded"
-    assert (await pool.script_exists(fresh.sha)) == [True]
-
-
-async def _noop(ctx: dict[str, Any], kind: str, ref: str, job_id: str) -> None:
-    return None
-
-
-async def test_a_burst_consumer_takes_no_more_than_its_burst(
-    pool: ArqRedis, redis_url: str
-) -> None:
-    await ArqDispatcher(pool).enqueue([_job(f"b-{i}") for i in range(3)])
-    consumer = Consumer(
-        functions=[func(_noop, name=JOB_FUNCTION)],
-        redis_settings=redis_settings(redis_url),
-        queue_name=DEFAULT_QUEUE,
-        burst=True,
-        max_burst_jobs=1,
-        keep_result=0,
-        job_serializer=dump_result,
-        job_deserializer=load_job,
-        handle_signals=False,
+    score = await fresh(
+        pool, [in_progress_key_prefix + "loaded", DEFAULT_QUEUE], ["loaded", now, 1000]
     )
-    await consumer.async_run()  # burst: returns once its one job is done
-    await consumer.close()
-    assert consumer.jobs_complete == 1
-    assert await pool.zcard(DEFAULT_QUEUE) == 2  # the other two left in the queue
+    assert score is not None
+    assert (await pool.script_exists(fresh.sha)) == [True]
