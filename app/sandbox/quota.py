@@ -16,6 +16,13 @@ Three mechanisms, each for what the others cannot see (docs/security.md):
   It polls, so a fast writer can overshoot by what it writes in one period;
   the period adapts to the cost of a walk so a big tree does not eat the
   worker's CPU.
+
+An unprivileged worker is not the sandbox user (:mod:`app.sandbox.userns`),
+so a ``0700`` directory the command makes (``mktemp -d``, pytest's
+``tmp_path``) is closed to it. There the walks run in a probe inside the
+command's user namespace, as its root, whose ``CAP_DAC_READ_SEARCH`` reads
+every file of a user the namespace maps: this module run as a script
+(standard library only, like :mod:`app.sandbox.userns_helper`).
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import stat
+import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +135,63 @@ def _outermost(paths: Sequence[Path]) -> list[Path]:
     return kept
 
 
+class NamespaceProbe:
+    """Measures inside the user namespace ``userns_fd`` names: a process of
+    its own (``nsenter`` into it, then this module as a script) that walks
+    once per request and answers with one JSON line.
+
+    Anything other than an answer (the probe could not start, died, or said
+    something else) counts as unmeasurable, so over the quota (fail closed).
+    Blocking: call it from the watch's thread.
+    """
+
+    def __init__(self, userns_fd: int, paths: Sequence[Path], quota: DiskQuota) -> None:
+        argv = ["nsenter", f"--user=/proc/self/fd/{userns_fd}", "--"]
+        argv += [sys.executable, "-I", "-S", __file__, str(quota.bytes), str(quota.entries)]
+        self._argv = [*argv, *(str(p) for p in paths)]
+        self._userns_fd = userns_fd
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __call__(self) -> Usage:
+        try:
+            process = self._started()
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(b"measure\n")
+            process.stdin.flush()
+            answer = process.stdout.readline()
+            used, entries, why = json.loads(answer)
+            return Usage(int(used), int(entries), unmeasurable=why and str(why))
+        except (OSError, ValueError, TypeError) as exc:
+            return Usage(0, 0, unmeasurable=f"a tree its disk quota could not measure ({exc})")
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._process is None:
+            self._process = subprocess.Popen(
+                self._argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                pass_fds=[self._userns_fd],
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
+        return self._process
+
+    def close(self) -> None:
+        """End the probe (it exits when its input closes)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
 class QuotaWatch:
     """Measures ``paths`` in a thread until stopped; ``exceeded`` is set (and
     awaitable) once they hold more than ``quota`` allows.
@@ -134,36 +201,69 @@ class QuotaWatch:
     core however large the tree is. Walks run on a thread of the watch's own:
     a long walk must never hold a thread of the loop's default executor,
     which starts and cleans up every other command.
+
+    ``userns_fd``: the command's user namespace when the worker is not the
+    sandbox user; the walks then run in a :class:`NamespaceProbe`.
     """
 
-    def __init__(self, paths: Sequence[Path], quota: DiskQuota) -> None:
+    def __init__(
+        self, paths: Sequence[Path], quota: DiskQuota, *, userns_fd: int | None = None
+    ) -> None:
         self.paths = list(paths)
         self.quota = quota
+        self._probe = NamespaceProbe(userns_fd, paths, quota) if userns_fd is not None else None
+        self._measure: Callable[[], Usage] = self._probe or (lambda: measure(self.paths, quota))
         self.exceeded = asyncio.Event()
         #: Why, once ``exceeded`` is set.
         self.reason: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._walked = asyncio.Event()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._watch())
 
     async def stop(self) -> None:
+        """Stop watching. A command that ended before the first walk did still
+        gets that walk: a workspace already over its quota (an earlier command
+        filled it) is reported whatever the timing."""
         if self._task is not None:
+            if not self._task.done() and not self._walked.is_set():
+                walked = asyncio.ensure_future(self._walked.wait())
+                await asyncio.wait({self._task, walked}, return_when=asyncio.FIRST_COMPLETED)
+                walked.cancel()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        # A walk under way finishes by itself (it stops at the quota).
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        # A walk under way finishes by itself (it stops at the quota); the
+        # probe is ended after it, on the same thread.
+        if self._probe is not None:
+            self._thread.submit(self._probe.close)
+        self._thread.shutdown(wait=False)
 
     async def _watch(self) -> None:
         while True:
             started = time.monotonic()
             loop = asyncio.get_running_loop()
-            usage = await loop.run_in_executor(self._thread, measure, self.paths, self.quota)
+            usage = await loop.run_in_executor(self._thread, self._measure)
             self.reason = self.quota.exceeded_by(usage)
+            self._walked.set()
             if self.reason is not None:
                 self.exceeded.set()
                 return
             took = time.monotonic() - started
             await asyncio.sleep(max(self.quota.interval, 4 * took))
+
+
+def _serve(argv: list[str]) -> None:
+    """The probe's side of :class:`NamespaceProbe`: ``<bytes> <entries>
+    <path>...``, then one walk per line read, one JSON answer per walk."""
+    quota = DiskQuota(bytes=int(argv[0]), entries=int(argv[1]))
+    paths = [Path(p) for p in argv[2:]]
+    for _ in sys.stdin:
+        usage = measure(paths, quota)
+        print(json.dumps([usage.bytes, usage.entries, usage.unmeasurable]), flush=True)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1:])

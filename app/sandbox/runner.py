@@ -462,7 +462,10 @@ async def _run(
         # wrong, which is a result to show, not an infrastructure failure.
         return _not_started(command, exc, 127 if isinstance(exc, FileNotFoundError) else 126)
     quota = sandbox.limits.disk_quota
-    watch = QuotaWatch(writable, quota) if quota is not None else None
+    watch = None
+    if quota is not None:
+        userns_fd = launch.userns.fd if launch.userns is not None else None
+        watch = QuotaWatch(writable, quota, userns_fd=userns_fd)
     timed_out = False
     try:
         if watch is not None:
@@ -494,7 +497,7 @@ async def _run(
     if launch.backend == "bwrap" and 128 < exit_code <= 128 + 64:
         # bwrap reports a command killed by signal N as 128 + N, like a shell.
         exit_code = 128 - exit_code
-    over_quota = _over_quota(ending, watch, exit_code, quota)
+    over_quota = _over_quota(watch, exit_code, quota)
     if over_quota is not None:
         capture.feed(f"\n[repairbot: stopped: {over_quota}]\n".encode())
     head, tail = capture.excerpts(
@@ -516,13 +519,12 @@ async def _run(
     return CommandRun(result=result, output=capture.captured())
 
 
-def _over_quota(
-    ending: str, watch: QuotaWatch | None, exit_code: int, quota: DiskQuota | None
-) -> str | None:
-    """Why the disk quota ended the command, or None: the watcher killed it,
+def _over_quota(watch: QuotaWatch | None, exit_code: int, quota: DiskQuota | None) -> str | None:
+    """Why the disk quota ended the command, or None: the watcher found the
+    workspace over it (and killed the command, unless it had ended first),
     or the command died of SIGXFSZ (a file grew past ``RLIMIT_FSIZE``, which
     is never above the quota), directly or as a shell reports its child's."""
-    if ending == "quota" and watch is not None:
+    if watch is not None and watch.reason is not None:
         return watch.reason
     if quota is not None and exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
         return quota.bytes_message()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from app.agent import AgentRequest, CommandAgent
 from app.agent.base import ProposalRefused
 from app.repo_config import Command
 from app.sandbox import Isolation
-from app.sandbox.quota import DiskQuota, QuotaWatch, measure
+from app.sandbox.quota import DiskQuota, NamespaceProbe, QuotaWatch, measure
 from app.sandbox.runner import CommandRun, ResourceLimits, Sandbox, run_command
 from app.workspace import Workspace
 from tests.sandbox.conftest import Worker
@@ -241,3 +242,55 @@ async def test_the_watcher_needs_no_thread_of_the_default_executor(tmp_path: Pat
         busy.set()
         await blocked
         executor.shutdown()
+
+
+@pytest.fixture
+def user_namespace() -> Iterator[int]:
+    """A descriptor of a user namespace this (root) process may enter."""
+    holder = subprocess.Popen(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", "echo in; exec cat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == b"in\n"  # unshared and mapped
+    fd = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+        holder.stdin.close()
+        holder.wait(10)
+
+
+def test_the_namespace_probe_measures_as_the_worker_would(
+    tmp_path: Path, user_namespace: int
+) -> None:
+    """The probe (an unprivileged worker's watcher) answers walk after walk,
+    each seeing the tree as it is then."""
+    quota = DiskQuota(bytes=1 << 40)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "data").write_bytes(bytes(MiB))
+    probe = NamespaceProbe(user_namespace, [tmp_path], quota)
+    try:
+        assert probe() == measure([tmp_path], quota)
+        (tmp_path / "more").write_bytes(bytes(2 * MiB))
+        second = probe()
+        assert second == measure([tmp_path], quota)
+        assert second.bytes >= 3 * MiB and second.entries == 3
+    finally:
+        probe.close()
+
+
+async def test_a_probe_that_cannot_measure_stops_the_command(tmp_path: Path) -> None:
+    """Fail closed: a probe that cannot enter the namespace (here the
+    descriptor names a plain file) reads as a tree over the quota."""
+    with open(tmp_path / "not-a-namespace", "w") as plain:
+        watch = QuotaWatch([tmp_path], DiskQuota(bytes=1 << 40), userns_fd=plain.fileno())
+        watch.start()
+        try:
+            await asyncio.wait_for(watch.exceeded.wait(), 10)
+        finally:
+            await watch.stop()
+    assert watch.reason is not None
+    assert watch.reason.startswith("the workspace holds a tree its disk quota could not measure")

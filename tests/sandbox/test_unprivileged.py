@@ -281,14 +281,28 @@ async def test_the_disk_quota_holds_for_an_unprivileged_worker(worker: Worker, m
     assert out["after"]["quota_exceeded"] == reason
 
 
-async def test_a_directory_hidden_from_the_quota_stops_the_command(
+async def test_a_directory_closed_to_the_worker_is_still_measured(
     worker: Worker, mode: str
 ) -> None:
-    """Unprivileged, the worker is the sandbox user to the kernel: ``chmod 300``
-    leaves a directory writable by the command but unlistable by the watcher.
-    What cannot be measured counts as over (fail closed)."""
-    hide = 'mkdir "$HOME/hidden" && chmod 300 "$HOME/hidden" && sleep 60'
+    """Unprivileged, the sandbox user is not the worker, so ``chmod 300``
+    leaves a directory writable by the command but closed to the worker. The
+    watcher walks inside the command's user namespace, as its root, so what
+    the command hides there still counts."""
+    fill = 'i=0; while :; do head -c 1048576 /dev/zero > "$HOME/hidden/f$i"; i=$((i+1)); done'
+    hide = f'mkdir "$HOME/hidden" && chmod 300 "$HOME/hidden" && {fill}'
     out = await as_worker(worker, mode, {"hide": {"shell": hide}}, quota_mib=16)
-    assert out["hide"]["quota_exceeded"] == (
-        "the workspace holds a directory its disk quota cannot read"
-    ), out["hide"]
+    assert out["hide"]["quota_exceeded"] == "the workspace exceeded its 16 MiB disk quota", out
+
+
+async def test_a_private_directory_within_the_quota_is_left_alone(
+    worker: Worker, mode: str
+) -> None:
+    """``mktemp -d`` and pytest's ``tmp_path`` make ``0700`` directories: a
+    command that keeps one for many walks of the watcher is not stopped."""
+    private = (
+        'd=$(mktemp -d) && echo x > "$d/f" && mkdir -m 0000 "$d/locked" '
+        "&& mkdir -m 0700 here && echo y > here/f && sleep 1 && echo ok"
+    )
+    out = await as_worker(worker, mode, {"private": {"shell": private}}, quota_mib=16)
+    assert out["private"]["quota_exceeded"] is None, out
+    assert out["private"]["output"].strip() == "ok", out
