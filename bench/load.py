@@ -47,6 +47,7 @@ from typing import Any
 from redis.asyncio import Redis
 from sqlalchemy import Engine, func, select, text
 
+from app.config import Settings
 from app.contracts.ids import repair_workflow_id
 from app.demo.fleet import Fleet, wait_healthy
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
@@ -63,6 +64,14 @@ from bench.spec import POSTGRES
 tasks = ActivityTask.__table__  # type: ignore[attr-defined]
 attempts = ActivityAttempt.__table__  # type: ignore[attr-defined]
 runs_table = WorkflowRun.__table__  # type: ignore[attr-defined]
+
+
+def product_default(name: str) -> float:
+    """A setting's product default (what ``repairbot worker`` runs with unset)."""
+    default = Settings.__dataclass_fields__[name].default
+    assert isinstance(default, float)
+    return default
+
 
 #: Time excluded from the bot's overhead: the agent and repository commands.
 EXCLUDED = ("agent.propose_fix", "commands.")
@@ -293,8 +302,11 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         redis_url=args.redis,
         agent_command=tuple(fix_agent_command()),
         concurrency=args.concurrency,
-        relay_grace=1.0,
-        reconcile_interval=0.5,
+        # The product's reconciler interval and relay grace (app/config.py),
+        # not the demo stack's short ones: the reconciler's passes are a cost
+        # per second per worker, part of what a run costs.
+        relay_grace=product_default("relay_grace"),
+        reconcile_interval=product_default("reconcile_interval"),
         # Every repository is in the one installation: the benchmark measures
         # the machinery, not the per-installation cap (which would queue them).
         max_active_runs_per_installation=0,
