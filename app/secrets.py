@@ -144,6 +144,8 @@ TOKEN_SHAPES = re.compile(
 PROXY_TOKEN = re.compile(r"\brbp-[A-Za-z0-9_-]{40,}")
 #: Installation tokens remembered (each lives an hour; several per run).
 SHORT_LIVED_KEPT = 256
+#: Installation tokens per pattern: a new token compiles one pattern this small.
+SHORT_LIVED_CHUNK = 16
 #: Shorter values are not treated as secrets (they would redact ordinary words).
 MIN_SECRET_LENGTH = 8
 #: The settings' variables whose values are secrets (agent keys come from the policy).
@@ -170,23 +172,40 @@ class KnownSecrets:
     :meth:`redact` is for text that is kept (transcripts, summaries, logs,
     evidence); :meth:`found_in` is for a proposal, which is refused rather
     than altered (a redacted patch would not be the change that was verified).
+
+    Installation tokens (:meth:`add_short_lived`) arrive several per run and
+    are matched by small patterns of their own (:data:`SHORT_LIVED_CHUNK`
+    tokens each), so a new one compiles one small pattern instead of the
+    whole alternation of every value (the private key's lines among them:
+    about 12 ms a token, 20 ms once 256 are kept). Text is redacted of the
+    long-lived values first, then of the tokens. A token that contains
+    another held value or is contained in one (never seen: tokens are random)
+    joins the long-lived values instead, so overlapping secrets still go
+    whole, longest first.
     """
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._values: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._held: re.Pattern[str] = PROXY_TOKEN
+        #: Installation tokens kept, oldest first.
         self._short_lived: list[str] = []
+        #: The tokens of ``_short_lived`` not among ``_values``, in chunks
+        #: (oldest first), and one compiled pattern per chunk.
+        self._chunks: list[list[str]] = []
+        self._chunk_patterns: list[re.Pattern[str]] = []
+        #: Tokens among ``_values`` because they overlap another value.
+        self._promoted: set[str] = set()
         self.add(*values)
 
     def __repr__(self) -> str:  # never show the values
-        return f"KnownSecrets({len(self._values)} values)"
+        return f"KnownSecrets({len(self)} values)"
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self._values) + sum(len(chunk) for chunk in self._chunks)
 
     def values(self) -> list[str]:
-        return sorted(self._values)
+        return sorted(self._values.union(*self._chunks))
 
     def add(self, *values: str) -> None:
         for value in values:
@@ -194,19 +213,62 @@ class KnownSecrets:
                 if part not in self._values:
                     self._values.add(part)
                     self._pattern = None
+                    for token in [t for chunk in self._chunks for t in chunk]:
+                        if token in part or part in token:
+                            self._promote(token)
 
     def add_short_lived(self, value: str) -> None:
         """A token that expires (an installation token lives an hour): only
         the latest :data:`SHORT_LIVED_KEPT` are kept, so a worker running for
-        months does not grow its pattern without bound (the ``ghs_`` shape
+        months does not grow its patterns without bound (the ``ghs_`` shape
         still catches older ones)."""
         if value in self._short_lived:
             return
         self._short_lived.append(value)
-        self.add(value)
+        if len(value) < MIN_SECRET_LENGTH or value in self._values:
+            pass  # not a secret on its own, or already held
+        elif self._overlaps(value):
+            self._promoted.add(value)
+            self.add(value)
+        else:
+            if not self._chunks or len(self._chunks[-1]) >= SHORT_LIVED_CHUNK:
+                self._chunks.append([])
+                self._chunk_patterns.append(PROXY_TOKEN)  # replaced just below
+            self._chunks[-1].append(value)
+            self._chunk_patterns[-1] = _alternation(self._chunks[-1])
         if len(self._short_lived) > SHORT_LIVED_KEPT:
-            self._values.discard(self._short_lived.pop(0))
+            self._forget(self._short_lived.pop(0))
+
+    def _overlaps(self, token: str) -> bool:
+        """Whether ``token`` contains, or is part of, a value already held."""
+        held = self._values.union(*self._chunks)
+        return any(token in value or value in token for value in held)
+
+    def _promote(self, token: str) -> None:
+        """Move ``token`` from its chunk to the long-lived values."""
+        self._drop_from_chunks(token)
+        self._promoted.add(token)
+        self._values.add(token)
+        self._pattern = None
+
+    def _forget(self, token: str) -> None:
+        if self._drop_from_chunks(token):
+            return
+        if token in self._promoted:
+            self._promoted.discard(token)
+            self._values.discard(token)
             self._pattern = None
+
+    def _drop_from_chunks(self, token: str) -> bool:
+        for i, chunk in enumerate(self._chunks):
+            if token in chunk:
+                chunk.remove(token)
+                if chunk:
+                    self._chunk_patterns[i] = _alternation(chunk)
+                else:
+                    del self._chunks[i], self._chunk_patterns[i]
+                return True
+        return False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> KnownSecrets:
@@ -224,18 +286,15 @@ class KnownSecrets:
 
     def _compiled(self) -> re.Pattern[str]:
         if self._pattern is None:
-            self._pattern = self._build([TOKEN_SHAPES.pattern])
-            self._held = self._build([PROXY_TOKEN.pattern])
+            self._pattern = _alternation(self._values, [TOKEN_SHAPES.pattern])
+            self._held = _alternation(self._values, [PROXY_TOKEN.pattern])
         return self._pattern
 
-    def _build(self, shapes: list[str]) -> re.Pattern[str]:
-        # Longest first: a key that contains another secret goes whole.
-        known = sorted(self._values, key=len, reverse=True)
-        alternatives = [re.escape(v) for v in known] + shapes
-        return re.compile("|".join(f"(?:{a})" for a in alternatives))
-
     def redact(self, text: str) -> str:
-        return self._compiled().sub(REDACTED, text)
+        text = self._compiled().sub(REDACTED, text)
+        for pattern in self._chunk_patterns:
+            text = pattern.sub(REDACTED, text)
+        return text
 
     def redact_bytes(self, data: bytes) -> bytes:
         # surrogateescape keeps every other byte exactly as it was.
@@ -249,7 +308,17 @@ class KnownSecrets:
         outright, not redacted.
         """
         self._compiled()
-        return self._held.search(text) is not None
+        if self._held.search(text) is not None:
+            return True
+        return any(pattern.search(text) is not None for pattern in self._chunk_patterns)
+
+
+def _alternation(values: Iterable[str], shapes: Iterable[str] = ()) -> re.Pattern[str]:
+    """One pattern for ``values`` (longest first: a value that contains
+    another goes whole), then ``shapes``."""
+    known = sorted(values, key=len, reverse=True)
+    alternatives = [re.escape(v) for v in known] + list(shapes)
+    return re.compile("|".join(f"(?:{a})" for a in alternatives))
 
 
 def _parts(value: str) -> list[str]:

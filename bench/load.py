@@ -39,6 +39,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,13 +48,14 @@ from typing import Any
 from redis.asyncio import Redis
 from sqlalchemy import Engine, func, select, text
 
+from app.config import Settings
 from app.contracts.ids import repair_workflow_id
 from app.demo.fleet import Fleet, wait_healthy
 from app.demo.project import ISSUE_BODY, ISSUE_TITLE, fix_agent_command, write_project
 from app.demo.stack import LocalStack
 from app.engine._db import make_engine
 from app.engine._runtime import SETTLED, Runtime
-from app.engine._tables import ActivityAttempt, ActivityTask, WorkflowRun
+from app.engine._tables import ActivityAttempt, ActivityTask, HistoryEvent, WorkflowRun
 from app.main.catalog import build_registry
 from app.operations.migrate import upgrade
 from bench.databases import fresh_database
@@ -61,8 +63,20 @@ from bench.environment import load, machine, revision
 from bench.spec import POSTGRES
 
 tasks = ActivityTask.__table__  # type: ignore[attr-defined]
+history = HistoryEvent.__table__  # type: ignore[attr-defined]
 attempts = ActivityAttempt.__table__  # type: ignore[attr-defined]
 runs_table = WorkflowRun.__table__  # type: ignore[attr-defined]
+
+
+def product_default(name: str) -> float:
+    """A setting's product default (what ``repairbot worker`` runs with unset)."""
+    default = Settings.__dataclass_fields__[name].default
+    assert isinstance(default, float)
+    return default
+
+
+#: Put first on the ``PYTHONPATH`` of repairbot's processes by ``--census``.
+CENSUS_HOOK = Path(__file__).resolve().parent / "load_census"
 
 #: Time excluded from the bot's overhead: the agent and repository commands.
 EXCLUDED = ("agent.propose_fix", "commands.")
@@ -149,6 +163,9 @@ class LoadResult:
     peak_connections: int = 0
     peak_connections_by_process: dict[str, int] = field(default_factory=dict)
     per_run: list[dict[str, Any]] = field(default_factory=list)
+    #: With ``--census``: what happened per run, by process kind (web, workers)
+    #: and from the database (activities and workflows by name).
+    census: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -293,12 +310,23 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         redis_url=args.redis,
         agent_command=tuple(fix_agent_command()),
         concurrency=args.concurrency,
-        relay_grace=1.0,
-        reconcile_interval=0.5,
+        # The product's reconciler interval and relay grace (app/config.py),
+        # not the demo stack's short ones: the reconciler's passes are a cost
+        # per second per worker, part of what a run costs.
+        relay_grace=product_default("relay_grace"),
+        reconcile_interval=product_default("reconcile_interval"),
         # Every repository is in the one installation: the benchmark measures
         # the machinery, not the per-installation cap (which would queue them).
         max_active_runs_per_installation=0,
     )
+    census = root / "census" if args.census else None
+    if census is not None:
+        census.mkdir(parents=True)
+        # Inherited by the processes the fleet starts (bench/load_census/).
+        os.environ["REPAIRBOT_LOAD_CENSUS"] = str(census)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(CENSUS_HOOK), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
     fleet = Fleet(root / "machines", settings)
     fleet.root.mkdir(parents=True)
     app_url = stack.app_url
@@ -332,6 +360,9 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             )
 
         sampler.sample()
+        if census is not None:
+            (census / "START").touch()
+            await asyncio.sleep(0.3)  # each process keeps its counts so far (it looks every 50 ms)
         cpu_at_start = {m.name: (m.cpu_seconds, m.children_cpu_seconds) for m in fleet.machines}
         bench_cpu_at_start = time.process_time()
         started = time.time()
@@ -441,6 +472,8 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             result.outcomes[key] = result.outcomes.get(key, 0) + 1
     finally:
         fleet.stop()
+        if census is not None:
+            result.census = census_per_run(census, engine, args.runs)
         result.peak_rss_mib = {m.name: round(m.peak_rss_kib / 1024, 1) for m in fleet.machines}
         result.restarts = {m.name: m.restarts for m in fleet.machines if m.restarts}
         result.peak_connections = sampler.peak
@@ -450,6 +483,65 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         engine.dispose()
         await stack.stop()
     return result
+
+
+def census_per_run(directory: Path, engine: Engine, runs: int) -> dict[str, dict[str, float]]:
+    """Counts per run: each process's counters since the first label (by
+    process kind), and the database's activities and workflow runs by name."""
+    totals: dict[str, Counter[str]] = {}
+    for path in directory.glob("*.json"):
+        if path.name.endswith(".base.json"):
+            continue
+        now = json.loads(path.read_text())
+        base_path = path.with_name(path.name.replace(".json", ".base.json"))
+        base = json.loads(base_path.read_text()) if base_path.exists() else {}
+        kind = "web" if " web " in f" {now.pop('_argv', '')} " else "workers"
+        counts = totals.setdefault(kind, Counter())
+        for key, value in now.items():
+            counts[key] += value - base.get(key, 0)
+    with engine.connect() as conn:
+        totals["database"] = Counter(
+            {
+                **{
+                    f"activity {name}": n
+                    for name, n in conn.execute(
+                        select(tasks.c.activity, func.count()).group_by(tasks.c.activity)
+                    ).all()
+                },
+                **{
+                    f"workflow {name}": n
+                    for name, n in conn.execute(
+                        select(runs_table.c.workflow_name, func.count()).group_by(
+                            runs_table.c.workflow_name
+                        )
+                    ).all()
+                },
+                "history events": conn.execute(select(func.count()).select_from(history)).scalar()
+                or 0,
+                "attempts of activities": conn.execute(
+                    select(func.count()).select_from(attempts)
+                ).scalar()
+                or 0,
+            }
+        )
+    return {
+        kind: {key: round(n / max(1, runs), 2) for key, n in counts.most_common() if n}
+        for kind, counts in totals.items()
+    }
+
+
+def census_report(census: dict[str, dict[str, float]]) -> list[str]:
+    lines = ["", "Per run (`--census`):", ""]
+    for kind, counts in census.items():
+        groups: dict[str, float] = {}
+        for key, n in counts.items():
+            group = key.split(" ", 1)[0]
+            groups[group] = groups.get(group, 0.0) + n
+        lines.append(
+            f"- {kind}: " + ", ".join(f"{group} {n:.1f}" for group, n in sorted(groups.items()))
+        )
+        lines += [f"  - {n:.2f} {key}" for key, n in counts.items() if n >= 0.5]
+    return lines
 
 
 def summarize(result: LoadResult, figs: list[RunFigures]) -> None:
@@ -534,6 +626,8 @@ def report(result: LoadResult) -> str:
             for name, secs in sorted(result.activity_seconds.items(), key=lambda kv: -kv[1])
         ),
     ]
+    if result.census:
+        lines += census_report(result.census)
     return "\n".join(lines)
 
 
@@ -555,6 +649,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, help="write the figures (and per run) here")
     parser.add_argument("--keep", type=Path, help="keep processes' logs and data here")
+    parser.add_argument(
+        "--census",
+        action="store_true",
+        help="count per run what repairbot's processes do (bench/load_census/): "
+        "subprocesses, SQL statements, GitHub requests, store calls; costs CPU itself",
+    )
     return parser.parse_args(argv)
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -174,6 +176,70 @@ def test_short_lived_tokens_are_redacted_and_the_oldest_forgotten(
         known.add_short_lived(f"installation-token-{n}")
     assert known.redact("installation-token-2") == "[redacted]"
     assert known.values() == ["installation-token-1", "installation-token-2"]
+
+
+def test_a_new_token_compiles_a_small_pattern_not_every_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mint used to recompile the alternation of every value (the private
+    key's lines among them) for the next log line: about 12 ms a token."""
+    known = secrets.KnownSecrets.from_env({"GITHUB_PRIVATE_KEY": PEM})
+    known.redact("warm")
+    compiled: list[int] = []
+    real = secrets._alternation
+
+    def counting(values: Iterable[str], shapes: Iterable[str] = ()) -> re.Pattern[str]:
+        values = list(values)
+        compiled.append(len(values))
+        return real(values, shapes)
+
+    monkeypatch.setattr(secrets, "_alternation", counting)
+    for n in range(40):
+        known.add_short_lived(f"ghs_installation-token-{n:04d}")
+        assert known.redact(f"token ghs_installation-token-{n:04d}.") == "token [redacted]."
+    assert compiled and max(compiled) <= secrets.SHORT_LIVED_CHUNK
+    assert known.found_in("x ghs_installation-token-0003 y")
+    assert known.redact(PEM.splitlines()[1]) == "[redacted]"
+
+
+def test_tokens_in_every_chunk_are_redacted_and_the_oldest_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(secrets, "SHORT_LIVED_KEPT", 5)
+    monkeypatch.setattr(secrets, "SHORT_LIVED_CHUNK", 2)
+    known = secrets.KnownSecrets(["sk-operator-cli-key-0123456789"])
+    tokens = [f"installation-token-{n}" for n in range(7)]
+    for token in tokens:
+        known.add_short_lived(token)
+    text = " ".join(tokens)
+    assert known.redact(text) == " ".join(tokens[:2] + ["[redacted]"] * 5)
+    assert not known.found_in(tokens[1]) and all(known.found_in(t) for t in tokens[2:])
+    assert known.values() == sorted(["sk-operator-cli-key-0123456789", *tokens[2:]])
+
+
+def test_a_token_overlapping_a_held_value_still_goes_whole() -> None:
+    known = secrets.KnownSecrets(["hook-secret-value"])
+    # A token that contains a held value, and a value added later that is
+    # part of a token: each token is redacted whole, not around the value.
+    known.add_short_lived("tok-hook-secret-value-xyz")
+    known.add_short_lived("tok-zzzzzzzzzz-qqq")
+    known.add("zzzzzzzzzz")
+    assert known.redact("a tok-hook-secret-value-xyz b") == "a [redacted] b"
+    assert known.redact("a tok-zzzzzzzzzz-qqq b") == "a [redacted] b"
+    assert known.redact("a hook-secret-value zzzzzzzzzz b") == "a [redacted] [redacted] b"
+
+
+def test_forgetting_a_token_keeps_a_long_lived_value_of_the_same_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(secrets, "SHORT_LIVED_KEPT", 1)
+    known = secrets.KnownSecrets(["sk-operator-cli-key-0123456789"])
+    known.add_short_lived("sk-operator-cli-key-0123456789")
+    known.add_short_lived("tok-abc-overlapping")
+    known.add_short_lived("tok-abc-overlapping-more")  # contains the one before
+    known.add_short_lived("installation-token-9")
+    assert known.redact("sk-operator-cli-key-0123456789") == "[redacted]"
+    assert known.values() == ["installation-token-9", "sk-operator-cli-key-0123456789"]
 
 
 def test_a_worker_redacts_its_secrets_from_its_logs_and_offers_them_to_activities(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.load import main, union_length
+from bench.load_census.sitecustomize import _endpoint, _program
 from tests.conftest import PG_ADMIN_URL, REDIS_URL
 
 
@@ -17,6 +18,20 @@ def test_union_length_counts_overlaps_once_and_clips() -> None:
     assert union_length([(0, 2), (1, 3), (5, 6)], 0, 10) == 4
     assert union_length([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == 2
     assert union_length([], 0, 1) == 0
+
+
+def test_the_census_names_programs_and_endpoints_without_ids() -> None:
+    assert _program(["git", "-c", "a=b", "-C", "/x", "fetch", "--quiet", "url"]) == "git fetch"
+    assert _program(["/usr/bin/bwrap", "--die-with-parent"]) == "bwrap"
+    assert _endpoint("/api/v3/repos/octo/slugify-3/issues/12/comments") == (
+        "/api/v3/repos/{repo}/issues/{n}/comments"
+    )
+    assert _endpoint("/api/v3/repos/o/r/git/ref/heads/repairbot/issue-1") == (
+        "/api/v3/repos/{repo}/git/ref/{path}"
+    )
+    assert (
+        _endpoint("/api/v3/orgs/octo-repairbot/installation") == "/api/v3/orgs/{org}/installation"
+    )
 
 
 @pytest.mark.slow
@@ -27,7 +42,7 @@ def test_tiny_load_run_reports_every_figure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "load.json"
-    argv = ["--runs", "2", "--workers", "2", "--timeout", "300"]
+    argv = ["--runs", "2", "--workers", "2", "--timeout", "300", "--census"]
     argv += ["--postgres", PG_ADMIN_URL, "--redis", REDIS_URL, "--json", str(out)]
     assert main(argv) == 0, capsys.readouterr().out
 
@@ -41,3 +56,15 @@ def test_tiny_load_run_reports_every_figure(
     assert {"web", "worker-1", "worker-2"} <= set(result["peak_connections_by_process"])
     table = capsys.readouterr().out
     assert "| runs per minute |" in table and "| bot overhead" in table
+    # --census: what each run cost in processes, statements, requests, store calls.
+    census = result["census"]
+    assert census["database"]["activity workspace.prepare"] == 1
+    assert census["database"]["workflow repair"] == 1
+    workers = census["workers"]
+    assert workers["process git fetch"] > 0 and workers["reconciler pass"] > 0
+    assert any(
+        key.startswith("http POST /api/v3/app/installations/{n}/access_tokens") for key in workers
+    )
+    assert any(key.startswith("store ") for key in workers)
+    assert any(key.startswith("sql ") for key in census["web"])
+    assert "Per run (`--census`)" in table

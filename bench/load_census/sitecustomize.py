@@ -1,0 +1,166 @@
+"""Per-process counters for ``python -m bench.load --census`` (never part of
+the product): ``bench.load`` puts this directory first on the ``PYTHONPATH``
+of the processes it starts and names a directory in ``REPAIRBOT_LOAD_CENSUS``.
+Only ``repairbot`` processes (``python -m app.main.cli``) count; everything
+else (the emulator, git, the sandbox's commands) starts as usual.
+
+Counted: subprocesses started (``subprocess.Popen`` audit events, by program;
+git by subcommand), SQL statements (by verb and table), HTTP requests sent by
+httpx clients (GitHub's REST API, by method and path with ids masked), calls
+handed to the store's threads (by function) and reconciler passes. Written
+to ``<dir>/<pid>.json`` every two seconds and at exit; when ``<dir>/START``
+appears (the benchmark's first label) the counts so far are kept in
+``<dir>/<pid>.base.json``, so start-up is left out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+DIRECTORY = os.environ.get("REPAIRBOT_LOAD_CENSUS")
+_counts: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+def _bump(key: str) -> None:
+    with _lock:
+        _counts[key] += 1
+
+
+def _program(argv: Any) -> str:
+    args = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else [str(argv)]
+    name = os.path.basename(args[0]) if args else "?"
+    if name != "git":
+        return name
+    skip = False
+    for arg in args[1:]:
+        if skip:
+            skip = False
+        elif arg in ("-c", "-C"):
+            skip = True
+        elif not arg.startswith("-"):
+            return f"git {arg}"
+    return "git"
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen":
+        _bump(f"process {_program(args[1])}")
+
+
+_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE)\s+(\w+)", re.I)
+_MASKS = (
+    (re.compile(r"/repos/[^/]+/[^/]+"), "/repos/{repo}"),
+    (re.compile(r"(/git/(?:ref|refs|matching-refs)|/contents|/branches)/.*"), r"\1/{path}"),
+    (re.compile(r"/[0-9a-f]{40}"), "/{sha}"),
+    (re.compile(r"/orgs/[^/]+"), "/orgs/{org}"),
+    (re.compile(r"/users/[^/]+"), "/users/{user}"),
+    (re.compile(r"/collaborators/[^/]+"), "/collaborators/{user}"),
+    (re.compile(r"/\d+"), "/{n}"),
+)
+
+
+def _endpoint(path: str) -> str:
+    for pattern, mask in _MASKS:
+        path = pattern.sub(mask, path)
+    return path
+
+
+def _hook_libraries() -> None:
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def statement(_c: Any, _cur: Any, sql: str, *_args: Any) -> None:
+        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else "?"
+        table = _TABLE.search(sql)
+        _bump(f"sql {verb} {table.group(1) if table else ''}".rstrip())
+
+    event.listen(Engine, "before_cursor_execute", statement)
+
+    import httpx
+
+    send = httpx.AsyncClient.send
+
+    async def counted(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> Any:
+        _bump(f"http {request.method} {_endpoint(request.url.path)}")
+        return await send(self, request, **kwargs)
+
+    httpx.AsyncClient.send = counted  # type: ignore[method-assign]
+
+
+def _counting_store_calls(run: Any) -> Any:
+    async def counted_run(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        inner = fn
+        while hasattr(inner, "func"):  # functools.partial
+            inner = inner.func
+        _bump(f"store {getattr(inner, '__qualname__', repr(inner))}")
+        return await run(self, fn, *args, **kwargs)
+
+    return counted_run
+
+
+def _counting_passes(run_once: Any) -> Any:
+    async def counted_pass(self: Any) -> Any:
+        _bump("reconciler pass")
+        return await run_once(self)
+
+    return counted_pass
+
+
+def _hook_engine() -> None:
+    """Wrap the store's thread hand-off and the reconciler's pass once the
+    worker has imported them."""
+    done: set[str] = set()
+    deadline = time.monotonic() + 120  # the web process imports neither
+    while len(done) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        threads = sys.modules.get("app.engine._store.async_store")
+        if threads is not None and "threads" not in done:
+            threads.StoreThreads.run = _counting_store_calls(threads.StoreThreads.run)
+            done.add("threads")
+        reconciler = sys.modules.get("app.engine._reconciler")
+        if reconciler is not None and "reconciler" not in done:
+            reconciler.Reconciler.run_once = _counting_passes(reconciler.Reconciler.run_once)
+            done.add("reconciler")
+
+
+def _write(path: str) -> None:
+    with _lock:
+        data: dict[str, Any] = dict(_counts)
+    data["_argv"] = " ".join(sys.orig_argv)
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def _keep_writing(directory: str) -> None:
+    path = os.path.join(directory, f"{os.getpid()}.json")
+    start = os.path.join(directory, "START")
+    based = False
+    while True:
+        time.sleep(0.05 if not based else 2.0)
+        if not based and os.path.exists(start):
+            _write(os.path.join(directory, f"{os.getpid()}.base.json"))
+            based = True
+        if based:
+            _write(path)
+
+
+def _start(directory: str) -> None:
+    sys.addaudithook(_audit)
+    _hook_libraries()
+    threading.Thread(target=_hook_engine, daemon=True).start()
+    threading.Thread(target=_keep_writing, args=(directory,), daemon=True).start()
+    atexit.register(_write, os.path.join(directory, f"{os.getpid()}.json"))
+
+
+if DIRECTORY and "app.main.cli" in sys.orig_argv:
+    _start(DIRECTORY)
