@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, event, func, select, text
 
 from app.app_tables import WebhookDelivery
 from app.config import Settings
@@ -279,13 +279,68 @@ async def test_a_failing_handler_sends_its_group_through_savepoints(
     assert not any(w.startswith("doomed-") for w in _run_ids(db_engine))
 
 
+def _intake(engine: Engine) -> Intake:
+    settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
+    runtime = Runtime(engine, Registry.of(STAND_INS))
+    return Intake(runtime.store, runtime.registry, build_router(), settings)
+
+
+def _request(event: str, payload: Any, delivery: str) -> tuple[dict[str, str], bytes]:
+    body = json.dumps(payload).encode()
+    headers = {"x-github-event": event, "x-github-delivery": delivery}
+    return headers | {"x-hub-signature-256": sign(body, SECRET)}, body
+
+
+def test_a_group_of_fresh_deliveries_looks_nothing_up(db_engine: Engine) -> None:
+    """The fast path does not look for earlier records: of the deliveries
+    table it only writes, all the group's records in one INSERT."""
+    intake = _intake(db_engine)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "webhook_deliveries" in statement:
+            statements.append(statement.split(None, 1)[0].upper())
+
+    event.listen(db_engine, "before_cursor_execute", seen)
+    try:
+        answers = record_together(intake, [_request("star", STAR, f"fresh-{n}") for n in range(3)])
+    finally:
+        event.remove(db_engine, "before_cursor_execute", seen)
+    assert [a.status_code for a in answers if isinstance(a, IntakeResult)] == [202] * 3
+    assert statements == ["INSERT"]
+
+
+def test_a_copy_recorded_before_its_group_takes_its_handling_back(
+    db_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing looked up first, so the fast path handles a copy of a recorded
+    delivery like a fresh one; the INSERT finds the copy, and the group is
+    rolled back whole and recorded again with savepoints: the copy's handling
+    (a run started) does not stay, the fresh delivery's does."""
+    intake = _intake(db_engine)
+    caplog.set_level("INFO", logger="repairbot.intake")
+    [first] = record_together(intake, [_request("star", STAR, "copy")])
+    assert isinstance(first, IntakeResult) and first.status_code == 202
+    copy, fresh = record_together(
+        intake,
+        [_request("issues", _labeled(7), "copy"), _request("issues", _labeled(8), "fresh")],
+    )
+    assert isinstance(copy, IntakeResult) and isinstance(fresh, IntakeResult)
+    assert copy.status_code == 200 and "already received (ignored)" in copy.message
+    assert fresh.status_code == 202 and "started" in fresh.message
+    assert "recorded with savepoints: a copy of a delivery is recorded already" in caplog.text
+    assert len(_run_ids(db_engine)) == 1  # the fresh delivery's run alone
+    rows = _rows(db_engine)
+    assert (rows["copy"].status, rows["fresh"].status) == ("ignored", "handled")
+
+
 async def test_a_copy_committed_after_the_lookup_takes_the_handling_back(
     db_engine: Engine,
 ) -> None:
-    """Another transaction may commit a copy between the group's lookup and
-    its INSERT (another writer, another web process): the INSERT then writes
-    fewer rows than the group has, and the run the handler started for the
-    copy must not stay. Here the lookup is made to miss the copy."""
+    """Another transaction may commit a copy between the savepoint path's
+    lookup and its INSERT (another writer, another web process): the INSERT
+    then writes nothing for it, and the run the handler started for the copy
+    must not stay. Here the lookup is made to miss the copy."""
     settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
     runtime = Runtime(db_engine, Registry.of(STAND_INS))
     intake = Intake(runtime.store, runtime.registry, build_router(), settings)
