@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,7 +30,12 @@ from app.engine._runtime import Runtime
 from app.engine._store.schema import runs
 from app.intake.pipeline import Intake, IntakeResult
 from app.web import create_app
-from app.web.group_commit import POSTGRES_WRITERS, GroupCommit, record_together
+from app.web.group_commit import (
+    POSTGRES_WRITERS,
+    SQLITE_CHECKPOINT_EVERY,
+    GroupCommit,
+    record_together,
+)
 from app.webhooks.routing import HandlerContext, Router
 from app.webhooks.signature import sign
 from handlers import build_router
@@ -391,3 +398,102 @@ async def test_writers_at_once(writers_app: Any, db_engine: Engine) -> None:
     assert [a.status_code for a in answers] == [202] * 3
     assert writer.most_at_once == 2 and (writer.batches, writer.deliveries) == (3, 3)
     assert len(_run_ids(db_engine)) == 3
+
+
+def test_the_writer_checkpoints_sqlite_only(db_engine: Engine) -> None:
+    """SQLite's WAL is checkpointed beside the writer; PostgreSQL has none."""
+    settings = Settings(github_webhook_secret=SECRET)
+    web = create_app(settings, Runtime(db_engine, Registry.of(STAND_INS)), router=build_router())
+    expected = SQLITE_CHECKPOINT_EVERY if db_engine.dialect.name == "sqlite" else 0
+    assert web.state.intake_writer.checkpoint_every == expected
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_checkpoint_runs_beside_the_writer(
+    app: Any, db_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every ``checkpoint_every`` deliveries a real checkpoint starts on
+    another of the store's threads and copies the WAL back."""
+    poster, writer = app
+    writer.checkpoint_every = 2
+    database = Path(db_engine.url.database or "")
+    before = database.stat().st_size
+    for n in range(3):
+        body = example("issues", "opened")
+        body["issue"]["body"] = "x" * 200_000  # pages enough to see them copied back
+        assert (await poster.post("issues", body, delivery=f"c-{n}")).status_code == 202
+    assert writer.checkpoints == 1
+    await writer._checkpointing
+    assert "checkpoint" not in caplog.text
+    assert database.stat().st_size > before + 200_000
+
+
+async def test_one_checkpoint_at_a_time_and_the_writer_goes_on(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poster, writer = app
+    writer.checkpoint_every = 1
+    started, release = threading.Event(), threading.Event()
+    calls: list[Engine] = []
+
+    def slow_checkpoint(engine: Engine) -> None:
+        calls.append(engine)
+        started.set()
+        release.wait(30)
+
+    monkeypatch.setattr("app.web.group_commit.checkpoint_wal", slow_checkpoint)
+    try:
+        assert (await poster.post("star", STAR, delivery="one")).status_code == 202
+        await until(started.is_set)
+        # The checkpoint holds its thread: deliveries are recorded and answered.
+        for n in range(3):
+            assert (await poster.post("star", STAR, delivery=f"more-{n}")).status_code == 202
+        assert writer.checkpoints == 1 and len(calls) == 1
+    finally:
+        release.set()
+    await writer._checkpointing
+    assert (await poster.post("star", STAR, delivery="after")).status_code == 202
+    assert writer.checkpoints == 2
+
+
+async def test_a_failed_checkpoint_is_logged_and_deliveries_go_on(
+    app: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    poster, writer = app
+    writer.checkpoint_every = 1
+
+    def broken_checkpoint(engine: Engine) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("app.web.group_commit.checkpoint_wal", broken_checkpoint)
+    assert (await poster.post("star", STAR, delivery="one")).status_code == 202
+    await writer._checkpointing
+    assert "WAL checkpoint beside the intake writer failed" in caplog.text
+    assert (await poster.post("star", STAR, delivery="two")).status_code == 202
+    assert writer.checkpoints == 2
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_the_writers_commits_leave_the_wal_to_the_checkpoints(
+    app: Any, db_engine: Engine
+) -> None:
+    """More than SQLite's 1,000 pages of WAL, recorded between two of the
+    writer's own checkpoints: no COMMIT copied them back meanwhile."""
+    poster, writer = app
+    writer.checkpoint_every = 1000
+    database = Path(db_engine.url.database or "")
+    before = database.stat().st_size
+    for n in range(25):
+        body = example("issues", "opened")
+        body["issue"]["body"] = "x" * 200_000
+        assert (await poster.post("issues", body, delivery=f"w-{n}")).status_code == 202
+    assert writer.checkpoints == 0
+    assert database.stat().st_size < before + 200_000
+
+
+async def test_no_checkpoints_where_there_is_no_wal(app: Any) -> None:
+    poster, writer = app
+    writer.checkpoint_every = 0
+    for n in range(2):
+        assert (await poster.post("star", STAR, delivery=f"n-{n}")).status_code == 202
+    assert writer.checkpoints == 0 and writer._checkpointing is None
