@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from app.engine._activity_context import ActivityContext
 from app.engine._client import RuntimeClient
 from app.engine._context import Signal, WorkflowContext
-from app.engine._db import make_engine
+from app.engine._db import checkpoint_wal, make_engine
 from app.engine._errors import (
     ActivityCancelled,
     ActivityError,
@@ -168,6 +168,7 @@ __all__ = [
     "WorkflowRun",
     "activity",
     "activity_contract",
+    "checkpoint_wal",
     "connect_redis",
     "export_history",
     "freeze_startup_heap",

@@ -12,6 +12,15 @@ from sqlalchemy.pool import NullPool
 
 #: Execution option of a connection that only reads (``Store.reading``).
 READ_ONLY = "repairbot_read_only"
+#: Execution option (SQLite): this transaction's COMMIT leaves the WAL's
+#: checkpoint to someone else (``checkpoint_wal``). SQLite runs a checkpoint
+#: inside the COMMIT that finds the WAL over its size (copying the pages back
+#: and syncing the database file), so the writer that commits pays it while
+#: everything queued behind it waits. The connection gets its automatic
+#: checkpoint back when it returns to the pool.
+NO_CHECKPOINT = "repairbot_no_checkpoint"
+#: SQLite's own default for ``PRAGMA wal_autocheckpoint`` (pages).
+WAL_AUTOCHECKPOINT = 1000
 
 
 #: Seconds after which a pooled PostgreSQL connection is replaced.
@@ -100,9 +109,31 @@ def _sqlite_engine(url: str) -> Engine:
         # deadlock upgrading read locks; busy_timeout then queues writers. A
         # read-only transaction never upgrades, so it takes no lock (WAL gives
         # it a snapshot) and does not queue behind writers.
-        if conn.get_execution_options().get(READ_ONLY):
+        options = conn.get_execution_options()
+        if options.get(READ_ONLY):
             conn.exec_driver_sql("BEGIN DEFERRED")
-        else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            return
+        if options.get(NO_CHECKPOINT):
+            conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+            conn.connection.info[NO_CHECKPOINT] = True
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection: Any, record: Any) -> None:
+        # Back in the pool: the next user's COMMIT checkpoints as usual.
+        if record.info.pop(NO_CHECKPOINT, False) and dbapi_connection is not None:
+            dbapi_connection.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
 
     return engine
+
+
+def checkpoint_wal(engine: Engine) -> None:
+    """SQLite: copy the WAL's committed pages back into the database, as far
+    as readers allow, without taking the write lock (a PASSIVE checkpoint):
+    writers go on meanwhile. Blocking: call it on a thread."""
+    raw = engine.raw_connection()
+    try:
+        # The driver's connection is in autocommit (see _on_connect): no BEGIN.
+        raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # type: ignore[union-attr]
+    finally:
+        raw.close()

@@ -279,9 +279,10 @@ class Intake:
             statement = RECORD_DELIVERIES[tx.conn.dialect.name]
             written = set(tx.conn.execute(statement, rows).scalars())
             if len(written) != len(rows):
-                # A concurrent transaction committed a copy after our lookup:
-                # the handling done here for it must not stay.
-                raise SavepointsNeeded("a copy of a delivery was recorded meanwhile")
+                # A copy is recorded already (before this group, or by a
+                # concurrent transaction meanwhile): the handling done here
+                # for it must not stay.
+                raise SavepointsNeeded("a copy of a delivery is recorded already")
         return results
 
     def _record_failure(self, delivery: Checked) -> IntakeResult:

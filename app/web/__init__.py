@@ -32,7 +32,7 @@ from app.evidence import open_evidence_store
 from app.intake.pipeline import Intake
 from app.web.access import RepoAccess
 from app.web.api import Api
-from app.web.group_commit import GroupCommit, writers_for
+from app.web.group_commit import GroupCommit, checkpoint_every_for, writers_for
 from app.web.guard import Guard
 from app.web.headers import SecurityHeaders
 from app.web.limits import BodyGate, BodyLimits
@@ -126,8 +126,12 @@ def create_app(
         raise TypeError("run_worker needs the worker runtime (Runtime), not a client")
     intake = Intake(runtime.store, runtime.registry, router, settings)
     threads = runtime.threads
+    engine = runtime.store.engine
     writer = GroupCommit(
-        intake, threads, writers=writers_for(runtime.store.engine, threads.threads)
+        intake,
+        threads,
+        writers=writers_for(engine, threads.threads),
+        checkpoint_every=checkpoint_every_for(engine),
     )
     gate = BodyGate(
         BodyLimits(

@@ -71,6 +71,50 @@ class ConnectionCounts:
         self.open.remove(client)
 
 
+class CoalescedWrites:
+    """A transport whose writes made in one turn of the event loop leave as
+    one ``send``: uvicorn writes a response's head and its body separately,
+    and on a socket with ``TCP_NODELAY`` each write is a system call, a
+    segment and a wakeup of the reader of its own. The bytes go out in order
+    at the end of the turn (``call_soon``), or at once before a ``close``;
+    once the transport is closing (an ``abort``, the peer gone) they are
+    dropped, as its own buffer would be. Everything else is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def guarded_protocol(limits: ConnectionLimits, counts: ConnectionCounts) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a head deadline and a per-client cap
     (pass it as ``uvicorn.Config(http=...)``)."""
@@ -80,7 +124,8 @@ def guarded_protocol(limits: ConnectionLimits, counts: ConnectionCounts) -> type
         _head_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
+            # A response's head and body in one send (CoalescedWrites).
+            super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
             client = self.client[0] if self.client else ""
             if not counts.admit(client, limits.per_client):
                 log.warning("connection from %s refused: %d open", client, limits.per_client)

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, event, func, select, text
 
 from app.app_tables import WebhookDelivery
 from app.config import Settings
@@ -28,7 +30,12 @@ from app.engine._runtime import Runtime
 from app.engine._store.schema import runs
 from app.intake.pipeline import Intake, IntakeResult
 from app.web import create_app
-from app.web.group_commit import POSTGRES_WRITERS, GroupCommit, record_together
+from app.web.group_commit import (
+    POSTGRES_WRITERS,
+    SQLITE_CHECKPOINT_EVERY,
+    GroupCommit,
+    record_together,
+)
 from app.webhooks.routing import HandlerContext, Router
 from app.webhooks.signature import sign
 from handlers import build_router
@@ -279,13 +286,68 @@ async def test_a_failing_handler_sends_its_group_through_savepoints(
     assert not any(w.startswith("doomed-") for w in _run_ids(db_engine))
 
 
+def _intake(engine: Engine) -> Intake:
+    settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
+    runtime = Runtime(engine, Registry.of(STAND_INS))
+    return Intake(runtime.store, runtime.registry, build_router(), settings)
+
+
+def _request(event: str, payload: Any, delivery: str) -> tuple[dict[str, str], bytes]:
+    body = json.dumps(payload).encode()
+    headers = {"x-github-event": event, "x-github-delivery": delivery}
+    return headers | {"x-hub-signature-256": sign(body, SECRET)}, body
+
+
+def test_a_group_of_fresh_deliveries_looks_nothing_up(db_engine: Engine) -> None:
+    """The fast path does not look for earlier records: of the deliveries
+    table it only writes, all the group's records in one INSERT."""
+    intake = _intake(db_engine)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "webhook_deliveries" in statement:
+            statements.append(statement.split(None, 1)[0].upper())
+
+    event.listen(db_engine, "before_cursor_execute", seen)
+    try:
+        answers = record_together(intake, [_request("star", STAR, f"fresh-{n}") for n in range(3)])
+    finally:
+        event.remove(db_engine, "before_cursor_execute", seen)
+    assert [a.status_code for a in answers if isinstance(a, IntakeResult)] == [202] * 3
+    assert statements == ["INSERT"]
+
+
+def test_a_copy_recorded_before_its_group_takes_its_handling_back(
+    db_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing looked up first, so the fast path handles a copy of a recorded
+    delivery like a fresh one; the INSERT finds the copy, and the group is
+    rolled back whole and recorded again with savepoints: the copy's handling
+    (a run started) does not stay, the fresh delivery's does."""
+    intake = _intake(db_engine)
+    caplog.set_level("INFO", logger="repairbot.intake")
+    [first] = record_together(intake, [_request("star", STAR, "copy")])
+    assert isinstance(first, IntakeResult) and first.status_code == 202
+    copy, fresh = record_together(
+        intake,
+        [_request("issues", _labeled(7), "copy"), _request("issues", _labeled(8), "fresh")],
+    )
+    assert isinstance(copy, IntakeResult) and isinstance(fresh, IntakeResult)
+    assert copy.status_code == 200 and "already received (ignored)" in copy.message
+    assert fresh.status_code == 202 and "started" in fresh.message
+    assert "recorded with savepoints: a copy of a delivery is recorded already" in caplog.text
+    assert len(_run_ids(db_engine)) == 1  # the fresh delivery's run alone
+    rows = _rows(db_engine)
+    assert (rows["copy"].status, rows["fresh"].status) == ("ignored", "handled")
+
+
 async def test_a_copy_committed_after_the_lookup_takes_the_handling_back(
     db_engine: Engine,
 ) -> None:
-    """Another transaction may commit a copy between the group's lookup and
-    its INSERT (another writer, another web process): the INSERT then writes
-    fewer rows than the group has, and the run the handler started for the
-    copy must not stay. Here the lookup is made to miss the copy."""
+    """Another transaction may commit a copy between the savepoint path's
+    lookup and its INSERT (another writer, another web process): the INSERT
+    then writes nothing for it, and the run the handler started for the copy
+    must not stay. Here the lookup is made to miss the copy."""
     settings = Settings(github_webhook_secret=SECRET, trigger_label="repairbot")
     runtime = Runtime(db_engine, Registry.of(STAND_INS))
     intake = Intake(runtime.store, runtime.registry, build_router(), settings)
@@ -336,3 +398,102 @@ async def test_writers_at_once(writers_app: Any, db_engine: Engine) -> None:
     assert [a.status_code for a in answers] == [202] * 3
     assert writer.most_at_once == 2 and (writer.batches, writer.deliveries) == (3, 3)
     assert len(_run_ids(db_engine)) == 3
+
+
+def test_the_writer_checkpoints_sqlite_only(db_engine: Engine) -> None:
+    """SQLite's WAL is checkpointed beside the writer; PostgreSQL has none."""
+    settings = Settings(github_webhook_secret=SECRET)
+    web = create_app(settings, Runtime(db_engine, Registry.of(STAND_INS)), router=build_router())
+    expected = SQLITE_CHECKPOINT_EVERY if db_engine.dialect.name == "sqlite" else 0
+    assert web.state.intake_writer.checkpoint_every == expected
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_checkpoint_runs_beside_the_writer(
+    app: Any, db_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every ``checkpoint_every`` deliveries a real checkpoint starts on
+    another of the store's threads and copies the WAL back."""
+    poster, writer = app
+    writer.checkpoint_every = 2
+    database = Path(db_engine.url.database or "")
+    before = database.stat().st_size
+    for n in range(3):
+        body = example("issues", "opened")
+        body["issue"]["body"] = "x" * 200_000  # pages enough to see them copied back
+        assert (await poster.post("issues", body, delivery=f"c-{n}")).status_code == 202
+    assert writer.checkpoints == 1
+    await writer._checkpointing
+    assert "checkpoint" not in caplog.text
+    assert database.stat().st_size > before + 200_000
+
+
+async def test_one_checkpoint_at_a_time_and_the_writer_goes_on(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poster, writer = app
+    writer.checkpoint_every = 1
+    started, release = threading.Event(), threading.Event()
+    calls: list[Engine] = []
+
+    def slow_checkpoint(engine: Engine) -> None:
+        calls.append(engine)
+        started.set()
+        release.wait(30)
+
+    monkeypatch.setattr("app.web.group_commit.checkpoint_wal", slow_checkpoint)
+    try:
+        assert (await poster.post("star", STAR, delivery="one")).status_code == 202
+        await until(started.is_set)
+        # The checkpoint holds its thread: deliveries are recorded and answered.
+        for n in range(3):
+            assert (await poster.post("star", STAR, delivery=f"more-{n}")).status_code == 202
+        assert writer.checkpoints == 1 and len(calls) == 1
+    finally:
+        release.set()
+    await writer._checkpointing
+    assert (await poster.post("star", STAR, delivery="after")).status_code == 202
+    assert writer.checkpoints == 2
+
+
+async def test_a_failed_checkpoint_is_logged_and_deliveries_go_on(
+    app: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    poster, writer = app
+    writer.checkpoint_every = 1
+
+    def broken_checkpoint(engine: Engine) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("app.web.group_commit.checkpoint_wal", broken_checkpoint)
+    assert (await poster.post("star", STAR, delivery="one")).status_code == 202
+    await writer._checkpointing
+    assert "WAL checkpoint beside the intake writer failed" in caplog.text
+    assert (await poster.post("star", STAR, delivery="two")).status_code == 202
+    assert writer.checkpoints == 2
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_the_writers_commits_leave_the_wal_to_the_checkpoints(
+    app: Any, db_engine: Engine
+) -> None:
+    """More than SQLite's 1,000 pages of WAL, recorded between two of the
+    writer's own checkpoints: no COMMIT copied them back meanwhile."""
+    poster, writer = app
+    writer.checkpoint_every = 1000
+    database = Path(db_engine.url.database or "")
+    before = database.stat().st_size
+    for n in range(25):
+        body = example("issues", "opened")
+        body["issue"]["body"] = "x" * 200_000
+        assert (await poster.post("issues", body, delivery=f"w-{n}")).status_code == 202
+    assert writer.checkpoints == 0
+    assert database.stat().st_size < before + 200_000
+
+
+async def test_no_checkpoints_where_there_is_no_wal(app: Any) -> None:
+    poster, writer = app
+    writer.checkpoint_every = 0
+    for n in range(2):
+        assert (await poster.post("star", STAR, delivery=f"n-{n}")).status_code == 202
+    assert writer.checkpoints == 0 and writer._checkpointing is None

@@ -164,3 +164,41 @@ def test_damaged_payloads_parse_or_raise_payload_error(data: st.DataObject) -> N
         )
     with contextlib.suppress(PayloadError):
         parse_event(path.parent.name, json.dumps(payload))
+
+
+def test_a_raw_body_parses_as_its_decoded_object(example: Path) -> None:
+    """Raw bytes take pydantic's own JSON reader; a decoded object the
+    long way: the same event either way."""
+    event, body = example.parent.name, example.read_bytes()
+    assert parse_event(event, body) == parse_event(event, json.loads(body))
+
+
+def test_a_raw_body_missing_a_field_is_told_as_a_decoded_one(payload_of: Any) -> None:
+    payload = payload_of("issues", "opened")
+    del payload["issue"]["number"]
+    with pytest.raises(PayloadError) as raw:
+        parse_event("issues", json.dumps(payload).encode())
+    with pytest.raises(PayloadError) as decoded:
+        parse_event("issues", payload)
+    assert str(raw.value) == str(decoded.value)
+    assert raw.value.field == decoded.value.field == "issue.number"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda body: b"\xef\xbb\xbf" + body, id="utf-8 byte order mark"),
+        pytest.param(
+            lambda body: body.replace(b'"title": "', b'"title": "\\ud800', 1),
+            id="lone surrogate escape",
+        ),
+    ],
+)
+def test_a_body_only_the_standard_decoder_reads_still_parses(payload_of: Any, damage: Any) -> None:
+    """pydantic's JSON reader refuses what ``json.loads`` takes (a byte order
+    mark, an unpaired surrogate escape): such a body parses as it always did."""
+    body = damage(json.dumps(payload_of("issues", "opened")).encode())
+    assert body != json.dumps(payload_of("issues", "opened")).encode()
+    parsed = parse_event("issues", body)
+    assert isinstance(parsed, IssuesEvent)
+    assert parsed == parse_event("issues", json.loads(body))

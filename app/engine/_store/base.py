@@ -8,9 +8,11 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine
 
-from app.engine._db import READ_ONLY
+from app.engine._db import NO_CHECKPOINT, READ_ONLY
 from app.engine._faults import FaultPoints
 from app.engine._store.tx import Tx
+
+_NO_CHECKPOINT = {NO_CHECKPOINT: True}
 
 
 class StoreBase:
@@ -26,8 +28,11 @@ class StoreBase:
         self.faults = faults or FaultPoints()
 
     @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        with self.engine.begin() as conn:
+    def transaction(self, *, checkpoint: bool = True) -> Iterator[Tx]:
+        """``checkpoint=False`` (SQLite): its COMMIT does not checkpoint the
+        WAL, whoever calls ``checkpoint_wal`` instead (app/engine/_db.py)."""
+        engine = self.engine if checkpoint else self.engine.execution_options(**_NO_CHECKPOINT)
+        with engine.begin() as conn:
             tx = Tx(conn, self.clock())
             yield tx
             tx.flush_events()
