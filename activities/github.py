@@ -72,7 +72,7 @@ from app.evidence import EvidenceStore
 from app.github.branches import Deletion, delete_branch_if_at
 from app.github.checks import CheckRunView, ensure_check_run
 from app.github.client import GitHubClientFactory, InstallationGitHub
-from app.github.comments import ensure_comment, find_comments
+from app.github.comments import ensure_comment, find_comments, rewrite_comment
 from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
 from app.github.forks import ForkRefused, ensure_fork, proposal_account
@@ -417,14 +417,22 @@ class GitHubActivities:
     async def comment(self, actx: ActivityContext, request: CommentInput) -> CommentResult:
         """Exactly one comment for the operation, created or updated in place."""
         access = self.access
-        result = await ensure_comment(
-            access.factory.for_installation(request.installation_id, repository=request.repo),
-            RepoRef.parse(request.repo),
-            request.issue_number,
-            request.op,
-            request.body,
-            bot_login=await access.factory.bot_login(),
-        )
+        gh = access.factory.for_installation(request.installation_id, repository=request.repo)
+        repo, bot_login = RepoRef.parse(request.repo), await access.factory.bot_login()
+        if request.comment_id is not None:
+            result = await rewrite_comment(
+                gh,
+                repo,
+                request.comment_id,
+                request.issue_number,
+                request.op,
+                request.body,
+                bot_login=bot_login,
+            )
+        else:
+            result = await ensure_comment(
+                gh, repo, request.issue_number, request.op, request.body, bot_login=bot_login
+            )
         return CommentResult(id=result.id, url=result.html_url, created=result.created)
 
     async def _intended_commit(

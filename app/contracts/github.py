@@ -140,8 +140,13 @@ class PullView(Result):
 
 
 class CommentInput(Marked):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("comment_id",)
+
     issue_number: int
     body: str
+    #: The comment an earlier call for this operation returned: edited by id,
+    #: without listing the issue's comments (made again if it was deleted).
+    comment_id: int | None = None
 
 
 class CommentResult(Result):

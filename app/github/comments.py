@@ -4,6 +4,10 @@ GitHub has no conditional create for comments, so two workers racing on the
 same operation can each create one. After creating, we list again and keep
 the oldest marked comment (lowest id), deleting any younger copies; both
 racers make the same choice, so they converge on exactly one comment.
+
+Once a caller knows the comment's id (an earlier call returned it), the next
+edit goes straight to it (:func:`rewrite_comment`): one request instead of a
+listing of every comment on the issue and an edit.
 """
 
 from __future__ import annotations
@@ -127,3 +131,29 @@ async def ensure_comment(
     if not found:  # a list that lags behind the create: ours is the only one we know of
         return CommentResult(mine.id, mine.html_url, created=True, updated=False)
     return await _converge(gh, repo, found, text, created=found[0].id == mine.id)
+
+
+async def rewrite_comment(
+    gh: InstallationGitHub,
+    repo: RepoRef,
+    comment_id: int,
+    issue_number: int,
+    op: OpId,
+    body: str,
+    *,
+    bot_login: str | None,
+) -> CommentResult:
+    """Give the comment ``comment_id``, which an earlier call for ``op``
+    returned, ``body`` (plus marker) in one request. A comment deleted since
+    (404) is made again as :func:`ensure_comment` makes it."""
+    text = with_marker(body, Marker(op, {}))
+    try:
+        response = await gh.rest.issues.async_update_comment(
+            repo.owner, repo.name, comment_id, body=text
+        )
+    except GitHubException as exc:
+        if status_of(exc) != 404:
+            raise classify(exc, mutation=True) from exc
+        return await ensure_comment(gh, repo, issue_number, op, body, bot_login=bot_login)
+    updated = response.parsed_data
+    return CommentResult(updated.id, updated.html_url, created=False, updated=True)

@@ -86,6 +86,11 @@ class RunBase:
         self.deadline: WorkflowFuture | None = None
         self.round_started: datetime | None = None
         self.status_written = 0
+        #: The status comment's id, once a write returned it.
+        self.status_comment_id: int | None = None
+        #: Whether this run edits its status comment by id (None: not asked
+        #: yet; runs recorded before that list the issue's comments each time).
+        self.status_by_id: bool | None = None
         #: sha256 of the status comment's body as last written (drift check).
         self.status_sha: str | None = None
         self.publications = 0
@@ -154,7 +159,9 @@ class RunBase:
             self.state.detail = detail
         self.status_written += 1
         body = status_comment(self.state)
-        await call(
+        if self.status_comment_id is not None and self.status_by_id is None:
+            self.status_by_id = self.ctx.patched("status-comment-by-id")
+        written = await call(
             self.ctx,
             github.comment,
             github.CommentInput(
@@ -163,9 +170,11 @@ class RunBase:
                 op_run=self.ctx.run_id,
                 op_step="status",
                 body=body,
+                comment_id=self.status_comment_id if self.status_by_id else None,
             ),
             step=f"status-{self.status_written}",
         )
+        self.status_comment_id = written.id
         self.status_sha = github.body_sha256(body)
 
     async def check(self, sha: str, *, final: bool, step: str) -> None:

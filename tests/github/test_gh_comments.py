@@ -9,7 +9,7 @@ from gh_scene import Scene
 
 from app.engine._errors import AmbiguousError, PermanentError, TransientError
 from app.github.client import InstallationGitHub
-from app.github.comments import CommentResult, ensure_comment
+from app.github.comments import CommentResult, ensure_comment, rewrite_comment
 from app.github.markers import Marker, OpId, parse_marker
 
 OP = OpId("run-1", "status")
@@ -138,3 +138,44 @@ async def test_timeout_with_nothing_to_read_back_is_ambiguous(
     # The runtime's reconcile is the same call: one comment, whatever the held request did.
     result = await ensure(scene, issue, "Running")
     assert [c[0] for c in comments_on(scene, issue)] == [result.id]
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """The in-process emulator, with every request's method and path kept."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner, self.seen = inner, []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(f"{request.method} {request.url.path}")
+        return await self.inner.handle_async_request(request)
+
+
+async def test_a_known_comment_is_rewritten_in_one_request(scene: Scene, issue: int) -> None:
+    """An id an earlier call returned: one edit, no listing of the issue's comments."""
+    first = await ensure(scene, issue, "Running")
+    recording = Recording(httpx.ASGITransport(app=scene.emulator.asgi()))
+    gh = scene.new_factory(transport=recording).for_installation(scene.installation_id)
+    await gh.rest.repos.async_get("octo", "demo")  # the token minted before counting
+    recording.seen.clear()
+    result = await rewrite_comment(
+        gh, scene.repo, first.id, issue, OP, "Done", bot_login=scene.bot_login
+    )
+    assert [line.split()[0] for line in recording.seen] == ["PATCH"]
+    assert (result.id, result.created, result.updated) == (first.id, False, True)
+    [(comment_id, _, body)] = comments_on(scene, issue)
+    assert comment_id == first.id
+    assert body.startswith("Done") and parse_marker(body) == Marker(OP)
+
+
+async def test_a_known_comment_deleted_since_is_made_again(scene: Scene, issue: int) -> None:
+    first = await ensure(scene, issue, "Running")
+    await scene.client.rest(
+        "DELETE", f"/repos/octo/demo/issues/comments/{first.id}", as_user="alice"
+    )
+    result = await rewrite_comment(
+        scene.gh, scene.repo, first.id, issue, OP, "Done", bot_login=scene.bot_login
+    )
+    assert result.created and result.id != first.id
+    [(comment_id, _, body)] = comments_on(scene, issue)
+    assert comment_id == result.id and body.startswith("Done")

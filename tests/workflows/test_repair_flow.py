@@ -4,6 +4,7 @@ or agent): which phases it goes through, what it ends with, what it calls."""
 from __future__ import annotations
 
 from tests.workflows.repair_scenario import (
+    MERGED,
     PROPOSED_SHA,
     WORKFLOW_ID,
     approve,
@@ -25,3 +26,26 @@ async def test_an_approved_fix_is_merged(kit_db_url: str) -> None:
     assert run.result["outcome"] == "merged", run.result
     assert fakes.unexpected == []
     print(fakes.operations())
+
+
+async def test_the_status_comment_is_rewritten_by_the_id_its_first_write_returned(
+    kit_db_url: str,
+) -> None:
+    """The first write finds or makes the comment; every later one names it, so
+    the activity edits it without listing the issue's comments."""
+    fakes = merged_fakes()
+    async with repair_env(fakes, kit_db_url) as env:
+        await start_repair(env)
+        await env.wait_phase(WORKFLOW_ID, "awaiting-review")
+        await approve(env)
+        run = await env.wait_status(WORKFLOW_ID)
+    assert run.status == "completed", run.error
+    writes = fakes.calls_to("github.comment")
+    assert len(writes) >= 3
+    first_id = next(
+        e["data"]["result"]["id"]
+        for e in MERGED["events"]
+        if e["type"] == "activity_completed" and e["data"]["activity"] == "github.comment"
+    )
+    assert writes[0].input.get("comment_id") is None
+    assert [w.input.get("comment_id") for w in writes[1:]] == [first_id] * (len(writes) - 1)
