@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.timeout(300)]
 def test_short_run_reports_every_variant_and_layer(capsys: pytest.CaptureFixture[str]) -> None:
     main(["--rounds", "3", "--db", "sqlite", "--profile"])
     out = capsys.readouterr().out
-    for variant in ("product", "no budget", "cookies parsed"):
+    for variant in ("product", "no budget", "cookies parsed", "bare httpx (floor)"):
         assert f"  {variant} " in out
     assert "ms CPU per request" in out
     for label, _, _ in LAYERS:
