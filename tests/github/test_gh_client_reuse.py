@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import tomllib
 from datetime import UTC, datetime, timedelta
+from http.cookiejar import CookieJar
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
@@ -56,6 +58,36 @@ async def test_the_kept_client_sends_no_cookie_back(app_key: KeyPair) -> None:
     assert seen == [None, None]
     await factory.aclose()
     assert gh._pooled is None
+
+
+async def test_an_answers_set_cookie_is_not_parsed(app_key: KeyPair, monkeypatch: Any) -> None:
+    # The jar would refuse the cookie anyway; handing it every answer cost
+    # 33 µs of CPU an answer (docs/benchmarks.md, CPU per GitHub request).
+    parsed: list[str] = []
+    real = CookieJar.extract_cookies
+
+    def extract(jar: CookieJar, response: Any, request: Any) -> None:
+        parsed.append(request.get_full_url())
+        real(jar, response, request)
+
+    monkeypatch.setattr(CookieJar, "extract_cookies", extract)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"id": 1, "slug": "repairbot"}, headers={"set-cookie": "session=abc"}
+        )
+
+    factory = GitHubClientFactory(
+        base_url="https://github.test",
+        credentials=AppCredentials("42", app_key.private_pem),
+        transport=httpx.MockTransport(answer),
+    )
+    gh = factory.app()
+    await gh.arequest("GET", "/app")
+    await gh.arequest("GET", "/app")
+    assert parsed == []
+    assert gh._pooled is not None and not gh._pooled.cookies
+    await factory.aclose()
 
 
 async def test_concurrent_token_mints_sign_one_jwt(scene: Scene) -> None:
