@@ -51,8 +51,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from app.engine._db import make_engine
 from app.github.auth import AppCredentials
@@ -64,6 +62,7 @@ from app.operations.migrate import upgrade
 from bench.environment import at_start, heading, load
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from emulator.keys import app_key_pair
 
 BASE_PATH = "/api/v3"
 LIMIT = 5000
@@ -132,17 +131,7 @@ async def setup(emu: Emulator, client: EmulatorClient, runs: int) -> tuple[int, 
     (seed / "README.md").write_text("# waiting\n")
     await client.create_repo_from_folder(OWNER, REPO, seed)
     await client.set_permission(OWNER, REPO, "maya", "write")
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
+    private, public = app_key_pair()
     app = await client.create_app(name="repairbot", public_key_pem=public)
     installation = await client.create_installation(app.id, OWNER)
     pushed = await client.push_as("maya", OWNER, REPO, "proposal", {"fix.txt": "fixed\n"})

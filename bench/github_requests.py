@@ -40,8 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import Engine, event
 
 from app.engine import make_engine
@@ -59,6 +57,7 @@ from bench.databases import fresh_database
 from bench.engine import DEFAULT_POSTGRES
 from bench.spec import POSTGRES, SQLITE
 from emulator.client import EmulatorClient
+from emulator.keys import app_key_pair
 
 BASE_PATH = "/api/v3"
 REPO = RepoRef("octo", "demo")
@@ -109,21 +108,6 @@ class World:
     head_sha: str
 
 
-def _key() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
-
-
 async def _spawn_emulator(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -167,7 +151,7 @@ async def _spawn_emulator(root: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 async def _build_world(url: str, root: Path) -> World:
-    private, public = _key()
+    private, public = app_key_pair()
     seed = root / "seed"
     seed.mkdir()
     (seed / "README.md").write_text("# demo\n")

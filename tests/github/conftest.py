@@ -16,8 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from gh_scene import BASE_PATH, KeyPair, LocalGit, Scene, git
 
 from app.github.auth import AppCredentials
@@ -25,6 +23,7 @@ from app.github.client import GitHubClientFactory
 from app.github.repos import RepoRef
 from emulator.app import Emulator
 from emulator.client import EmulatorClient
+from emulator.keys import app_key_pair
 
 # serve_asgi lives with the emulator's tests, which are not a package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "emulator"))
@@ -34,17 +33,7 @@ from git_helpers import serve_asgi
 @pytest.fixture(scope="session")
 def app_key() -> KeyPair:
     """One RSA key for the whole run: generating one per test costs more than the test."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
+    private, public = app_key_pair()
     return KeyPair(private, public)
 
 
