@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 
@@ -53,6 +54,9 @@ class Runtime(RuntimeClient):
         # and its attempts are retried (safely, thanks to fencing, but wastefully).
         self.liveness_interval = min(liveness_interval, worker_silence / 5)
         self._liveness: asyncio.Task[None] | None = None
+        #: Set once this worker's first liveness beat has committed.
+        self.beating = asyncio.Event()
+        self._dispatch_start: asyncio.Task[None] | None = None
         self.worker = Worker(
             self.store,
             registry,
@@ -91,9 +95,14 @@ class Runtime(RuntimeClient):
         dispatcher = InProcessDispatcher(
             self.worker.run_job, concurrency=self.concurrency, clock=self.clock
         )
-        dispatcher.start()
         self.use_dispatcher(dispatcher)
         self.start_liveness()
+        # Jobs queue until the first beat (see :meth:`start_liveness`); start-up
+        # itself does not wait for it, so the web of an embedded process serves
+        # while the database is away.
+        self._dispatch_start = asyncio.create_task(
+            self._when_beating(dispatcher.start), name="dispatch-start"
+        )
         self.reconciler.start(self.reconcile_interval)
         try:
             await self.reconciler.run_once()  # pick up whatever a previous process left
@@ -122,8 +131,18 @@ class Runtime(RuntimeClient):
     def start_liveness(self) -> None:
         """Beat this worker's liveness row until :meth:`stop` (any dispatch mode).
         The first beat is taken at once and retried like the others, so a
-        worker that starts while the database is down waits for it."""
+        worker that starts while the database is down waits for it.
+
+        ``beating`` is set once the first beat has committed, and no job may
+        be taken before (:meth:`_when_beating`): the others judge a silent
+        worker by its row, so an attempt claimed by a worker that has none yet
+        and dies is invisible to them and waits out its start-to-close
+        timeout (minutes) instead of the worker silence."""
         self._liveness = asyncio.create_task(self._beat_forever(), name="liveness")
+
+    async def _when_beating(self, start: Callable[[], None]) -> None:
+        await self.beating.wait()
+        start()
 
     async def _beat_forever(self) -> None:
         while True:
@@ -131,6 +150,7 @@ class Runtime(RuntimeClient):
                 await self.threads.run(
                     self.store.beat, self.worker_id, code_version=self.code_version
                 )
+                self.beating.set()
                 # The database answers: release attempts whose outcome a blip lost.
                 await self.worker.release_unrecorded()
             except Exception:
@@ -141,6 +161,10 @@ class Runtime(RuntimeClient):
         """Stop this process's part of the runtime. Running jobs get ``grace``
         seconds to finish; what is still running then is handed back (its
         attempt released at once), and the worker is marked retired."""
+        if self._dispatch_start is not None:
+            self._dispatch_start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._dispatch_start
         await self.worker.drain(grace)
         await self.reconciler.stop()
         if self._liveness is not None:

@@ -20,13 +20,18 @@ from app.engine._runtime import Runtime
 log = logging.getLogger("repairbot.worker")
 
 
-async def until_stopped() -> None:
-    """Wait for SIGTERM (a deploy) or SIGINT."""
+def stop_requested() -> asyncio.Event:
+    """An event SIGTERM (a deploy) or SIGINT sets, from now on."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    await stopping.wait()
+    return stopping
+
+
+async def until_stopped() -> None:
+    """Wait for SIGTERM (a deploy) or SIGINT."""
+    await stop_requested().wait()
 
 
 async def serve_arq(
@@ -42,17 +47,25 @@ async def serve_arq(
     """Work arq's queues on ``redis_url`` until SIGTERM, then drain and return 0."""
     runtime.registry.check_implemented()  # as in-process workers do: refused before serving
     pool = await _connect_patiently(redis_url)
-    runtime.use_dispatcher(ArqDispatcher(pool), eager=eager)
+    dispatcher = ArqDispatcher(pool)
+    # No job is run here before the first beat (Runtime.start_liveness): not
+    # eagerly (a reconciler pass's follow-ups go through Redis until then),
+    # not from the queues (the consumers start after it).
+    runtime.use_dispatcher(dispatcher, eager=False)
     runtime.start_liveness()
     # The reconciler runs here, not as an arq cron: recovery goes on while Redis is away.
     runtime.reconciler.start(reconcile_interval)
     consumers = ArqConsumers(
         runtime, redis_settings(redis_url), max_jobs=concurrency, poll_delay=poll_delay
     )
-    consumers.start()
-    log.info("arq consumers on queues %s", consumers.queues)
+    # A deploy may stop a worker still waiting for the database: it drains too.
+    stopping = stop_requested()
+    if await _first_of(runtime.beating, stopping) is runtime.beating:
+        runtime.use_dispatcher(dispatcher, eager=eager)
+        consumers.start()
+        log.info("arq consumers on queues %s", consumers.queues)
     try:
-        await until_stopped()
+        await stopping.wait()
         # A deploy: take no new jobs, let running ones finish within the grace
         # period, hand back the rest, mark this worker retired, exit 0.
         log.info("stopping: draining for up to %.0fs", drain_grace)
@@ -63,6 +76,17 @@ async def serve_arq(
         await pool.aclose()
     log.info("worker %s retired", runtime.worker_id)
     return 0
+
+
+async def _first_of(*events: asyncio.Event) -> asyncio.Event:
+    """The first of ``events`` to be set (the earliest listed if several are)."""
+    waits = {asyncio.ensure_future(event.wait()): event for event in events}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    return next(event for event in events if event.is_set())
 
 
 async def _connect_patiently(redis_url: str) -> ArqRedis:
