@@ -28,9 +28,6 @@ import asyncio
 import cProfile
 import os
 import pstats
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -42,6 +39,8 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, event
 
+from app.demo.serve import bind, url_of
+from app.demo.stack import spawn_emulator
 from app.engine import make_engine
 from app.github.auth import AppCredentials, TokenScope
 from app.github.checks import CheckRunView, ensure_check_run
@@ -106,48 +105,6 @@ class World:
     issue: int
     pull: int
     head_sha: str
-
-
-async def _spawn_emulator(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = int(sock.getsockname()[1])
-    log = (root / "emulator.log").open("ab")
-    proc = subprocess.Popen(  # noqa: ASYNC220 (set-up, before anything is measured)
-        [
-            sys.executable,
-            "-m",
-            "emulator",
-            "--port",
-            str(port),
-            "--fd",
-            str(sock.fileno()),
-            "--base-path",
-            BASE_PATH,
-            "--root",
-            str(root / "github"),
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        pass_fds=(sock.fileno(),),
-    )
-    sock.close()
-    log.close()
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient() as http:
-        for _ in range(600):
-            if proc.poll() is not None:
-                raise RuntimeError(f"the emulator exited at start-up (see {root})")
-            try:
-                await http.get(url + "/")
-                return proc, url
-            except httpx.TransportError:
-                await asyncio.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("the emulator did not answer within 30 s")
 
 
 async def _build_world(url: str, root: Path) -> World:
@@ -362,7 +319,9 @@ async def profile(world: World, engine: Engine, rounds: int, dump: str | None) -
 async def main_async(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="repairbot-ghreq-") as tmp:
         root = Path(tmp)
-        proc, url = await _spawn_emulator(root)
+        sock = bind()
+        url = url_of(sock)
+        proc = await spawn_emulator(root, sock)
         try:
             world = await _build_world(url, root)
             with fresh_database(args.db, admin_url=args.postgres) as db_url:

@@ -93,7 +93,7 @@ class LocalStack:
         emu_socket, self._app_socket = bind(), bind()
         emu_url, app_url = url_of(emu_socket), url_of(self._app_socket)
         if self.emulator_process:
-            self._emulator_proc = await self._spawn_emulator(emu_socket)
+            self._emulator_proc = await spawn_emulator(self.root, emu_socket)
         else:
             self.emulator = Emulator(
                 root=self.root / "github", base_path=BASE_PATH, public_url=emu_url
@@ -152,53 +152,6 @@ class LocalStack:
             proposal_owner=people.proposals,
         )
         return self.settings
-
-    async def _spawn_emulator(self, sock: socket.socket) -> subprocess.Popen[bytes]:
-        """``python -m emulator`` on the port ``sock`` reserved; returns once it answers."""
-        port = int(sock.getsockname()[1])
-        proc = self._start_emulator_process(sock, port)
-        url = f"http://127.0.0.1:{port}/"  # any answer means it is serving
-        async with httpx.AsyncClient() as http:
-            for _ in range(600):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the emulator exited at start-up (see {self.root})")
-                try:
-                    await http.get(url)
-                    return proc
-                except httpx.TransportError:
-                    await asyncio.sleep(0.05)
-        proc.kill()
-        raise RuntimeError("the emulator did not answer within 30 s")
-
-    def _start_emulator_process(self, sock: socket.socket, port: int) -> subprocess.Popen[bytes]:
-        """The child serves on ``sock`` itself (inherited), so no other process
-        can take the port between our choosing it and the child listening."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with (self.root / "emulator.log").open("ab") as log:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "emulator",
-                    "--port",
-                    str(port),
-                    "--fd",
-                    str(sock.fileno()),
-                    "--base-path",
-                    BASE_PATH,
-                    "--root",
-                    str(self.root / "github"),
-                    "--log-level",
-                    "warning",
-                    "--keep-alive",
-                    str(EMULATOR_KEEP_ALIVE),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(sock.fileno(),),
-            )
-        sock.close()  # the child holds its own copy
-        return proc
 
     def start_repairbot(self, *, run_worker: bool = True, **overrides: Any) -> Runtime:
         """Serve repairbot's web app on its socket; with ``run_worker`` also run
@@ -264,3 +217,53 @@ class LocalStack:
             except subprocess.TimeoutExpired:
                 self._emulator_proc.kill()
                 self._emulator_proc.wait()
+
+
+async def spawn_emulator(root: Path, sock: socket.socket) -> subprocess.Popen[bytes]:
+    """``python -m emulator`` keeping its state under ``root``, on the port
+    ``sock`` reserved; returns once it answers."""
+    port = int(sock.getsockname()[1])
+    proc = _start_emulator_process(root, sock, port)
+    url = f"http://127.0.0.1:{port}/"  # any answer means it is serving
+    async with httpx.AsyncClient() as http:
+        for _ in range(600):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the emulator exited at start-up (see {root})")
+            try:
+                await http.get(url)
+                return proc
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the emulator did not answer within 30 s")
+
+
+def _start_emulator_process(root: Path, sock: socket.socket, port: int) -> subprocess.Popen[bytes]:
+    """The child serves on ``sock`` itself (inherited), so no other process
+    can take the port between our choosing it and the child listening."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "emulator.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "emulator",
+                "--port",
+                str(port),
+                "--fd",
+                str(sock.fileno()),
+                "--base-path",
+                BASE_PATH,
+                "--root",
+                str(root / "github"),
+                "--log-level",
+                "warning",
+                "--keep-alive",
+                str(EMULATOR_KEEP_ALIVE),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(sock.fileno(),),
+        )
+    sock.close()  # the child holds its own copy
+    return proc
