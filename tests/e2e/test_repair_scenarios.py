@@ -15,6 +15,7 @@ lean on the database's constraints and state changes, run on PostgreSQL too.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -780,6 +781,31 @@ def _agent_processes(script: str) -> set[int]:
     return found
 
 
+def _started_here(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that descend from this test process, whose in-process
+    worker starts the agent: other pytest workers run the same agent script at
+    the same time, and counting theirs failed this test when one of them
+    outlived the cancel here."""
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                parents[int(proc.name)] = int(
+                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
+        except OSError:
+            continue
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return {pid for pid in pids if descends(pid)}
+
+
 async def test_cancel_while_the_agent_runs_stops_it(stack: LocalStack) -> None:
     argv = fix_agent_command(sleep=60)
     script = argv[1]
@@ -788,15 +814,19 @@ async def test_cancel_while_the_agent_runs_stops_it(stack: LocalStack) -> None:
     heartbeat_every(stack, 0.2)
     number = await open_labelled_issue(stack)
     await wait_phase(stack, number, "repairing")
-    await wait_for("the agent is running", lambda: bool(_agent_processes(script) - before))
-    agents = _agent_processes(script) - before
+    await wait_for(
+        "the agent is running", lambda: bool(_started_here(_agent_processes(script) - before))
+    )
+    agents = _started_here(_agent_processes(script) - before)
 
     await stack.gh.remove_label(
         stack.people.owner, stack.repo_name, number, "repairbot", as_user=stack.people.maintainer
     )
     run = await wait_end(stack, number, timeout=20)
     assert run.status == "cancelled", run.error
-    # Stopped through its heartbeat, long before its 60 s were up.
+    # Stopped through its heartbeat, long before its 60 s were up. Every live
+    # agent counts here, so one the cancel orphaned (reparented away from this
+    # process) still fails the test.
     assert not agents & _agent_processes(script)
     assert run.closed_at is not None and run.closed_at - run.created_at < 30
     assert stack.runtime is not None
