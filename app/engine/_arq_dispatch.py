@@ -4,9 +4,10 @@ Redis is a doorbell, never a record: the database says what is due, and a
 job only says "look at this now".
 
 - An arq job hands its job to the worker's own pool (:meth:`Worker.submit`)
-  and ends; it does not run the work. arq therefore holds its in-progress
-  key for milliseconds, not for the length of an activity, and shutting
-  down, draining and riding out a Redis restart are the worker's business.
+  and ends; it does not run the work. The consumer takes an engine job out
+  of Redis in one script (:data:`~app.engine._arq_scripts.TAKE`) and hands
+  it over without arq's per-job bookkeeping, so shutting down, draining and
+  riding out a Redis restart are the worker's business.
 - Job ids are deterministic, so a double relay is one job; a *re*-dispatch
   by the relay gets a fresh id (see :mod:`app.engine._jobs`), so keys that a
   crashed worker left behind in Redis can never hold work back.
@@ -32,7 +33,12 @@ from typing import Any
 
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
-from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
+from arq.constants import (
+    in_progress_key_prefix,
+    job_key_prefix,
+    result_key_prefix,
+    retry_key_prefix,
+)
 from arq.cron import cron
 from arq.jobs import serialize_job
 from arq.worker import Worker as ArqWorker
@@ -40,10 +46,10 @@ from arq.worker import func
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from app.engine._arq_scripts import ENQUEUE_SCRIPT, START_SCRIPT, execute
+from app.engine._arq_scripts import ENQUEUE_SCRIPT, START_SCRIPT, TAKE_SCRIPT, execute
 from app.engine._doorbell import Doorbell, add_rings
-from app.engine._jobs import DEFAULT_QUEUE, RETRACT, Job, workflow_queue
-from app.engine._redis_channel import dump_result, load_job, use_json
+from app.engine._jobs import DEFAULT_QUEUE, RETRACT, Job, is_engine_job, workflow_queue
+from app.engine._redis_channel import RefusedJob, dump_result, load_job, use_json
 from app.engine._runtime import Runtime
 
 log = logging.getLogger("repairbot.dispatch")
@@ -145,9 +151,25 @@ async def run_job(ctx: dict[str, Any], kind: str, ref: str, job_id: str) -> None
     """The arq job: hand the job to this worker's pool and end."""
     runtime: Runtime = ctx["runtime"]
     taken = await runtime.worker.submit(Job(job_id, kind, ref, queue=""))
-    runtime.faults.hit("arq.before_ack")
     if not taken:
         log.info("draining: left job %s to the relay", job_id)
+
+
+def job_arguments(raw: bytes) -> tuple[str, str, str]:
+    """The ``run_job`` arguments of an engine job's bytes; anything else is
+    refused (:class:`RefusedJob`, logged): whoever can write to Redis can
+    write a job, and a job of ours calls nothing but :func:`run_job`."""
+    data = load_job(raw)
+    args = data["a"]
+    if (
+        data["f"] != JOB_FUNCTION
+        or data["k"]
+        or len(args) != 3
+        or not all(isinstance(arg, str) for arg in args)
+    ):
+        log.error("refused a job that is not a %s call: %.200r", JOB_FUNCTION, data)
+        raise RefusedJob("job is not an engine job")
+    return args[0], args[1], args[2]
 
 
 async def reconcile(ctx: dict[str, Any]) -> None:
@@ -190,8 +212,9 @@ class Consumer(ArqWorker):
                 await self.doorbell.wait(self.queue_name, self.poll_delay_s)
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's ``start_jobs`` with its WATCH/EXISTS/ZSCORE/MULTI (four round
-        trips per job) done by one script (:data:`~app.engine._arq_scripts.START`)."""
+        """arq's ``start_jobs``, one script per job: an engine job is taken out
+        of Redis and handed over (:meth:`_take`), anything else started for
+        arq's own ``run_job`` (:meth:`_start`)."""
         for job_id_b in job_ids:
             await self.sem.acquire()
             if self.job_counter >= self.max_jobs:
@@ -199,19 +222,62 @@ class Consumer(ArqWorker):
                 return
             self.job_counter += 1
             job_id = job_id_b.decode()
-            score = await START_SCRIPT(
-                self.pool,
-                [in_progress_key_prefix + job_id, self.queue_name],
-                [job_id, int(time.time() * 1000), int(self.in_progress_timeout_s * 1000)],
-            )
-            if score is None:
-                # Started elsewhere, finished, or deferred again meanwhile.
+            started = await (self._take(job_id) if is_engine_job(job_id) else self._start(job_id))
+            if started is None:
+                # Taken elsewhere, finished, or deferred again meanwhile.
                 self.job_counter -= 1
                 self.sem.release()
                 continue
-            task = self.loop.create_task(self.run_job(job_id, int(float(score))))
-            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
-            self.tasks[job_id] = task
+            started.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = started
+
+    async def _take(self, job_id: str) -> asyncio.Task[None] | None:
+        """Take an engine job out of Redis (:data:`~app.engine._arq_scripts.TAKE`):
+        one round trip where arq's start, read and finish take four."""
+        raw = await TAKE_SCRIPT(
+            self.pool,
+            [
+                self.queue_name,
+                job_key_prefix + job_id,
+                retry_key_prefix + job_id,
+                in_progress_key_prefix + job_id,
+            ],
+            [job_id, int(time.time() * 1000)],
+        )
+        if raw is None:
+            return None
+        return self.loop.create_task(self._hand_over(job_id, raw))
+
+    async def _hand_over(self, job_id: str, raw: bytes) -> None:
+        try:
+            kind, ref, sent_as = job_arguments(raw)
+        except RefusedJob:
+            return  # logged; it left Redis with the take and ran nothing
+        runtime: Runtime = self.ctx["runtime"]
+        # Killed here, the worker leaves nothing in Redis: the job's outbox
+        # row outlives the relay grace and the relay sends it again.
+        runtime.faults.hit("arq.after_take")
+        try:
+            await asyncio.wait_for(run_job(self.ctx, kind, ref, sent_as), HAND_OFF_TIMEOUT)
+        except TimeoutError:
+            log.warning(
+                "job %s found no free slot in %d s; left to the relay", job_id, HAND_OFF_TIMEOUT
+            )
+        except Exception:
+            # As arq's run_job would: the consumer goes on, the relay resends.
+            log.exception("handing over job %s failed; left to the relay", job_id)
+
+    async def _start(self, job_id: str) -> asyncio.Task[None] | None:
+        """Start a job of arq's own (:data:`~app.engine._arq_scripts.START`: one
+        round trip for arq's WATCH/EXISTS/ZSCORE/MULTI) for arq's ``run_job``."""
+        score = await START_SCRIPT(
+            self.pool,
+            [in_progress_key_prefix + job_id, self.queue_name],
+            [job_id, int(time.time() * 1000), int(self.in_progress_timeout_s * 1000)],
+        )
+        if score is None:
+            return None
+        return self.loop.create_task(self.run_job(job_id, int(float(score))))
 
     async def _burst_done(self) -> bool:
         if 0 <= self.max_burst_jobs <= self._jobs_started() or not await self.pool.zcard(

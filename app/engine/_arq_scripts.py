@@ -1,18 +1,27 @@
 """arq's enqueue and job start, each as one Redis round trip.
 
 arq 0.28 enqueues with WATCH, EXISTS and MULTI/EXEC (three round trips) and
-starts a job with WATCH, EXISTS, ZSCORE and MULTI/EXEC (four), all on the
-path of every job a run sends through Redis. These Lua scripts do the same
-checks and writes atomically on the server, in one round trip each, on
-arq's own keys and formats: a job written here is read by arq's worker, and
-the jobs arq writes are started here. Behaviour is arq's:
+starts a job with WATCH, EXISTS, ZSCORE and MULTI/EXEC (four), then reads
+the job (a pipeline) and finishes it (another), all on the path of every job
+a run sends through Redis. These Lua scripts do the same checks and writes
+atomically on the server, in one round trip each, on arq's own keys and
+formats: a job written here is read by arq's worker, and the jobs arq writes
+are taken here. Behaviour is arq's:
 
 - enqueue: nothing is written when the job id's job key or result key
   exists (a double send is one job); else the job key with its expiry and
   the queue entry with its score;
-- start: the job is taken when no in-progress key exists and its score is
-  due; the in-progress key is then set, with arq's timeout. A job a crashed
-  worker took therefore keeps its keys exactly as under arq's own start.
+- start (arq's own jobs: the reconciler's cron): the job is taken when no
+  in-progress key exists and its score is due; the in-progress key is then
+  set, with arq's timeout, and arq's ``run_job`` and ``finish_job`` follow;
+- take (the engine's jobs): the same checks, then the job leaves Redis at
+  once (queue entry, job key, retry key) and its bytes come back. An engine
+  job only hands its work to the worker's pool (the database is the record,
+  the outbox row stays until the work is claimed), so there is nothing for
+  arq to track between the start and the finish: a worker that dies after
+  a take leaves no key behind, and the relay copies the job like any job
+  missing from Redis. An in-progress key still blocks the take, so a job a
+  worker of an older release started is left to it.
 
 Scripts run by SHA; a server that does not know one yet (a restart, a
 flush of the script cache) is sent it once and the call repeated.
@@ -44,6 +53,19 @@ local score = redis.call('zscore', KEYS[2], ARGV[1])
 if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
 redis.call('psetex', KEYS[1], ARGV[3], '1')
 return score
+"""
+
+#: KEYS: queue, job key, retry key, in-progress key. ARGV: job id, now ms.
+#: Returns the job's bytes, or nil when it is not to be taken here. A queue
+#: entry whose job key expired is dropped (arq's worker drops it too).
+TAKE = """
+if redis.call('exists', KEYS[4]) == 1 then return false end
+local score = redis.call('zscore', KEYS[1], ARGV[1])
+if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
+local job = redis.call('get', KEYS[2])
+redis.call('zrem', KEYS[1], ARGV[1])
+redis.call('del', KEYS[2], KEYS[3])
+return job
 """
 
 
@@ -83,3 +105,4 @@ async def execute(redis: Redis, build: Any, scripts: Sequence[Script]) -> list[A
 
 ENQUEUE_SCRIPT = Script(ENQUEUE)
 START_SCRIPT = Script(START)
+TAKE_SCRIPT = Script(TAKE)

@@ -19,6 +19,9 @@ TIMER = "timer"
 #: would find nothing to do.
 RETRACT = "retract"
 DEFAULT_QUEUE = "repairbot:default"
+#: How the ids of the engine's own jobs begin (a re-dispatch appends ``~<n>``);
+#: anything else in a queue (arq's cron jobs) is arq's to run.
+ENGINE_JOB_PREFIXES = ("wft:", "act:", "tmr:")
 
 
 def workflow_queue(name: str, version: int) -> str:
@@ -53,6 +56,10 @@ def activity_job(
 
 def timer_job(run_id: str, cmd: int, fire_at: float) -> Job:
     return Job(f"tmr:{run_id}:{cmd}", TIMER, f"{run_id}|{cmd}", DEFAULT_QUEUE, fire_at)
+
+
+def is_engine_job(job_id: str) -> bool:
+    return job_id.startswith(ENGINE_JOB_PREFIXES)
 
 
 def relayed_id(job_id: str, relay: int) -> str:

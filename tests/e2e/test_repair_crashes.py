@@ -27,6 +27,11 @@ from tests.e2e.scenario import (
 
 # Each point kills the worker right after that activity's effect, before its
 # result is recorded (or inside a workflow-task commit).
+#: Above the tests' own deadlines (a repair through a kill within 150 s, the
+#: effect seen within 120 s): on a loaded machine the default 120 s per test
+#: cut them short before their own, clearer, failure.
+pytestmark = pytest.mark.timeout(420)
+
 FAULTS = [
     "activity.before_complete:workspace.prepare",
     "activity.before_complete:commands.run_reproduction",

@@ -222,8 +222,10 @@ class CrashLab:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             time.sleep(0.02)
 
-    def wait_killed(self, worker: WorkerProcess, timeout: float = 20.0) -> None:
-        """The worker must die by its own SIGKILL at the fault point."""
+    def wait_killed(self, worker: WorkerProcess, timeout: float = 60.0) -> None:
+        """The worker must die by its own SIGKILL at the fault point (the
+        deadline covers a worker's start-up on a loaded machine: one was
+        still importing psycopg after 20 s in CI)."""
         try:
             self.wait_until(
                 lambda: worker.popen.poll() is not None,

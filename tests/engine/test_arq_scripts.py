@@ -1,7 +1,8 @@
-"""The one-round-trip enqueue and start (app/engine/_arq_scripts.py) keep
-arq's keys and rules, on the real Redis: what the dispatcher writes is a job
-arq reads, a double send is one job, a job in progress or not yet due is not
-started, and a server that lost the scripts gets them again."""
+"""The one-round-trip enqueue, start and take (app/engine/_arq_scripts.py)
+keep arq's keys and rules, on the real Redis: what the dispatcher writes is
+a job arq reads, a double send is one job, a job in progress or not yet due
+is not started or taken, a taken job leaves Redis whole, and a server that
+lost the scripts gets them again."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 from arq import ArqRedis
-from arq.constants import in_progress_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from arq.jobs import Job as ArqJob
 from arq.jobs import JobStatus
 
 from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher
-from app.engine._arq_scripts import START, START_SCRIPT, Script
+from app.engine._arq_scripts import START, START_SCRIPT, TAKE_SCRIPT, Script
 from app.engine._jobs import DEFAULT_QUEUE, Job
 from app.engine._redis_channel import connect, load_job
 
@@ -80,6 +81,42 @@ async def test_a_job_is_started_once(pool: ArqRedis) -> None:
     assert await _start(pool, "once") is None
     # Gone from the queue (finished): nothing to start.
     assert await _start(pool, "absent") is None
+
+
+async def _take(pool: ArqRedis, job_id: str) -> object:
+    keys = [DEFAULT_QUEUE, job_key_prefix + job_id, retry_key_prefix + job_id]
+    return await TAKE_SCRIPT(
+        pool, [*keys, in_progress_key_prefix + job_id], [job_id, int(time.time() * 1000)]
+    )
+
+
+async def test_a_job_is_taken_once_and_leaves_nothing_behind(pool: ArqRedis) -> None:
+    await ArqDispatcher(pool).enqueue([_job("act:1:1")])
+    await pool.set(retry_key_prefix + "act:1:1", 1)  # as a start under arq's own run_job leaves
+    raw = await _take(pool, "act:1:1")
+    assert isinstance(raw, bytes)
+    assert load_job(raw)["a"] == ["activity", "17", "act:1:1"]
+    assert await pool.zcard(DEFAULT_QUEUE) == 0
+    assert await pool.keys("*") == []  # no job, retry or in-progress key left
+    assert await _take(pool, "act:1:1") is None
+
+
+async def test_a_job_not_yet_due_or_started_by_arq_is_not_taken(pool: ArqRedis) -> None:
+    dispatcher = ArqDispatcher(pool)
+    await dispatcher.enqueue([_job("act:2:1", not_before=time.time() + 30)])
+    assert await _take(pool, "act:2:1") is None
+    # A worker of an earlier release started this one with arq's start: it is theirs.
+    await dispatcher.enqueue([_job("act:3:1")])
+    assert await _start(pool, "act:3:1") is not None
+    assert await _take(pool, "act:3:1") is None
+    assert await pool.exists(job_key_prefix + "act:2:1", job_key_prefix + "act:3:1") == 2
+
+
+async def test_a_queue_entry_whose_job_expired_is_dropped(pool: ArqRedis) -> None:
+    await ArqDispatcher(pool).enqueue([_job("act:4:1")])
+    await pool.delete(job_key_prefix + "act:4:1")
+    assert await _take(pool, "act:4:1") is None
+    assert await pool.zcard(DEFAULT_QUEUE) == 0
 
 
 async def test_a_script_the_server_does_not_know_is_sent_again(pool: ArqRedis) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import pickle
 import subprocess
@@ -39,8 +40,15 @@ class _TouchOnLoad:
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+# An engine job's id (taken by the consumer's own script) and any other id
+# (started for arq's run_job): both decode the job with load_job.
+@pytest.mark.parametrize("job_id", ["act:evil", "evil"])
 async def test_a_pickled_job_written_into_redis_runs_nothing(
-    db_engine: Engine, redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    db_engine: Engine,
+    redis_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    job_id: str,
 ) -> None:
     marker = tmp_path / "pickle-ran-code"
     started = await Runtime(db_engine, REGISTRY).start_workflow("sequence", "pickled", 2)
@@ -49,14 +57,14 @@ async def test_a_pickled_job_written_into_redis_runs_nothing(
             "t": 1,
             "f": "run_job",
             # Looks like a real job for a real run, and carries a code payload.
-            "a": ("workflow_task", started.run_id, "evil", _TouchOnLoad(marker)),
+            "a": ("workflow_task", started.run_id, job_id, _TouchOnLoad(marker)),
             "k": {},
             "et": int(time.time() * 1000),
         }
     )
     redis = Redis.from_url(redis_url)
-    await redis.set(job_key_prefix + "evil", payload)
-    await redis.zadd(DEFAULT_QUEUE, {"evil": int(time.time() * 1000)})
+    await redis.set(job_key_prefix + job_id, payload)
+    await redis.zadd(DEFAULT_QUEUE, {job_id: int(time.time() * 1000)})
 
     runtime = Runtime(db_engine, REGISTRY)
     default_queue = arq_workers(
@@ -71,9 +79,40 @@ async def test_a_pickled_job_written_into_redis_runs_nothing(
     assert runtime.worker.cache.misses == 0  # no workflow task was run
     # Refused and gone from Redis: not retried, not left to block the queue.
     assert await redis.zcard(DEFAULT_QUEUE) == 0
-    assert not await redis.exists(job_key_prefix + "evil")
+    assert not await redis.exists(job_key_prefix + job_id)
     run = runtime.store.find_run(started.run_id)
     assert run is not None and run.history_length == 1  # untouched
+    await redis.aclose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_an_engine_job_calling_anything_but_run_job_runs_nothing(
+    db_engine: Engine, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON of arq's shape under an engine job's id, with run_job's arguments
+    for a real run but another function's name: refused, not handed over."""
+    started = await Runtime(db_engine, REGISTRY).start_workflow("sequence", "renamed", 2)
+    redis = Redis.from_url(redis_url)
+    job = {
+        "t": 1,
+        "f": "reconcile",
+        "a": ["workflow_task", started.run_id, "act:1:1"],
+        "k": {},
+        "et": int(time.time() * 1000),
+    }
+    await redis.set(job_key_prefix + "act:1:1", json.dumps(job))
+    await redis.zadd(DEFAULT_QUEUE, {"act:1:1": int(time.time() * 1000)})
+    runtime = Runtime(db_engine, REGISTRY)
+    default_queue = arq_workers(
+        runtime, redis_settings(redis_url), burst=True, poll_delay=0.01, reconcile_cron=False
+    )[0]
+    with caplog.at_level(logging.INFO):
+        await default_queue.async_run()
+        await default_queue.close()
+    await runtime.worker.drain(5.0)
+    assert any("refused a job that is not a run_job call" in r.getMessage() for r in caplog.records)
+    assert runtime.worker.cache.misses == 0  # no workflow task was run
+    assert await redis.zcard(DEFAULT_QUEUE) == 0
     await redis.aclose()
 
 
