@@ -9,7 +9,7 @@ lost response, whether the effect happened.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -75,7 +75,7 @@ from app.github.client import GitHubClientFactory, InstallationGitHub
 from app.github.comments import ensure_comment, find_comments, rewrite_comment
 from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
-from app.github.forks import ForkRefused, ensure_fork, proposal_account
+from app.github.forks import Account, ForkRefused, ProposalAccounts, Ready, ensure_fork
 from app.github.gitcmd import fetch_commit, git_env, init_bare, remote_auth, run_git
 from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
@@ -107,6 +107,11 @@ class GitHubAccess:
 
     factory: GitHubClientFactory
     git_url: str
+    #: The proposal account's installation, kept a minute (read by every run).
+    accounts: ProposalAccounts = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accounts", ProposalAccounts(self.factory))
 
     def clone_url(self, repo: str) -> str:
         return f"{self.git_url.rstrip('/')}/{repo}.git"
@@ -170,8 +175,8 @@ async def _branch_home(
         return request.repo, await _git_token(
             access, request.installation_id, request.repo, permissions
         )
-    account = await proposal_account(access.factory, RepoRef.parse(head_repo).owner)
-    return head_repo, await _git_token(access, account.installation_id, head_repo, permissions)
+    async with access.accounts.using(RepoRef.parse(head_repo).owner) as account:
+        return head_repo, await _git_token(access, account.installation_id, head_repo, permissions)
 
 
 async def _fetch_base(
@@ -554,7 +559,17 @@ class GitHubActivities:
         self, actx: ActivityContext, request: RepoInput, owner: str
     ) -> RepoRef:
         access = self.access
-        account = await proposal_account(access.factory, owner)
+        async with access.accounts.using(owner) as account:
+            return await ensure_fork(
+                access.factory,
+                access.factory.for_installation(request.installation_id, repository=request.repo),
+                RepoRef.parse(request.repo),
+                account,
+                ready=self._fork_ready(account),
+            )
+
+    def _fork_ready(self, account: Account) -> Ready:
+        access = self.access
 
         async def ready(fork: RepoRef) -> bool:
             """git answers for the fork: GitHub finished copying it."""
@@ -564,13 +579,7 @@ class GitHubActivities:
                 return False  # GitHub mints no token for a repository it is still creating
             return await remote_answers(access.clone_url(fork.full_name), token=token)
 
-        return await ensure_fork(
-            access.factory,
-            access.factory.for_installation(request.installation_id, repository=request.repo),
-            RepoRef.parse(request.repo),
-            account,
-            ready=ready,
-        )
+        return ready
 
     async def _pull_exists(
         self, actx: ActivityContext, request: PullRequestInput

@@ -19,14 +19,17 @@ crash between the request and its record is safe to repeat.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from githubkit.exception import GitHubException
 from githubkit_schemas.v2026_03_10.models import FullRepository, Repository
 
 from app.engine import PermanentError, TransientError
+from app.github.auth import Clock, utcnow
 from app.github.client import GitHubClientFactory, InstallationGitHub
 from app.github.errors import classified, classify, no_answer, status_of
 from app.github.repos import RepoRef
@@ -72,6 +75,54 @@ async def proposal_account(factory: GitHubClientFactory, owner: str) -> Account:
         f"the GitHub App is not installed on {owner} (REPAIRBOT_PROPOSAL_OWNER): "
         f"install it there on all repositories"
     )
+
+
+#: How long a worker reuses the proposal account's installation it read.
+ACCOUNT_REUSE = timedelta(minutes=1)
+
+
+class ProposalAccounts:
+    """:func:`proposal_account`, read from GitHub at most once per
+    :data:`ACCOUNT_REUSE` per worker and owner.
+
+    A run asked for it at each step that touches its fork (choosing the
+    fork, pushing, the drift check, deleting the branch: four App requests
+    a run), and every run of the worker asks about the same account. What is
+    kept is an installation id, not a credential, and only in this worker's
+    memory. Whatever fails while a caller works with the account
+    (:meth:`using`) drops it, so a retry after the App was reinstalled (a
+    new installation id) reads GitHub again instead of waiting out the reuse.
+    """
+
+    def __init__(
+        self,
+        factory: GitHubClientFactory,
+        *,
+        reuse: timedelta = ACCOUNT_REUSE,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._factory = factory
+        self._reuse = reuse
+        self._clock = clock
+        self._accounts: dict[str, tuple[Account, datetime]] = {}
+
+    async def get(self, owner: str) -> Account:
+        kept = self._accounts.get(owner)
+        if kept is not None and self._clock() < kept[1]:
+            return kept[0]
+        account = await proposal_account(self._factory, owner)
+        self._accounts[owner] = (account, self._clock() + self._reuse)
+        return account
+
+    @asynccontextmanager
+    async def using(self, owner: str) -> AsyncIterator[Account]:
+        """The account, forgotten if the block fails (a token refused, say)."""
+        account = await self.get(owner)
+        try:
+            yield account
+        except BaseException:
+            self._accounts.pop(owner, None)
+            raise
 
 
 async def _fork_of(gh: InstallationGitHub, repo: RepoRef, base_id: int) -> bool | None:

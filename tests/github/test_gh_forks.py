@@ -4,13 +4,21 @@ parent, never somebody else's repository, one fork however often asked."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from gh_scene import Scene
 
 from app.engine._errors import TransientError
-from app.github.forks import Account, ForkRefused, ensure_fork, proposal_account
+from app.github.forks import (
+    ACCOUNT_REUSE,
+    Account,
+    ForkRefused,
+    ProposalAccounts,
+    ensure_fork,
+    proposal_account,
+)
 from app.github.markers import OpId
 from app.github.pulls import ensure_pull_request, find_pull_requests
 from app.github.repos import RepoRef
@@ -50,6 +58,41 @@ async def test_the_account_is_found_through_the_apps_installation(scene: Scene) 
     assert account.login == ORG and account.organization
     with pytest.raises(ForkRefused, match="not installed on nobody"):
         await proposal_account(scene.factory, "nobody")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def _refuse_lookups(scene: Scene) -> None:
+    await scene.client.faults.add("GET /orgs/{org}/installation", "fail", status=500, times=99)
+
+
+async def test_a_worker_reads_the_account_once_a_minute(scene: Scene) -> None:
+    await _org(scene)
+    clock = Clock()
+    accounts = ProposalAccounts(scene.factory, clock=clock)
+    first = await accounts.get(ORG)
+    await _refuse_lookups(scene)
+    assert await accounts.get(ORG) == first  # kept: GitHub was not asked again
+    clock.now += ACCOUNT_REUSE
+    with pytest.raises(TransientError):
+        await accounts.get(ORG)
+
+
+async def test_a_failure_while_using_the_account_reads_it_again(scene: Scene) -> None:
+    await _org(scene)
+    accounts = ProposalAccounts(scene.factory, clock=Clock())
+    with pytest.raises(PermissionError):
+        async with accounts.using(ORG):
+            raise PermissionError("the token mint was refused")
+    await _refuse_lookups(scene)
+    with pytest.raises(TransientError):
+        await accounts.get(ORG)
 
 
 async def test_first_use_makes_the_fork_and_waits_for_it(scene: Scene) -> None:
