@@ -33,7 +33,7 @@ class InstallationCapsActivities:
                 )
         cap = self.settings.max_active_runs_per_installation
         if cap <= 0:
-            return SlotAnswer(granted=True)
+            return SlotAnswer(granted=True, slot_taken=False)
         taken = await asyncio.to_thread(take_slot, store, asked.installation_id, actx.run_id, cap)
         return SlotAnswer(granted=taken.granted, active=taken.active)
 

@@ -9,12 +9,20 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import cast
 
+import pytest
 from sqlalchemy import Engine, insert, update
 
+from activities.installation_caps import InstallationCapsActivities
+from app.config import Settings
+from app.contracts.installation_caps import SlotAnswer
+from app.engine import ActivityContext
 from app.engine._store import Store
 from app.engine._store.schema import runs, tasks
 from app.operations.installation_caps import PRICED_ACTIVITY, release_slot, spent_today, take_slot
+from tests.activities.support import body
 
 INSTALLATION = 7
 
@@ -111,3 +119,18 @@ def test_the_days_spend_counts_this_installation_since_midnight_utc(db_engine: E
     assert spent_today(store, INSTALLATION, now) == 1.75
     assert spent_today(store, 8, now) == 4.0
     assert spent_today(store, 9, now) == 0.0
+
+
+@pytest.mark.parametrize(("cap", "taken"), [(0, False), (3, True)])
+async def test_a_grant_says_whether_it_took_a_slot(
+    db_engine: Engine, cap: int, taken: bool
+) -> None:
+    """With the active-run cap off nothing is taken, so the run has nothing to give back."""
+    _run(db_engine, "run-1")
+    caps = InstallationCapsActivities(
+        Settings(max_active_runs_per_installation=cap), Store(db_engine)
+    )
+    actx = cast(ActivityContext, SimpleNamespace(run_id="run-1"))
+    raw = await body(caps, "caps.take_slot").fn(actx, {"installation_id": INSTALLATION})
+    answer = SlotAnswer.model_validate(raw)
+    assert answer.granted and answer.slot_taken is taken

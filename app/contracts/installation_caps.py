@@ -27,6 +27,9 @@ class SlotAnswer(BaseModel):
     spend_capped: bool = False
     spent_usd: float = 0.0
     cap_usd: float = 0.0
+    #: A slot row was taken for the run (False: the active-run cap is off, so
+    #: there is nothing to give back). Answers recorded before it may have.
+    slot_taken: bool = True
 
 
 class ReleaseResult(BaseModel):

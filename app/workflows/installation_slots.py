@@ -32,6 +32,8 @@ class InstallationSlot:
     def __init__(self, run: RunBase) -> None:
         self.run = run
         self.held = False
+        #: Whether the grant took a slot row (with the active-run cap off, none).
+        self.taken = False
         self.calls = 0
 
     def _step(self) -> str:
@@ -64,6 +66,7 @@ class InstallationSlot:
                 )
             if answer.granted:
                 self.held = True
+                self.taken = answer.slot_taken
                 if said is not None:
                     await self.run.report(detail="A slot is free: this run is starting.")
                 return
@@ -80,6 +83,11 @@ class InstallationSlot:
 
     async def release(self) -> None:
         if not self.held:
+            return
+        if not self.taken and self.run.ctx.patched("release-only-a-taken-slot"):
+            # Nothing was taken (the active-run cap is off): nothing to give
+            # back. Runs recorded before this change asked to release anyway.
+            self.held = False
             return
         await call(
             self.run.ctx,

@@ -4,7 +4,7 @@ parent, never somebody else's repository, one fork however often asked."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
