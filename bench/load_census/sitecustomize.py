@@ -74,6 +74,14 @@ def _endpoint(path: str) -> str:
     return path
 
 
+def _token_scope(body: bytes) -> str:
+    """What an installation token was minted for, without naming the repository."""
+    asked = json.loads(body) if body else {}
+    where = "one repository" if asked.get("repositories") else "the installation"
+    permissions = ",".join(f"{k}:{v}" for k, v in sorted(asked.get("permissions", {}).items()))
+    return f"{where}, {permissions or 'its permissions'}"
+
+
 def _hook_libraries() -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -91,6 +99,8 @@ def _hook_libraries() -> None:
 
     async def counted(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> Any:
         _bump(f"http {request.method} {_endpoint(request.url.path)}")
+        if request.url.path.endswith("/access_tokens"):
+            _bump(f"token {_token_scope(request.content)}")
         return await send(self, request, **kwargs)
 
     httpx.AsyncClient.send = counted  # type: ignore[method-assign]
