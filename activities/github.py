@@ -76,7 +76,7 @@ from app.github.comments import ensure_comment, find_comments, rewrite_comment
 from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
 from app.github.forks import Account, ForkRefused, ProposalAccounts, Ready, ensure_fork
-from app.github.gitcmd import fetch_commit, git_env, init_bare, remote_auth, run_git
+from app.github.gitcmd import fetch_commit, git_env, init_bare, run_git
 from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.publish import (
@@ -180,33 +180,18 @@ async def _branch_home(
 
 
 async def _fetch_base(
-    access: GitHubAccess, repo: str, base_sha: str, token: str, into: Path
+    access: GitHubAccess, repo: str, base_sha: str, token: str, into: Path, *, whole: bool = False
 ) -> Path:
-    """A bare repository holding ``base_sha`` (fetched fresh: nothing survives a crash)."""
+    """A bare repository holding ``base_sha`` (fetched fresh: nothing survives a
+    crash), with its whole history if ``whole``, else the commit alone."""
     bare = into / "objects.git"
     init_bare(bare)
-    fetched = await fetch_commit(bare, access.clone_url(repo), base_sha, token=token)
+    fetched = await fetch_commit(bare, access.clone_url(repo), base_sha, token=token, whole=whole)
     if fetched.status == "unreachable":
         raise TransientError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
     if fetched.status == "missing":
         raise PermanentError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
     return bare
-
-
-async def _complete_history(
-    access: GitHubAccess, repo: str, base_sha: str, token: str, bare: Path
-) -> None:
-    """Deepen ``bare``'s shallow fetch of ``base_sha`` to its whole history."""
-    auth = remote_auth(access.clone_url(repo), token)
-    env = git_env(list(auth.config), extra={"GIT_DIR": str(bare)})
-    deepened = await run_git(
-        ["fetch", "--quiet", "--no-tags", "--unshallow", access.clone_url(repo), base_sha],
-        cwd=bare,
-        env=env,
-        secrets=auth.secrets,
-    )
-    if not deepened.ok:
-        raise TransientError(f"cannot fetch the history of {base_sha}: {deepened.stderr.strip()}")
 
 
 # -- where proposals live -------------------------------------------------------
@@ -441,13 +426,23 @@ class GitHubActivities:
         return CommentResult(id=result.id, url=result.html_url, created=result.created)
 
     async def _intended_commit(
-        self, actx: ActivityContext, request: CommitInput, workdir: Path, *, push: bool = False
+        self,
+        actx: ActivityContext,
+        request: CommitInput,
+        workdir: Path,
+        *,
+        push: bool = False,
+        whole: bool = False,
     ) -> tuple[Path, str, str]:
+        """Build the commit in a fresh bare repository (``push``: with a token that
+        may push to the base; ``whole``: holding the base's whole history)."""
         access = self.access
         token = await _git_token(
             access, request.installation_id, request.repo, _WRITE if push else _READ
         )
-        bare = await _fetch_base(access, request.repo, request.base_sha, token, workdir)
+        bare = await _fetch_base(
+            access, request.repo, request.base_sha, token, workdir, whole=whole
+        )
         patch = self.evidence.get(request.patch_sha)
         sha = await build_commit(
             bare,
@@ -488,16 +483,17 @@ class GitHubActivities:
         """Conditionally move the branch from ``expected`` (None: must not exist) to ``sha``."""
         with tempfile.TemporaryDirectory(prefix="repairbot-push-") as tmp:
             in_base = request.head_repo in (None, request.repo)
-            bare, sha, token = await self._intended_commit(actx, request, Path(tmp), push=in_base)
+            # The fork may not have the base's newer commits (the base moved
+            # since it was made): a push sends what it lacks, so the history
+            # the commit stands on must be here whole, not shallow (fetched
+            # whole at once: a shallow fetch deepened after cost a second one).
+            bare, sha, token = await self._intended_commit(
+                actx, request, Path(tmp), push=in_base, whole=not in_base
+            )
             if sha != request.sha:
                 raise PermanentError(
                     f"rebuilt commit {sha} differs from the recorded {request.sha}"
                 )
-            if not in_base:
-                # The fork may not have the base's newer commits (the base moved
-                # since it was made): a push sends what it lacks, so the history
-                # the commit stands on must be here whole, not shallow.
-                await _complete_history(self.access, request.repo, request.base_sha, token, bare)
             where, token = (
                 (request.repo, token)
                 if in_base

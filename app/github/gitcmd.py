@@ -206,10 +206,12 @@ async def fetch_commit(
     token: str | None,
     time_limit: float = DEFAULT_TIME_LIMIT,
     config: Sequence[tuple[str, str]] = (),
+    whole: bool = False,
 ) -> FetchOutcome:
     """Fetch ``sha`` from ``remote_url`` into the repository at ``git_dir``.
 
-    Tries a shallow fetch of exactly ``sha``; when the server refuses that
+    Tries a shallow fetch of exactly ``sha`` (``whole``: ``sha`` with its
+    whole history, in the same one fetch); when the server refuses that
     (``uploadpack.allowReachableSHA1InWant`` off), fetches the branches and
     looks for the commit among them. ``unreachable``: the remote could not
     be read (network, auth: may work later); ``missing``: it has no such commit.
@@ -217,7 +219,7 @@ async def fetch_commit(
     auth = remote_auth(remote_url, token)
     env = git_env([*auth.config, *config], extra={"GIT_DIR": str(git_dir)})
     shallow = await run_git(
-        ["fetch", "--quiet", "--no-tags", "--depth=1", remote_url, sha],
+        ["fetch", "--quiet", "--no-tags", *([] if whole else ["--depth=1"]), remote_url, sha],
         cwd=git_dir,
         env=env,
         time_limit=time_limit,

@@ -6,11 +6,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gh_scene import Scene
+from sqlalchemy import Engine
 
+from activities.github import GitHubAccess, GitHubActivities
+from app.config import Settings
+from app.contracts.github import CommitInput, PushInput
 from app.engine._errors import TransientError
+from app.evidence.database import DatabaseEvidenceStore
+from app.github import gitcmd
 from app.github.forks import (
     ACCOUNT_REUSE,
     Account,
@@ -22,7 +29,9 @@ from app.github.forks import (
 from app.github.markers import OpId
 from app.github.pulls import ensure_pull_request, find_pull_requests
 from app.github.repos import RepoRef
+from emulator.gitview import open_git
 from emulator.state import DEFAULT_APP_PERMISSIONS
+from tests.activities.support import Dependencies, RecordingContext, body
 
 ORG = "acme-bot"
 FORKING = {**DEFAULT_APP_PERMISSIONS, "administration": "write"}
@@ -192,3 +201,55 @@ async def test_pull_request_from_the_fork_is_found_again_by_owner_and_marker(
     found = await find_pull_requests(scene.gh, scene.repo, "repairbot/issue-1", OP, head_owner=ORG)
     assert [p.number for p in found] == [first.number]
     assert len(scene.state().pulls()) == 1
+
+
+NEW_FILE = (
+    "diff --git a/fix.txt b/fix.txt\nnew file mode 100644\n"
+    "--- /dev/null\n+++ b/fix.txt\n@@ -0,0 +1 @@\n+fixed\n"
+)
+
+
+async def test_a_push_to_the_fork_carries_the_bases_newer_history_in_one_fetch(
+    scene: Scene, served: str, db_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork lacks what the base gained since it was made: the push sends
+    it, fetched whole with the base commit (one fetch, not a shallow one
+    deepened after)."""
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    fork = await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    for n in (1, 2):
+        moved = await scene.client.push_as("alice", "octo", "demo", "main", {f"{n}.txt": "new\n"})
+    evidence = DatabaseEvidenceStore(db_engine)
+    patch = evidence.put(NEW_FILE.encode(), kind="patch", name="fix.diff")
+    activities = GitHubActivities(GitHubAccess(scene.factory, served), evidence, Settings())
+    commit = CommitInput(
+        repo="octo/demo",
+        installation_id=scene.installation_id,
+        base_sha=moved["sha"],
+        patch_sha=patch.sha256,
+        message="Fix #1",
+        timestamp="2026-12-01T00:00:00+00:00",
+    )
+    actx = RecordingContext(Dependencies())
+    built = await body(activities, "github.build_commit").fn(actx, commit.model_dump(mode="json"))
+    fetches: list[list[str]] = []
+    run_git = gitcmd.run_git
+
+    async def counting(args: list[str], **kwargs: Any) -> gitcmd.GitResult:
+        if args[0] == "fetch":
+            fetches.append(args)
+        return await run_git(args, **kwargs)
+
+    monkeypatch.setattr(gitcmd, "run_git", counting)
+    push = PushInput(
+        **commit.model_dump(),
+        branch="repairbot/issue-1",
+        sha=built["sha"],
+        head_repo=fork.full_name,
+    )
+    pushed = await body(activities, "github.push_branch").fn(actx, push.model_dump(mode="json"))
+    assert pushed["status"] == "pushed", pushed
+    at = scene.emulator.store.repo(ORG, "demo")
+    assert at is not None and open_git(at).resolve("refs/heads/repairbot/issue-1") == built["sha"]
+    assert len(fetches) == 1 and "--depth=1" not in fetches[0]
