@@ -39,6 +39,8 @@ class ReviewPhases(RunBase):
     seen_reviews: frozenset[int] = frozenset()
     drift_checks = 0
     merge_rounds = 0
+    #: The base branch's head as this merge round's policy recheck read it.
+    base_at_recheck: str | None = None
 
     # -- awaiting-review ----------------------------------------------------------
 
@@ -163,7 +165,7 @@ class ReviewPhases(RunBase):
             # Runs recorded before this change bound the patch's hash and the
             # build's constant, and compared them with copies of themselves.
             evidence_hash = await self.evidence_bundle(f"evidence-{review.review_id}")
-            policy = await self.policy_in_force(f"policy-{review.review_id}")
+            policy = (await self.policy_in_force(f"policy-{review.review_id}")).digest
             bound = True
         self.state.approval = Approval(
             reviewer=review.reviewer,
@@ -193,9 +195,10 @@ class ReviewPhases(RunBase):
         )
         return bundle.bundle_hash
 
-    async def policy_in_force(self, step: str) -> str:
-        """The policy now: this build's version and the base branch's config."""
-        policy = await call(
+    async def policy_in_force(self, step: str) -> github.PolicyResult:
+        """The policy now: this build's version and the base branch's config
+        (``at``: the base branch's head it was read at)."""
+        return await call(
             self.ctx,
             github.policy_digest,
             github.PolicyInput(
@@ -205,7 +208,6 @@ class ReviewPhases(RunBase):
             ),
             step=step,
         )
-        return policy.digest
 
     async def binding_broken(self, bound: Approval, n: int) -> str | None:
         """Why the approval no longer holds, from values read now: the evidence
@@ -213,7 +215,9 @@ class ReviewPhases(RunBase):
         reviewer's permission from GitHub. None when it holds."""
         if await self.evidence_bundle(f"evidence-recheck-{n}") != bound.evidence_hash:
             return "The evidence changed since the approval: please review again."
-        if await self.policy_in_force(f"policy-recheck-{n}") != bound.policy_version:
+        policy = await self.policy_in_force(f"policy-recheck-{n}")
+        self.base_at_recheck = policy.at
+        if policy.digest != bound.policy_version:
             return (
                 "The policy changed since the approval (repairbot's version or "
                 "`.github/repairbot.yml` on the base branch): please review again."
@@ -399,29 +403,39 @@ class ReviewPhases(RunBase):
             "did not push it.",
         )
 
-    async def base_moved(self, n: int) -> Next | None:
+    async def base_head_now(self, n: int) -> str:
+        """The base branch's head now: as this merge round's policy recheck read
+        it a step ago (the policy it checked is that commit's), else read here."""
+        seen, self.base_at_recheck = self.base_at_recheck, None
+        if seen is not None and self.ctx.patched("merge-base-from-policy-recheck"):
+            # Runs recorded before this change read the head a second time.
+            return seen
         base = await call(
             self.ctx,
             github.branch_head,
             github.BranchInput(**self.repo_fields(), branch=self.request.default_branch),
             step=f"base-recheck-{n}",
         )
-        if base.sha == self.reviewed_base:
+        return base.sha
+
+    async def base_moved(self, n: int) -> Next | None:
+        head = await self.base_head_now(n)
+        if head == self.reviewed_base:
             return None
         if self.ctx.patched("verified-rebuild-on-base"):
             # Runs recorded before this change merged the old head: a squash of
             # a branch built on a rewritten base brought the removed commits back.
-            return await self.rebuild_on_base(base.sha, n)
+            return await self.rebuild_on_base(head, n)
         if self.config.on_base_moved == "rereview":
             # The next approval is given on the pull request as it stands on this base.
-            self.reviewed_base = base.sha
+            self.reviewed_base = head
             return self.renew(
                 "The base branch moved since the approval; policy asks for a new review."
             )
         verdict = await call(
             self.ctx,
             repo_commands.verify_candidate,
-            self.verify_input(base.sha, self.patch),
+            self.verify_input(head, self.patch),
             step=f"reverify-{n}",
         )
         if verdict.verdict != "verified":
@@ -430,8 +444,8 @@ class ReviewPhases(RunBase):
                 f"The base branch moved and the fix no longer verifies on it ({verdict.verdict}).",
                 resume_at="merging",
             )
-        self.reviewed_base = base.sha
-        self.state.detail = f"Base moved to `{base.sha[:12]}`; the fix still verifies."
+        self.reviewed_base = head
+        self.state.detail = f"Base moved to `{head[:12]}`; the fix still verifies."
         return None
 
     async def rebuild_on_base(self, base_sha: str, n: int) -> Next | None:
