@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from app.engine import RunRow
 from app.engine.testing import Call, FakeActivities, WorkflowEnvironment
 from app.main.catalog import build_registry
 
@@ -110,6 +111,15 @@ async def start_repair(env: WorkflowEnvironment, request: dict[str, Any] | None 
 async def approve(env: WorkflowEnvironment, **overrides: Any) -> None:
     payload = review(**overrides)
     await env.signal(WORKFLOW_ID, "review", payload, dedupe_key=review_key(payload))
+
+
+async def run_approved(fakes: FakeActivities, database_url: str) -> RunRow:
+    """A run from its start to its end, approved as soon as it waits for a review."""
+    async with repair_env(fakes, database_url) as env:
+        await start_repair(env)
+        await env.wait_phase(WORKFLOW_ID, "awaiting-review")
+        await approve(env)
+        return await env.wait_status(WORKFLOW_ID)
 
 
 def recorded_result(activity: str, nth: int = 0) -> Any:

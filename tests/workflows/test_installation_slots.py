@@ -7,23 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.workflows.repair_scenario import (
-    WORKFLOW_ID,
-    approve,
-    merged_fakes,
-    repair_env,
-    start_repair,
-)
+from tests.workflows.repair_scenario import merged_fakes, run_approved
 
 
 @pytest.mark.parametrize(("taken", "releases"), [(True, 2), (False, 0)])
 async def test_only_a_taken_slot_is_released(kit_db_url: str, taken: bool, releases: int) -> None:
     fakes = merged_fakes().on("caps.take_slot", {"granted": True, "slot_taken": taken})
-    async with repair_env(fakes, kit_db_url) as env:
-        await start_repair(env)
-        await env.wait_phase(WORKFLOW_ID, "awaiting-review")
-        await approve(env)
-        run = await env.wait_status(WORKFLOW_ID)
+    run = await run_approved(fakes, kit_db_url)
     assert run.result["outcome"] == "merged", run.result
     # Asked before the working phases and again before merging, either way.
     assert len(fakes.calls_to("caps.take_slot")) == 2

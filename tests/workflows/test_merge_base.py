@@ -10,12 +10,9 @@ from typing import Any
 from app.engine.testing import Call
 from tests.workflows.repair_scenario import (
     BASE_SHA,
-    WORKFLOW_ID,
-    approve,
     merged_fakes,
     recorded_result,
-    repair_env,
-    start_repair,
+    run_approved,
 )
 
 MOVED = "b" * 40
@@ -23,11 +20,7 @@ MOVED = "b" * 40
 
 async def test_the_merge_reads_the_base_head_once(kit_db_url: str) -> None:
     fakes = merged_fakes()
-    async with repair_env(fakes, kit_db_url) as env:
-        await start_repair(env)
-        await env.wait_phase(WORKFLOW_ID, "awaiting-review")
-        await approve(env)
-        run = await env.wait_status(WORKFLOW_ID)
+    run = await run_approved(fakes, kit_db_url)
     assert run.result["outcome"] == "merged", run.result
     # Only the preparation's read: the merge took the policy recheck's.
     assert [c.operation_id.rsplit(":", 1)[1] for c in fakes.calls_to("github.branch_head")] == [
@@ -45,11 +38,7 @@ def policy(call: Call) -> dict[str, Any]:
 
 async def test_a_base_move_the_policy_recheck_saw_is_acted_on(kit_db_url: str) -> None:
     fakes = merged_fakes().on("github.policy_digest", policy)
-    async with repair_env(fakes, kit_db_url) as env:
-        await start_repair(env)
-        await env.wait_phase(WORKFLOW_ID, "awaiting-review")
-        await approve(env)
-        await env.wait_status(WORKFLOW_ID)
+    await run_approved(fakes, kit_db_url)
     # The proposal is rebuilt on the moved base, never merged as approved on the old one.
     assert [c.input["head"] for c in fakes.calls_to("github.compare")] == [MOVED]
     assert [c.input["base"] for c in fakes.calls_to("github.compare")] == [BASE_SHA]
