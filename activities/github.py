@@ -108,7 +108,7 @@ class GitHubAccess:
     factory: GitHubClientFactory
     git_url: str
     #: The proposal account's installation, kept a minute (read by every run).
-    accounts: ProposalAccounts = field(init=False, repr=False)
+    accounts: ProposalAccounts = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "accounts", ProposalAccounts(self.factory))
