@@ -75,14 +75,8 @@ def test_answers_about_commits_are_asked_of_git_once(
 async def test_a_push_to_the_head_is_seen_by_the_next_pull_request_read(
     world: World, make_branch: Any
 ) -> None:
-    await make_branch("feature", {"a.txt": "a\n"})
-    opened = await world.client.rest(
-        "POST",
-        "/repos/octo/demo/pulls",
-        as_user="alice",
-        body={"title": "t", "head": "feature", "base": "main"},
-    )
-    path = f"/repos/octo/demo/pulls/{opened['number']}"
+    number = await _open_pull(world, make_branch)
+    path = f"/repos/octo/demo/pulls/{number}"
     async with _http(world) as http:
         first = await http.get(path)
         pushed = await make_branch("feature", {"b.txt": "b\n"})
@@ -95,17 +89,11 @@ async def test_a_push_to_the_head_is_seen_by_the_next_pull_request_read(
 async def test_a_pull_request_read_runs_one_git_command_once_its_commits_are_known(
     world: World, make_branch: Any, git_runs: list[list[str]]
 ) -> None:
-    await make_branch("feature", {"a.txt": "a\n"})
-    opened = await world.client.rest(
-        "POST",
-        "/repos/octo/demo/pulls",
-        as_user="alice",
-        body={"title": "t", "head": "feature", "base": "main"},
-    )
+    number = await _open_pull(world, make_branch)
     async with _http(world) as http:
-        await http.get(f"/repos/octo/demo/pulls/{opened['number']}")
+        await http.get(f"/repos/octo/demo/pulls/{number}")
         git_runs.clear()
-        again = await http.get(f"/repos/octo/demo/pulls/{opened['number']}")
+        again = await http.get(f"/repos/octo/demo/pulls/{number}")
     assert again.status_code == 200
     # Head and base, read together: nothing else about the commits is asked again.
     assert len(git_runs) == 1 and "cat-file" in git_runs[0]
@@ -160,6 +148,18 @@ async def test_an_unthreaded_emulator_answers_on_the_event_loop(
     finally:
         emu.close()
     assert answer.status_code == 404  # answered (no such repository), not raised
+
+
+async def _open_pull(world: World, make_branch: Any) -> int:
+    """A pull request from a new branch ``feature`` one commit ahead of ``main``."""
+    await make_branch("feature", {"a.txt": "a\n"})
+    opened = await world.client.rest(
+        "POST",
+        "/repos/octo/demo/pulls",
+        as_user="alice",
+        body={"title": "t", "head": "feature", "base": "main"},
+    )
+    return int(opened["number"])
 
 
 def _http(world: World, login: str = "alice") -> httpx.AsyncClient:
