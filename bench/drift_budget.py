@@ -239,7 +239,13 @@ def table(results: Sequence[Figures], runs: int, hours: float) -> str:
 
 async def run(args: argparse.Namespace) -> list[Figures]:
     with tempfile.TemporaryDirectory(prefix="drift-budget-") as tmp:
-        emu = Emulator(root=Path(tmp) / "emu", base_path=BASE_PATH, sender=lambda *a: (202, ""))
+        # One caller, one request at a time: the handlers run on the loop.
+        emu = Emulator(
+            root=Path(tmp) / "emu",
+            base_path=BASE_PATH,
+            sender=lambda *a: (202, ""),
+            threaded=False,
+        )
         try:
             async with EmulatorClient(
                 "http://emulator",

@@ -43,6 +43,10 @@ class Emulator:
     - ``webhook_url`` / ``webhook_secret``: defaults for apps registered without their own.
     - ``token_ttl``: installation token lifetime (GitHub: one hour).
     - ``sender``: replaces the HTTP webhook sender (tests may capture in-process).
+    - ``threaded``: REST handlers run in a worker thread, so a served emulator's
+      event loop keeps answering while one of them waits for git. False runs
+      them on the loop: for one caller in the same process sending one request
+      at a time (a benchmark), where the thread hop per request is pure cost.
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class Emulator:
         webhook_secret: str | None = None,
         token_ttl: timedelta = timedelta(hours=1),
         sender: Sender | None = None,
+        threaded: bool = True,
     ) -> None:
         if root is None:
             self._tmp: tempfile.TemporaryDirectory[str] | None = tempfile.TemporaryDirectory(
@@ -72,6 +77,7 @@ class Emulator:
         self.dispatcher = Dispatcher(sender)
         self.events = Events(self)
         self.rate = RateCounter(lambda: self.store.now().timestamp())
+        self.threaded = threaded
         self._seen_origin: str | None = None
 
     # -- URLs ------------------------------------------------------------------

@@ -18,17 +18,20 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 ZERO_SHA = "0" * 40
 #: Git's well-known empty tree; ``mktree`` writes it on demand.
 EMPTY_TREE_SHA = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 MergeMethod = Literal["merge", "squash", "rebase"]
+#: Answers that depend on commits alone, by (question, commit shas).
+History = dict[tuple[str, ...], Any]
+_T = TypeVar("_T")
 
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
 #: Characters and sequences that turn a name into revision syntax or are
@@ -295,10 +298,18 @@ def _parse_log(output: bytes) -> list[_LogRecord]:
 
 class BareRepo:
     """A bare repository on disk. Stateless apart from its path, so safe to share
-    between threads; concurrent writers are arbitrated by git's ref locks."""
+    between threads; concurrent writers are arbitrated by git's ref locks.
 
-    def __init__(self, path: Path) -> None:
+    ``history``, when given, remembers answers that depend on commits alone
+    (a comparison, an ancestry, a commit, a merge's cleanness): a commit's sha
+    names its whole history, so such an answer never changes, while refs are
+    read from git at every call. Its owner (the emulator's repository) drops
+    it with the repository, so a repository made again at the same path starts
+    empty."""
+
+    def __init__(self, path: Path, history: History | None = None) -> None:
         self.path = Path(path)
+        self._history = history
 
     def __repr__(self) -> str:
         return f"BareRepo({str(self.path)!r})"
@@ -411,6 +422,10 @@ class BareRepo:
         found = self._peel_commits([ref])
         return found[0]
 
+    def resolve_all(self, refs: Sequence[str]) -> list[str | None]:
+        """:meth:`resolve` for several names at once, in one git process."""
+        return self._peel_commits(refs)
+
     def _peel_commits(self, revs: Sequence[str]) -> list[str | None]:
         """Resolve several names to commit shas in one ``cat-file --batch-check``."""
         results: list[str | None] = [None] * len(revs)
@@ -454,8 +469,23 @@ class BareRepo:
         return None
 
     def commit_info(self, sha: str) -> CommitInfo:
-        (commit,) = self._require_commits(sha)
+        return self._about_commits("commit", (sha,), self._commit_info)
+
+    def _commit_info(self, commit: str) -> CommitInfo:
         return self._log("--no-walk", commit)[0].info
+
+    def _about_commits(self, question: str, revs: tuple[str, ...], answer: Callable[..., _T]) -> _T:
+        """``answer`` of the commits ``revs`` name (an error if one names none),
+        remembered in ``history`` by their shas: asked again with those shas,
+        no git runs (the commits were found before, and git never drops them)."""
+        if self._history is not None and (question, *revs) in self._history:
+            remembered: _T = self._history[(question, *revs)]
+            return remembered
+        shas = self._require_commits(*revs)
+        value = answer(*shas)
+        if self._history is not None:
+            self._history[(question, *shas)] = value
+        return value
 
     def _log(self, *args: str) -> list[_LogRecord]:
         out = self._git("log", "-z", "--date=raw", f"--format=tformat:{_LOG_FORMAT}", *args, "--")
@@ -512,7 +542,9 @@ class BareRepo:
 
     def is_ancestor(self, a: str, b: str) -> bool:
         """Whether commit ``a`` is reachable from ``b`` (a commit is its own ancestor)."""
-        a_sha, b_sha = self._require_commits(a, b)
+        return self._about_commits("ancestor", (a, b), self._is_ancestor)
+
+    def _is_ancestor(self, a_sha: str, b_sha: str) -> bool:
         result = self._git("merge-base", "--is-ancestor", a_sha, b_sha, ok=(0, 1))
         return result.returncode == 0
 
@@ -522,7 +554,9 @@ class BareRepo:
         return result.stdout.decode().strip() or None
 
     def compare(self, base: str, head: str) -> Comparison:
-        base_sha, head_sha = self._require_commits(base, head)
+        return self._about_commits("compare", (base, head), self._compare)
+
+    def _compare(self, base_sha: str, head_sha: str) -> Comparison:
         commits = self._text("rev-list", "--reverse", "--topo-order", f"{base_sha}..{head_sha}")
         behind = self._text("rev-list", "--count", f"{head_sha}..{base_sha}")
         ahead = tuple(commits.split())
@@ -537,7 +571,9 @@ class BareRepo:
 
     def mergeable(self, base_sha: str, head_sha: str) -> bool:
         """Whether ``head_sha`` merges into ``base_sha`` without conflicts."""
-        base, head = self._require_commits(base_sha, head_sha)
+        return self._about_commits("mergeable", (base_sha, head_sha), self._merges_cleanly)
+
+    def _merges_cleanly(self, base: str, head: str) -> bool:
         try:
             self._merge_trees(base, head)
         except MergeConflict:

@@ -31,25 +31,37 @@ class RefChange:
 
 
 def open_git(repo: Repo) -> BareRepo:
-    return BareRepo(repo.path)
+    return BareRepo(repo.path, repo.git_history)
 
 
 def pull_git(repo: Repo, pr: PullRequest, *, mergeable: bool = True) -> PullGit:
     """Head and base shas from git (falling back to the last known once a branch is gone)."""
     git = open_git(repo)
-    if pr.issue.state == "open":
-        head_git = git if pr.head_repo is None else open_git(pr.head_repo)
-        pr.head_sha = head_git.resolve(f"refs/heads/{pr.head_ref}") or pr.head_sha
-        pr.base_sha = git.resolve(f"refs/heads/{pr.base_ref}") or pr.base_sha
-        mirror_fork_head(repo, pr)
+    if pr.issue.state != "open":
+        return PullGit(head_sha=pr.head_sha, base_sha=pr.base_sha, mergeable=None, commits=1)
+    _resolve_shas(git, pr)
+    mirror_fork_head(repo, pr)
+    key = (pr.base_sha, pr.head_sha)
     verdict: bool | None = None
-    if mergeable and pr.issue.state == "open":
-        key = (pr.base_sha, pr.head_sha)
+    if mergeable:
         if key not in pr.mergeable_cache:
             pr.mergeable_cache[key] = git.mergeable(pr.base_sha, pr.head_sha)
         verdict = pr.mergeable_cache[key]
-    ahead = git.compare(pr.base_sha, pr.head_sha).ahead_by if pr.issue.state == "open" else 1
+    ahead = git.compare(pr.base_sha, pr.head_sha).ahead_by
     return PullGit(head_sha=pr.head_sha, base_sha=pr.base_sha, mergeable=verdict, commits=ahead)
+
+
+def _resolve_shas(git: BareRepo, pr: PullRequest) -> None:
+    """An open pull request's head and base as its branches are now: read from
+    git at every call (a push may have moved them), in one git process when
+    both branches are in the same repository."""
+    head_ref, base_ref = f"refs/heads/{pr.head_ref}", f"refs/heads/{pr.base_ref}"
+    if pr.head_repo is None:
+        head, base = git.resolve_all([head_ref, base_ref])
+    else:
+        head, base = open_git(pr.head_repo).resolve(head_ref), git.resolve(base_ref)
+    pr.head_sha = head or pr.head_sha
+    pr.base_sha = base or pr.base_sha
 
 
 def mirror_fork_head(repo: Repo, pr: PullRequest) -> None:

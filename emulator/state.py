@@ -264,6 +264,8 @@ class Repo:
     #: A fork still being created: this many more requests naming it answer
     #: 404 before it exists (GitHub forks asynchronously).
     pending_requests: int = 0
+    #: What git said about its commits (see :class:`emulator.git.BareRepo`).
+    git_history: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def full_name(self) -> str:

