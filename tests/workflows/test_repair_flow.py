@@ -10,6 +10,7 @@ from tests.workflows.repair_scenario import (
     approve,
     merged_fakes,
     repair_env,
+    run_approved,
     start_repair,
 )
 
@@ -34,11 +35,7 @@ async def test_the_status_comment_is_rewritten_by_the_id_its_first_write_returne
     """The first write finds or makes the comment; every later one names it, so
     the activity edits it without listing the issue's comments."""
     fakes = merged_fakes()
-    async with repair_env(fakes, kit_db_url) as env:
-        await start_repair(env)
-        await env.wait_phase(WORKFLOW_ID, "awaiting-review")
-        await approve(env)
-        run = await env.wait_status(WORKFLOW_ID)
+    run = await run_approved(fakes, kit_db_url)
     assert run.status == "completed", run.error
     writes = fakes.calls_to("github.comment")
     assert len(writes) >= 3
