@@ -36,8 +36,9 @@ async def test_an_installation_client_keeps_one_httpx_client(scene: Scene) -> No
     assert kept is not None and gh._pooled is kept
 
 
-async def test_the_kept_client_sends_no_cookie_back(app_key: KeyPair) -> None:
-    seen: list[str | None] = []
+def _setting_a_cookie(app_key: KeyPair, seen: list[str | None]) -> GitHubClientFactory:
+    """A factory whose GitHub answers every request with a ``Set-Cookie``,
+    noting the ``Cookie`` header each request carried in ``seen``."""
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request.headers.get("cookie"))
@@ -47,11 +48,16 @@ async def test_the_kept_client_sends_no_cookie_back(app_key: KeyPair) -> None:
             headers={"set-cookie": "session=abc; Path=/"},
         )
 
-    factory = GitHubClientFactory(
+    return GitHubClientFactory(
         base_url="https://github.test",
         credentials=AppCredentials("42", app_key.private_pem),
         transport=httpx.MockTransport(answer),
     )
+
+
+async def test_the_kept_client_sends_no_cookie_back(app_key: KeyPair) -> None:
+    seen: list[str | None] = []
+    factory = _setting_a_cookie(app_key, seen)
     gh = factory.app()
     await gh.arequest("GET", "/app")
     await gh.arequest("GET", "/app")
@@ -71,17 +77,7 @@ async def test_an_answers_set_cookie_is_not_parsed(app_key: KeyPair, monkeypatch
         real(jar, response, request)
 
     monkeypatch.setattr(CookieJar, "extract_cookies", extract)
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200, json={"id": 1, "slug": "repairbot"}, headers={"set-cookie": "session=abc"}
-        )
-
-    factory = GitHubClientFactory(
-        base_url="https://github.test",
-        credentials=AppCredentials("42", app_key.private_pem),
-        transport=httpx.MockTransport(answer),
-    )
+    factory = _setting_a_cookie(app_key, [])
     gh = factory.app()
     await gh.arequest("GET", "/app")
     await gh.arequest("GET", "/app")

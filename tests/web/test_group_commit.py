@@ -408,6 +408,15 @@ def test_the_writer_checkpoints_sqlite_only(db_engine: Engine) -> None:
     assert web.state.intake_writer.checkpoint_every == expected
 
 
+async def _post_large_issues(poster: Any, count: int, prefix: str) -> None:
+    """``count`` issues opened with a 200 KB body each: pages enough in the
+    WAL to see whether they were copied back into the database file."""
+    for n in range(count):
+        body = example("issues", "opened")
+        body["issue"]["body"] = "x" * 200_000
+        assert (await poster.post("issues", body, delivery=f"{prefix}-{n}")).status_code == 202
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_a_checkpoint_runs_beside_the_writer(
     app: Any, db_engine: Engine, caplog: pytest.LogCaptureFixture
@@ -418,10 +427,7 @@ async def test_a_checkpoint_runs_beside_the_writer(
     writer.checkpoint_every = 2
     database = Path(db_engine.url.database or "")
     before = database.stat().st_size
-    for n in range(3):
-        body = example("issues", "opened")
-        body["issue"]["body"] = "x" * 200_000  # pages enough to see them copied back
-        assert (await poster.post("issues", body, delivery=f"c-{n}")).status_code == 202
+    await _post_large_issues(poster, 3, "c")
     assert writer.checkpoints == 1
     await writer._checkpointing
     assert "checkpoint" not in caplog.text
@@ -483,10 +489,7 @@ async def test_the_writers_commits_leave_the_wal_to_the_checkpoints(
     writer.checkpoint_every = 1000
     database = Path(db_engine.url.database or "")
     before = database.stat().st_size
-    for n in range(25):
-        body = example("issues", "opened")
-        body["issue"]["body"] = "x" * 200_000
-        assert (await poster.post("issues", body, delivery=f"w-{n}")).status_code == 202
+    await _post_large_issues(poster, 25, "w")
     assert writer.checkpoints == 0
     assert database.stat().st_size < before + 200_000
 
