@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +59,7 @@ from app.engine._runtime import SETTLED, Runtime
 from app.engine._tables import ActivityAttempt, ActivityTask, HistoryEvent, WorkflowRun
 from app.main.catalog import build_registry
 from app.operations.migrate import upgrade
+from bench import load_profile
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision
 from bench.spec import POSTGRES
@@ -343,6 +345,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     people = stack.people
     figs: dict[str, RunFigures] = {}
     numbers: dict[str, int] = {}
+    spies: list[subprocess.Popen[bytes]] = []
     try:
         # Generous: on a loaded machine a cold start of the web process is slow.
         wait_healthy(f"{app_url}/healthz", web, timeout=300)
@@ -363,6 +366,9 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         if census is not None:
             (census / "START").touch()
             await asyncio.sleep(0.3)  # each process keeps its counts so far (it looks every 50 ms)
+        if args.profile is not None:
+            workers = {m.name: m.pid for m in fleet.machines if m.name.startswith("worker")}
+            spies = load_profile.start(workers, args.profile)
         cpu_at_start = {m.name: (m.cpu_seconds, m.children_cpu_seconds) for m in fleet.machines}
         bench_cpu_at_start = time.process_time()
         started = time.time()
@@ -420,6 +426,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
                     )
             await asyncio.sleep(0.25)
         sampler.sample()
+        load_profile.stop(spies)
         result.bench_cpu_seconds = time.process_time() - bench_cpu_at_start
         result.cpu_seconds = {
             m.name: (
@@ -471,6 +478,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             key = fig.outcome or fig.status
             result.outcomes[key] = result.outcomes.get(key, 0) + 1
     finally:
+        load_profile.stop(spies)
         fleet.stop()
         if census is not None:
             result.census = census_per_run(census, engine, args.runs)
@@ -655,6 +663,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="count per run what repairbot's processes do (bench/load_census/): "
         "subprocesses, SQL statements, GitHub requests, store calls; costs CPU itself",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the workers with py-spy from the first label on, write their "
+        "stacks here and print where their CPU went (bench/load_profile.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -668,6 +682,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix="repairbot-load-") as tmp:
                 result = asyncio.run(run_load(args, url, Path(tmp)))
     print(report(result))
+    if args.profile is not None:
+        print("\n".join(["", "Where the workers' CPU went (`--profile`):", ""]))
+        print("\n".join(load_profile.summary(args.profile)))
     if args.json:
         args.json.write_text(json.dumps(asdict(result), indent=1))
     return 0 if result.exact == result.runs else 1

@@ -159,25 +159,49 @@ async def test_read_only_leftovers_do_not_stop_removal(
     assert not ws.root.exists()
 
 
-async def test_the_token_travels_in_the_environment_never_argv(
-    tmp_path: Path, sample_repo: SampleRepo, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A git shim on PATH records each invocation's argv and its GIT_CONFIG_*
-    # environment, then runs the real git.
+def _git_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str) -> None:
+    """``git`` on PATH runs the shell lines ``before``, then the real git."""
     real_git = subprocess.run(
         ["sh", "-c", "command -v git"], capture_output=True, text=True
     ).stdout.strip()
     shim_dir = tmp_path / "shim"
     shim_dir.mkdir()
-    log = tmp_path / "git-calls.log"
-    (shim_dir / "git").write_text(
-        "#!/bin/sh\n"
-        f'echo "argv: $*" >> {log}\n'
-        f"env | grep -E '^(GIT_CONFIG_|GIT_TERMINAL_PROMPT)' | sed 's/^/env: /' >> {log}\n"
-        f'exec {real_git} "$@"\n'
-    )
+    (shim_dir / "git").write_text(f'#!/bin/sh\n{before}exec {real_git} "$@"\n')
     (shim_dir / "git").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+async def test_a_fetch_keeps_one_pack_and_starts_no_maintenance(
+    tmp_path: Path, sample_repo: SampleRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The git directory lives for one activity: its objects arrive as one pack
+    (the copy for commands and the removal walk two files, not a file and a
+    directory per object) and no ``git maintenance`` runs after the fetch."""
+    trace = tmp_path / "trace2.log"
+    _git_shim(tmp_path, monkeypatch, f"export GIT_TRACE2={trace}\n")
+    ws = await build(tmp_path, sample_repo)
+
+    started = [line for line in trace.read_text().splitlines() if "child_start" in line]
+    assert any("index-pack" in line for line in started), started
+    assert not any("maintenance" in line for line in started), started
+    for git_dir in (ws.git_dir, ws.repo / ".git"):
+        objects = git_dir / "objects"
+        assert sorted(p.name for p in objects.iterdir()) == ["info", "pack"]
+        assert len(list((objects / "pack").glob("*.pack"))) == 1
+
+
+async def test_the_token_travels_in_the_environment_never_argv(
+    tmp_path: Path, sample_repo: SampleRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A git shim on PATH records each invocation's argv and its GIT_CONFIG_*
+    # environment, then runs the real git.
+    log = tmp_path / "git-calls.log"
+    _git_shim(
+        tmp_path,
+        monkeypatch,
+        f'echo "argv: $*" >> {log}\n'
+        f"env | grep -E '^(GIT_CONFIG_|GIT_TERMINAL_PROMPT)' | sed 's/^/env: /' >> {log}\n",
+    )
     token = "ghs_secretinstallationtoken"
     auth = remote_auth(sample_repo.url, token)
     ws = await build(tmp_path, sample_repo, token=token)

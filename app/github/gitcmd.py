@@ -52,6 +52,14 @@ class GitTimeout(Exception):
         self.argv = tuple(argv)
 
 
+#: Every git directory of ours lives for one activity, so nothing is kept
+#: for later: a fetch keeps what it received as one pack (not a file per
+#: object, which the workspace's copy for commands and its removal would
+#: walk again) and starts no ``git maintenance`` afterwards. Two processes'
+#: and a few hundred files' worth of CPU per fetch of a small repository.
+_THROWAWAY_REPOSITORY = (("fetch.unpackLimit", "1"), ("maintenance.auto", "false"))
+
+
 def git_env(
     config: Sequence[tuple[str, str]] = (), extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -68,6 +76,7 @@ def git_env(
             "SSH_ASKPASS": "",
         }
     )
+    config = [*config, *_THROWAWAY_REPOSITORY]
     env["GIT_CONFIG_COUNT"] = str(len(config))
     for index, (key, value) in enumerate(config):
         env[f"GIT_CONFIG_KEY_{index}"] = key

@@ -5,9 +5,11 @@ Only ``repairbot`` processes (``python -m app.main.cli``) count; everything
 else (the emulator, git, the sandbox's commands) starts as usual.
 
 Counted: subprocesses started (``subprocess.Popen`` audit events, by program;
-git by subcommand), SQL statements (by verb and table), HTTP requests sent by
-httpx clients (GitHub's REST API, by method and path with ids masked), calls
-handed to the store's threads (by function) and reconciler passes. Written
+git by subcommand) and the CPU each used with the descendants it waited for
+(milliseconds, from ``wait4``'s resource usage), SQL statements (by verb and
+table), HTTP requests sent by httpx clients (GitHub's REST API, by method
+and path with ids masked), calls handed to the store's threads (by function)
+and reconciler passes. Written
 to ``<dir>/<pid>.json`` every two seconds and at exit; when ``<dir>/START``
 appears (the benchmark's first label) the counts so far are kept in
 ``<dir>/<pid>.base.json``, so start-up is left out.
@@ -54,6 +56,53 @@ def _program(argv: Any) -> str:
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event == "subprocess.Popen":
         _bump(f"process {_program(args[1])}")
+
+
+#: Program names of the children started here and not yet reaped, by pid.
+_children: dict[int, str] = {}
+
+
+def _note_child(popen_init: Any) -> Any:
+    def init(self: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
+        popen_init(self, args, *rest, **kwargs)
+        with _lock:
+            _children[self.pid] = _program(args)
+
+    return init
+
+
+def _reaping(waitpid: Any) -> Any:
+    """``os.waitpid`` through ``wait4``, keeping the reaped child's CPU (its
+    own and that of the descendants it waited for: the sandbox's commands
+    under ``bwrap``). ``subprocess`` and asyncio's child watchers reap with
+    ``os.waitpid``."""
+
+    def wait(pid: int, options: int) -> tuple[int, int]:
+        if pid <= 0:
+            return waitpid(pid, options)  # type: ignore[no-any-return]
+        reaped, status, usage = os.wait4(pid, options)
+        if reaped:
+            with _lock:
+                program = _children.pop(reaped, None)
+                if program is not None:
+                    ms = round((usage.ru_utime + usage.ru_stime) * 1000)
+                    _counts[f"child-ms {program}"] += ms
+                    _counts["child-ms all"] += ms
+        return reaped, status
+
+    return wait
+
+
+def _hook_children() -> None:
+    import subprocess
+
+    os.waitpid = _reaping(os.waitpid)
+    # ``Popen._internal_poll`` holds ``os.waitpid`` as a default argument.
+    poll = subprocess.Popen._internal_poll  # type: ignore[attr-defined]
+    defaults = list(poll.__defaults__)
+    defaults[1] = os.waitpid
+    poll.__defaults__ = tuple(defaults)
+    subprocess.Popen.__init__ = _note_child(subprocess.Popen.__init__)  # type: ignore[method-assign]
 
 
 _TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE)\s+(\w+)", re.I)
@@ -166,6 +215,7 @@ def _keep_writing(directory: str) -> None:
 
 def _start(directory: str) -> None:
     sys.addaudithook(_audit)
+    _hook_children()
     _hook_libraries()
     threading.Thread(target=_hook_engine, daemon=True).start()
     threading.Thread(target=_keep_writing, args=(directory,), daemon=True).start()

@@ -66,5 +66,8 @@ def test_tiny_load_run_reports_every_figure(
         key.startswith("http POST /api/v3/app/installations/{n}/access_tokens") for key in workers
     )
     assert any(key.startswith("store ") for key in workers)
+    # The children's CPU by program, reaped through wait4: git's and the sandbox's.
+    assert workers["child-ms git fetch"] > 0 and workers["child-ms bwrap"] > 0
+    assert workers["child-ms all"] >= workers["child-ms git fetch"] + workers["child-ms bwrap"]
     assert any(key.startswith("sql ") for key in census["web"])
     assert "Per run (`--census`)" in table
