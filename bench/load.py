@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -672,9 +673,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@contextlib.contextmanager
+def _environment_restored(*names: str) -> Iterator[None]:
+    """``--census`` sets variables the fleet's processes inherit; a caller in
+    the same process (a test) must not pass them on to processes of its own."""
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with fresh_database(POSTGRES, admin_url=args.postgres) as url:
+    with (
+        _environment_restored("REPAIRBOT_LOAD_CENSUS", "PYTHONPATH"),
+        fresh_database(POSTGRES, admin_url=args.postgres) as url,
+    ):
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             result = asyncio.run(run_load(args, url, args.keep))

@@ -5,6 +5,7 @@ that every figure was measured."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,10 @@ def test_tiny_load_run_reports_every_figure(
     argv = ["--runs", "2", "--workers", "2", "--timeout", "300", "--census"]
     argv += ["--postgres", PG_ADMIN_URL, "--redis", REDIS_URL, "--json", str(out)]
     assert main(argv) == 0, capsys.readouterr().out
+    # The census's variables went to the fleet only: a process this test run
+    # starts later must not load the hook (and write into a removed directory).
+    assert "REPAIRBOT_LOAD_CENSUS" not in os.environ
+    assert "load_census" not in os.environ.get("PYTHONPATH", "")
 
     result = json.loads(out.read_text())
     assert result["exact"] == result["completed"] == 2
