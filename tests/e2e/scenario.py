@@ -315,11 +315,17 @@ async def run_through_a_kill(
     *,
     timeout: float,
     before_fresh: Callable[[], None] | None = None,
+    killer: asyncio.Task[None] | None = None,
 ) -> tuple[int, RunRow]:
     """Open a labelled issue while ``doomed`` (a worker set to die at a fault
     point) is running; once it died, start ``fresh`` (``before_fresh`` runs
     first); approve the proposal when it waits for review; return the issue
-    number and the run once it ended. Both workers are stopped on the way out."""
+    number and the run once it ended. Both workers are stopped on the way out.
+
+    ``killer``: the test's task that kills ``doomed`` once it sees its moment;
+    if it fails (the moment never came), that failure is raised at once, with
+    the doomed worker's log, instead of waiting out ``timeout`` for a run
+    that cannot end."""
     assert stack.runtime is not None
     runtime = stack.runtime
     doomed.start()
@@ -332,6 +338,13 @@ async def run_through_a_kill(
                 f"run did not finish; doomed log:\n{doomed.log_path.read_text()[-3000:]}\n"
                 f"fresh log:\n{fresh.log_path.read_text()[-3000:] if fresh.process else ''}"
             )
+            if killer is not None and killer.done() and not killer.cancelled():
+                failed = killer.exception()
+                if failed is not None:
+                    raise AssertionError(
+                        f"the kill failed: {failed!r}; doomed log:\n"
+                        f"{doomed.log_path.read_text()[-3000:]}"
+                    ) from failed
             if doomed.process and doomed.process.poll() is not None and fresh.process is None:
                 if before_fresh is not None:
                     before_fresh()

@@ -135,6 +135,7 @@ async def test_a_worker_killed_during_a_model_call_asks_that_turn_again(
             fresh,
             timeout=180,
             before_fresh=answer_the_dead,
+            killer=killer,
         )
     finally:
         release.set()

@@ -171,7 +171,7 @@ async def test_a_delayed_record_after_an_external_effect_is_reconciled(
 
     killer = asyncio.create_task(kill_in_the_window())
     try:
-        number, run = await run_through_a_kill(stack, doomed, fresh, timeout=150)
+        number, run = await run_through_a_kill(stack, doomed, fresh, timeout=150, killer=killer)
     finally:
         killer.cancel()
     assert killer.done() and not killer.cancelled() and killer.exception() is None

@@ -172,6 +172,7 @@ class CrashLab:
         reconcile_interval: float = 0.05,
         relay_grace: float = 0.2,
         worker_silence: float = 15.0,
+        liveness_interval: float | None = None,
         dispatch_only: bool = False,
         drain_grace: float = 5.0,
         db_patience: float = 15.0,
@@ -194,6 +195,8 @@ class CrashLab:
             "--db-patience", str(db_patience),
             "--cache-size", str(cache_size),
         ]  # fmt: skip
+        if liveness_interval is not None:
+            argv += ["--liveness-interval", str(liveness_interval)]
         if fault:
             argv += ["--fault", fault]
         if gate is not None:

@@ -334,7 +334,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         fault_point=args.fault,
         reconcile_interval=args.reconcile_interval,
         relay_grace=args.relay_grace,
-        liveness_interval=min(1.0, args.worker_silence / 4),
+        liveness_interval=args.liveness_interval or min(1.0, args.worker_silence / 4),
         worker_silence=args.worker_silence,
         db_patience=args.db_patience,
     )
@@ -376,6 +376,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reconcile-interval", type=float, default=0.05)
     parser.add_argument("--relay-grace", type=float, default=0.2)
     parser.add_argument("--worker-silence", type=float, default=15.0)
+    parser.add_argument(
+        "--liveness-interval",
+        type=float,
+        default=None,
+        help="seconds between liveness beats (default: a quarter of the silence, at most 1)",
+    )
     parser.add_argument("--drain-grace", type=float, default=5.0)
     parser.add_argument(
         "--poll-delay", type=float, default=0.01, help="with --arq: fallback poll of the queues"

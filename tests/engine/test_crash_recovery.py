@@ -144,9 +144,18 @@ def test_paused_stale_worker_completion_is_rejected(db_url: str, tmp_path: Path)
     with CrashLab(db_url, tmp_path) as lab:
         run_id = lab.start("crash_stale", "crash-stale", None)
         # A's reconciler makes one pass at start-up (which relays the start)
-        # and then stays quiet: frozen between passes, A holds no database
-        # lock that would stall B (a frozen SQLite writer blocks every writer).
-        stale = lab.spawn("A", gate=gate, reconcile_interval=3600, relay_grace=0)
+        # and A beats once; then both stay quiet, so A is frozen holding no
+        # database lock that would stall B (a frozen SQLite writer blocks every
+        # writer: a liveness beat under way when SIGSTOP lands did). B's
+        # reconciler finds A silent by its own worker silence, as before.
+        stale = lab.spawn(
+            "A",
+            gate=gate,
+            reconcile_interval=3600,
+            relay_grace=0,
+            liveness_interval=3600,
+            worker_silence=5 * 3600,  # the beat's interval is capped at a fifth of it
+        )
         fresh = lab.spawn("B", standby=True)
         lab.wait_until(lambda: by_step(lab.record).get("gated"), "A to start the gated step")
         stale.pause()
