@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from arq.jobs import Job as ArqJob
 from arq.jobs import JobStatus
+from arq.worker import func
 
-from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher
+from app.engine._arq_dispatch import JOB_FUNCTION, ArqDispatcher, Consumer
 from app.engine._arq_scripts import START, START_SCRIPT, TAKE_SCRIPT, Script
 from app.engine._jobs import DEFAULT_QUEUE, ENGINE_JOB_PREFIXES, Job
-from app.engine._redis_channel import connect, load_job
+from app.engine._redis_channel import connect, dump_result, load_job, redis_settings
 
 pytestmark = pytest.mark.redis
 
@@ -130,6 +132,7 @@ async def test_arqs_own_jobs_come_back_as_ids_and_take_a_slot(pool: ArqRedis) ->
     dispatcher = ArqDispatcher(pool)
     await dispatcher.enqueue([_job("cron:reconcile:1")])
     await dispatcher.enqueue([_job("act:6:1")])
+    await pool.zadd(DEFAULT_QUEUE, {"cron:reconcile:1": 1})  # first in line, whatever the clock
     assert await _take(pool, 1) == ({}, ["cron:reconcile:1"])
     assert await pool.exists(job_key_prefix + "cron:reconcile:1") == 1
     assert await pool.zcard(DEFAULT_QUEUE) == 2
@@ -181,3 +184,28 @@ async def test_a_script_the_server_does_not_know_is_sent_again(pool: ArqRedis) -
     )
     assert score is not None
     assert (await pool.script_exists(fresh.sha)) == [True]
+
+
+async def _noop(ctx: dict[str, Any], kind: str, ref: str, job_id: str) -> None:
+    return None
+
+
+async def test_a_burst_consumer_takes_no_more_than_its_burst(
+    pool: ArqRedis, redis_url: str
+) -> None:
+    await ArqDispatcher(pool).enqueue([_job(f"b-{i}") for i in range(3)])
+    consumer = Consumer(
+        functions=[func(_noop, name=JOB_FUNCTION)],
+        redis_settings=redis_settings(redis_url),
+        queue_name=DEFAULT_QUEUE,
+        burst=True,
+        max_burst_jobs=1,
+        keep_result=0,
+        job_serializer=dump_result,
+        job_deserializer=load_job,
+        handle_signals=False,
+    )
+    await consumer.async_run()  # burst: returns once its one job is done
+    await consumer.close()
+    assert consumer.jobs_complete == 1
+    assert await pool.zcard(DEFAULT_QUEUE) == 2  # the other two left in the queue
