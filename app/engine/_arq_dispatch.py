@@ -5,9 +5,10 @@ job only says "look at this now".
 
 - An arq job hands its job to the worker's own pool (:meth:`Worker.submit`)
   and ends; it does not run the work. The consumer's poll takes the due
-  engine jobs out of Redis in one script (:data:`~app.engine._arq_scripts.TAKE`)
-  and hands them over without arq's per-job bookkeeping, so shutting down, draining and
-  riding out a Redis restart are the worker's business.
+  engine jobs out of Redis in one script
+  (:data:`~app.engine._arq_scripts.TAKE`) and hands them over without arq's
+  per-job bookkeeping, so shutting down, draining and riding out a Redis
+  restart are the worker's business.
 - Job ids are deterministic, so a double relay is one job; a *re*-dispatch
   by the relay gets a fresh id (see :mod:`app.engine._jobs`), so keys that a
   crashed worker left behind in Redis can never hold work back.

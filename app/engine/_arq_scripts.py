@@ -5,10 +5,9 @@ arq 0.28 enqueues with WATCH, EXISTS and MULTI/EXEC (three round trips),
 polls with ZRANGEBYSCORE (one), starts each job it found with WATCH, EXISTS,
 ZSCORE and MULTI/EXEC (four), then reads the job (a pipeline) and finishes
 it (another), all on the path of every job a run sends through Redis. These
-Lua scripts do the same checks and writes
-atomically on the server, in one round trip each, on arq's own keys and
-formats: a job written here is read by arq's worker, and the jobs arq writes
-are taken here. Behaviour is arq's:
+Lua scripts do the same checks and writes atomically on the server, in one
+round trip each, on arq's own keys and formats: a job written here is read
+by arq's worker, and the jobs arq writes are taken here. Behaviour is arq's:
 
 - enqueue: nothing is written when the job id's job key or result key
   exists (a double send is one job); else the job key with its expiry and
