@@ -4,11 +4,10 @@ Redis is a doorbell, never a record: the database says what is due, and a
 job only says "look at this now".
 
 - An arq job hands its job to the worker's own pool (:meth:`Worker.submit`)
-  and ends; it does not run the work. The consumer's poll takes the due
-  engine jobs out of Redis in one script
-  (:data:`~app.engine._arq_scripts.TAKE`) and hands them over without arq's
-  per-job bookkeeping, so shutting down, draining and riding out a Redis
-  restart are the worker's business.
+  and ends; it does not run the work. The consumer takes an engine job out
+  of Redis in one script (:data:`~app.engine._arq_scripts.TAKE`) and hands
+  it over without arq's per-job bookkeeping, so shutting down, draining and
+  riding out a Redis restart are the worker's business.
 - Job ids are deterministic, so a double relay is one job; a *re*-dispatch
   by the relay gets a fresh id (see :mod:`app.engine._jobs`), so keys that a
   crashed worker left behind in Redis can never hold work back.
@@ -49,7 +48,7 @@ from redis.exceptions import RedisError
 
 from app.engine._arq_scripts import ENQUEUE_SCRIPT, START_SCRIPT, TAKE_SCRIPT, execute
 from app.engine._doorbell import Doorbell, add_rings
-from app.engine._jobs import DEFAULT_QUEUE, ENGINE_JOB_PREFIXES, RETRACT, Job, workflow_queue
+from app.engine._jobs import DEFAULT_QUEUE, RETRACT, Job, is_engine_job, workflow_queue
 from app.engine._redis_channel import RefusedJob, dump_result, load_job, use_json
 from app.engine._runtime import Runtime
 
@@ -212,51 +211,10 @@ class Consumer(ArqWorker):
             else:
                 await self.doorbell.wait(self.queue_name, self.poll_delay_s)
 
-    async def _poll_iteration(self) -> None:
-        """arq's poll, its ZRANGEBYSCORE and the take of the engine's jobs in
-        one script (:data:`~app.engine._arq_scripts.TAKE`: one round trip a
-        poll where a read and a script per job took two a job), capped by the
-        free slots so that the rest stay in Redis for other consumers. The
-        rest of arq's iteration follows unchanged."""
-        free = self.max_jobs - self.job_counter
-        if self.burst and self.max_burst_jobs >= 0:
-            free = min(free, self.max_burst_jobs - self._jobs_started())
-        if self.allow_pick_jobs and free > 0:
-            await self._take(free)
-        if self.allow_abort_jobs:
-            await self._cancel_aborted_jobs()
-        for job_id, task in list(self.tasks.items()):
-            if task.done():
-                del self.tasks[job_id]
-                task.result()  # as arq does: a failure in a job's task is raised here
-        await self.heart_beat()
-
-    async def _take(self, free: int) -> None:
-        taken, others = await TAKE_SCRIPT(
-            self.pool,
-            [self.queue_name],
-            [
-                int(time.time() * 1000),
-                self.queue_read_limit,
-                free,
-                job_key_prefix,
-                retry_key_prefix,
-                in_progress_key_prefix,
-                *ENGINE_JOB_PREFIXES,
-            ],
-        )
-        for job_id_b, raw in zip(taken[0::2], taken[1::2], strict=True):
-            # The script took no more than the free slots, so this never waits.
-            await self.sem.acquire()
-            self.job_counter += 1
-            job_id = job_id_b.decode()
-            self._track(job_id, self.loop.create_task(self._hand_over(job_id, raw)))
-        if others:
-            await self.start_jobs(others)
-
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's ``start_jobs`` for the ids that are not the engine's (the take
-        found them due), one script per job (:meth:`_start`)."""
+        """arq's ``start_jobs``, one script per job: an engine job is taken out
+        of Redis and handed over (:meth:`_take`), anything else started for
+        arq's own ``run_job`` (:meth:`_start`)."""
         for job_id_b in job_ids:
             await self.sem.acquire()
             if self.job_counter >= self.max_jobs:
@@ -264,17 +222,31 @@ class Consumer(ArqWorker):
                 return
             self.job_counter += 1
             job_id = job_id_b.decode()
-            started = await self._start(job_id)
+            started = await (self._take(job_id) if is_engine_job(job_id) else self._start(job_id))
             if started is None:
-                # Started elsewhere, finished, or deferred again meanwhile.
+                # Taken elsewhere, finished, or deferred again meanwhile.
                 self.job_counter -= 1
                 self.sem.release()
                 continue
-            self._track(job_id, started)
+            started.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = started
 
-    def _track(self, job_id: str, task: asyncio.Task[None]) -> None:
-        task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
-        self.tasks[job_id] = task
+    async def _take(self, job_id: str) -> asyncio.Task[None] | None:
+        """Take an engine job out of Redis (:data:`~app.engine._arq_scripts.TAKE`):
+        one round trip where arq's start, read and finish take four."""
+        raw = await TAKE_SCRIPT(
+            self.pool,
+            [
+                self.queue_name,
+                job_key_prefix + job_id,
+                retry_key_prefix + job_id,
+                in_progress_key_prefix + job_id,
+            ],
+            [job_id, int(time.time() * 1000)],
+        )
+        if raw is None:
+            return None
+        return self.loop.create_task(self._hand_over(job_id, raw))
 
     async def _hand_over(self, job_id: str, raw: bytes) -> None:
         try:

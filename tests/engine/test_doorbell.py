@@ -122,41 +122,24 @@ async def test_the_doorbell_resubscribes_after_its_connection_is_killed(
         server.stop()
 
 
-class _CountingFullPolls(Consumer):
-    full_polls = 0
-
-    async def _poll_iteration(self) -> None:
-        # Counted before the poll's first await: by the time the test sees
-        # the count, this poll has found no free slot and will take nothing.
-        if self.job_counter >= self.max_jobs:
-            self.full_polls += 1
-        await super()._poll_iteration()
-
-
 async def test_a_full_consumer_polls_again_when_a_slot_frees(redis_url: str) -> None:
     """Rung while all its slots are busy, a consumer skips the read; the slot
-    that frees must wake it, or the job waits out the poll delay. The delay
-    here is an hour, so the second job starts only if the freed slot woke
-    the consumer: the test waits on that, not on a time window (it once
-    asserted "within 2.5 s of the first", a margin a loaded full run could
-    eat on its own)."""
+    that frees must wake it, or the job waits out the poll delay."""
     settings = redis_settings(redis_url)
-    started: set[str] = set()
-    release = asyncio.Event()
+    started: dict[str, float] = {}
 
-    async def hold(ctx: dict[str, Any], name: str, held: bool) -> None:
-        started.add(name)
-        if held:
-            await release.wait()
+    async def hold(ctx: dict[str, Any], name: str, seconds: float) -> None:
+        started[name] = time.monotonic()
+        await asyncio.sleep(seconds)
 
     bell = Doorbell(settings, ["full"])
     bell.start()
-    consumer = _CountingFullPolls(
+    consumer = Consumer(
         functions=[func(hold, name="hold")],
         queue_name="full",
         redis_settings=settings,
         max_jobs=1,
-        poll_delay=3600,
+        poll_delay=LONG_POLL,
         handle_signals=False,
         doorbell=bell,
     )
@@ -164,16 +147,12 @@ async def test_a_full_consumer_polls_again_when_a_slot_frees(redis_url: str) -> 
     task = asyncio.create_task(consumer.async_run())
     try:
         await asyncio.wait_for(bell.subscribed.wait(), 10)
-        await _enqueue(pool, "first", True)
+        await asyncio.sleep(0.3)
+        await _enqueue(pool, "first", 1.0)
         await _until(lambda: "first" in started)
-        await pool.enqueue_job("hold", "second", False, _queue_name="full")
-        # Rung while "first" holds the slot (rung in-process, so that the
-        # poll it causes can be told apart from any poll already under way).
-        polls = consumer.full_polls
-        bell.wake("full")
-        await _until(lambda: consumer.full_polls > polls)
-        release.set()
-        await _until(lambda: "second" in started, timeout=60)
+        await _enqueue(pool, "second", 0.0)  # rings while "first" holds the slot
+        await _until(lambda: "second" in started, timeout=2 * LONG_POLL)
+        assert started["second"] - started["first"] < WITHIN
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -182,8 +161,8 @@ async def test_a_full_consumer_polls_again_when_a_slot_frees(redis_url: str) -> 
         await pool.aclose()
 
 
-async def _enqueue(pool: Any, name: str, held: bool) -> None:
-    await pool.enqueue_job("hold", name, held, _queue_name="full")
+async def _enqueue(pool: Any, name: str, seconds: float) -> None:
+    await pool.enqueue_job("hold", name, seconds, _queue_name="full")
     await ring(pool, ["full"])
 
 
