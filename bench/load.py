@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -42,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -323,14 +322,17 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         max_active_runs_per_installation=0,
     )
     census = root / "census" if args.census else None
+    census_env: dict[str, str] = {}
     if census is not None:
         census.mkdir(parents=True)
-        # Inherited by the processes the fleet starts (bench/load_census/).
-        os.environ["REPAIRBOT_LOAD_CENSUS"] = str(census)
-        os.environ["PYTHONPATH"] = os.pathsep.join(
+        # For the fleet's processes only (bench/load_census/), never this
+        # process's environment: a caller in the same process (a test) would
+        # pass the hook on to processes of its own.
+        census_env["REPAIRBOT_LOAD_CENSUS"] = str(census)
+        census_env["PYTHONPATH"] = os.pathsep.join(
             [str(CENSUS_HOOK), *filter(None, [os.environ.get("PYTHONPATH")])]
         )
-    fleet = Fleet(root / "machines", settings)
+    fleet = Fleet(root / "machines", settings, extra_env=census_env)
     fleet.root.mkdir(parents=True)
     app_url = stack.app_url
     web = fleet.web(stack.hand_app_port_over())
@@ -673,27 +675,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@contextlib.contextmanager
-def _environment_restored(*names: str) -> Iterator[None]:
-    """``--census`` sets variables the fleet's processes inherit; a caller in
-    the same process (a test) must not pass them on to processes of its own."""
-    saved = {name: os.environ.get(name) for name in names}
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with (
-        _environment_restored("REPAIRBOT_LOAD_CENSUS", "PYTHONPATH"),
-        fresh_database(POSTGRES, admin_url=args.postgres) as url,
-    ):
+    with fresh_database(POSTGRES, admin_url=args.postgres) as url:
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             result = asyncio.run(run_load(args, url, args.keep))

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +25,20 @@ from app.demo.spawn import spawn_repairbot
 class MachineProcess:
     """One repairbot process, started with ``settings`` as its whole environment."""
 
-    def __init__(self, name: str, settings: Settings, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        argv: list[str],
+        log_path: Path,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.settings = settings
         self.argv = argv
         self.log_path = log_path
+        #: Variables for this process only, over this process's own environment.
+        self.extra_env = dict(extra_env or {})
         self.process: subprocess.Popen[bytes] | None = None
         self.peak_rss_kib = 0
         #: CPU seconds (user + system) of this machine's processes so far: its
@@ -43,7 +53,9 @@ class MachineProcess:
 
     def start(self) -> MachineProcess:
         with self.log_path.open("ab") as log:
-            self.process = spawn_repairbot(self.argv, self.settings, log=log)
+            self.process = spawn_repairbot(
+                self.argv, self.settings, log=log, extra_env=self.extra_env
+            )
         return self
 
     @property
@@ -115,15 +127,21 @@ class Fleet:
     root: Path
     settings: Settings
     machines: list[MachineProcess] = field(default_factory=list)
+    #: Variables every machine gets beside the settings (a benchmark's hooks).
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def web(self, port: int, *, name: str = "web") -> MachineProcess:
         settings = self._machine_settings(name)
         argv = ["web", "--host", "127.0.0.1", "--port", str(port)]
-        return self._add(MachineProcess(name, settings, argv, self.root / f"{name}.log"))
+        return self._add(
+            MachineProcess(name, settings, argv, self.root / f"{name}.log", self.extra_env)
+        )
 
     def worker(self, name: str, **overrides: object) -> MachineProcess:
         settings = self._machine_settings(name).with_overrides(**overrides)
-        return self._add(MachineProcess(name, settings, ["worker"], self.root / f"{name}.log"))
+        return self._add(
+            MachineProcess(name, settings, ["worker"], self.root / f"{name}.log", self.extra_env)
+        )
 
     def _machine_settings(self, name: str) -> Settings:
         return self.settings.with_overrides(data_dir=self.root / name, worker_id=name)
