@@ -41,12 +41,10 @@ def pull_git(repo: Repo, pr: PullRequest, *, mergeable: bool = True) -> PullGit:
         return PullGit(head_sha=pr.head_sha, base_sha=pr.base_sha, mergeable=None, commits=1)
     _resolve_shas(git, pr)
     mirror_fork_head(repo, pr)
-    key = (pr.base_sha, pr.head_sha)
     verdict: bool | None = None
     if mergeable:
-        if key not in pr.mergeable_cache:
-            pr.mergeable_cache[key] = git.mergeable(pr.base_sha, pr.head_sha)
-        verdict = pr.mergeable_cache[key]
+        refused = (pr.base_sha, pr.head_sha) in pr.merge_refused
+        verdict = not refused and git.mergeable(pr.base_sha, pr.head_sha)
     ahead = git.compare(pr.base_sha, pr.head_sha).ahead_by
     return PullGit(head_sha=pr.head_sha, base_sha=pr.base_sha, mergeable=verdict, commits=ahead)
 

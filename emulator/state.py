@@ -185,8 +185,11 @@ class PullRequest:
     maintainer_can_modify: bool = False
     #: The fork the head branch lives in (``None``: the base repository itself).
     head_repo: Repo | None = None
-    #: (base_sha, head_sha) -> mergeable, computed from git and cached.
-    mergeable_cache: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: (base_sha, head_sha) pairs a merge attempt found conflicting (a rebase
+    #: can conflict where the three-way merge git's ``mergeable`` checks does
+    #: not): unmergeable from then on. git's own verdict is remembered by the
+    #: repository's commit-keyed history.
+    merge_refused: set[tuple[str, str]] = field(default_factory=set)
     #: Reads left that answer ``mergeable: null`` (scripted: GitHub computing).
     mergeable_unknown_reads: int = 0
 

@@ -65,7 +65,7 @@ def merge_pull(ctx: Ctx) -> Reply:
             committer=GITHUB_COMMITTER,
         )
     except MergeConflict:
-        pr.mergeable_cache[(view.base_sha, view.head_sha)] = False
+        pr.merge_refused.add((view.base_sha, view.head_sha))
         raise ApiError(405, "Pull Request is not mergeable") from None
     except RefConflict:
         raise ApiError(405, "Base branch was modified. Review and try the merge again.") from None

@@ -188,3 +188,35 @@ async def test_a_ready_pull_request_turned_back_into_a_draft_cannot_merge(
     await world.client.deliveries.wait()
     (event,) = sink.events("pull_request", "converted_to_draft")
     assert event["pull_request"]["draft"] is True and event["sender"]["login"] == "alice"
+
+
+async def test_a_merge_refused_for_a_conflict_leaves_the_pull_request_unmergeable(
+    world: World,
+) -> None:
+    """A rebase replays the head's commits one by one, so it can conflict where
+    the three-way merge behind ``mergeable`` does not: here the head changes a
+    line the base also changed and then changes it back. After the refused
+    merge the pull request reads ``mergeable: false`` for that pair of
+    commits, as GitHub reports what its merge attempt found."""
+    from emulator.gitview import open_git
+
+    gh = world.github()
+    repo = world.emulator.store.repo("octo", "demo")
+    assert repo is not None
+    original = open_git(repo).read_file(world.head, "calc.py")
+    assert original is not None
+    pr = await _pr(world, gh, {"calc.py": "mine\n"})
+    back = await world.client.push_as(
+        "alice", "octo", "demo", "fix", {"calc.py": original.decode()}
+    )
+    await world.client.push_as("octo", "octo", "demo", "main", {"calc.py": "theirs\n"})
+    before = (await gh.rest.pulls.async_get("octo", "demo", pr.number)).parsed_data
+    assert before.mergeable is True
+
+    with pytest.raises(RequestFailed) as err:
+        await gh.rest.pulls.async_merge(
+            "octo", "demo", pr.number, sha=back["sha"], merge_method="rebase"
+        )
+    assert err.value.response.status_code == 405
+    after = (await gh.rest.pulls.async_get("octo", "demo", pr.number)).parsed_data
+    assert after.mergeable is False and after.mergeable_state == "dirty"
