@@ -4,10 +4,11 @@ Redis is a doorbell, never a record: the database says what is due, and a
 job only says "look at this now".
 
 - An arq job hands its job to the worker's own pool (:meth:`Worker.submit`)
-  and ends; it does not run the work. The consumer takes an engine job out
-  of Redis in one script (:data:`~app.engine._arq_scripts.TAKE`) and hands
-  it over without arq's per-job bookkeeping, so shutting down, draining and
-  riding out a Redis restart are the worker's business.
+  and ends; it does not run the work. The consumer's poll takes the due
+  engine jobs out of Redis in one script
+  (:data:`~app.engine._arq_scripts.TAKE`) and hands them over without arq's
+  per-job bookkeeping, so shutting down, draining and riding out a Redis
+  restart are the worker's business.
 - Job ids are deterministic, so a double relay is one job; a *re*-dispatch
   by the relay gets a fresh id (see :mod:`app.engine._jobs`), so keys that a
   crashed worker left behind in Redis can never hold work back.
@@ -48,7 +49,7 @@ from redis.exceptions import RedisError
 
 from app.engine._arq_scripts import ENQUEUE_SCRIPT, START_SCRIPT, TAKE_SCRIPT, execute
 from app.engine._doorbell import Doorbell, add_rings
-from app.engine._jobs import DEFAULT_QUEUE, RETRACT, Job, is_engine_job, workflow_queue
+from app.engine._jobs import DEFAULT_QUEUE, ENGINE_JOB_PREFIXES, RETRACT, Job, workflow_queue
 from app.engine._redis_channel import RefusedJob, dump_result, load_job, use_json
 from app.engine._runtime import Runtime
 
@@ -189,6 +190,10 @@ class Consumer(ArqWorker):
     def __init__(self, *args: Any, doorbell: Doorbell | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.doorbell = doorbell
+        #: The last poll took as many jobs as it had free slots (or had
+        #: none), so more may be due in Redis. Each poll takes no more than
+        #: the free slots, leaving the rest to other consumers.
+        self._left_behind = False
 
     async def main(self) -> None:
         if self._pool is None:
@@ -206,15 +211,62 @@ class Consumer(ArqWorker):
             await self._poll_iteration()
             if self.burst and await self._burst_done():
                 return
+            if self._left_behind and self.job_counter < self.max_jobs:
+                # A slot came free while the take was under way, before
+                # there was anything left behind to wake the consumer for.
+                continue
             if self.doorbell is None:
                 await asyncio.sleep(self.poll_delay_s)
             else:
                 await self.doorbell.wait(self.queue_name, self.poll_delay_s)
 
+    async def _poll_iteration(self) -> None:
+        """arq's poll, its ZRANGEBYSCORE and the take of the engine's jobs in
+        one script (:data:`~app.engine._arq_scripts.TAKE`: one round trip a
+        poll where a read and a script per job took two a job), capped by the
+        free slots so that the rest stay in Redis for other consumers. The
+        rest of arq's iteration follows unchanged."""
+        free = self.max_jobs - self.job_counter
+        if self.burst and self.max_burst_jobs >= 0:
+            free = min(free, self.max_burst_jobs - self._jobs_started())
+        if self.allow_pick_jobs:
+            self._left_behind = free <= 0 or await self._take(free) >= free
+        if self.allow_abort_jobs:
+            await self._cancel_aborted_jobs()
+        for job_id, task in list(self.tasks.items()):
+            if task.done():
+                del self.tasks[job_id]
+                task.result()  # as arq does: a failure in a job's task is raised here
+        await self.heart_beat()
+
+    async def _take(self, free: int) -> int:
+        """Take up to ``free`` due jobs; returns how many were taken."""
+        taken, others = await TAKE_SCRIPT(
+            self.pool,
+            [self.queue_name],
+            [
+                int(time.time() * 1000),
+                self.queue_read_limit,
+                free,
+                job_key_prefix,
+                retry_key_prefix,
+                in_progress_key_prefix,
+                *ENGINE_JOB_PREFIXES,
+            ],
+        )
+        for job_id_b, raw in zip(taken[0::2], taken[1::2], strict=True):
+            # The script took no more than the free slots, so this never waits.
+            await self.sem.acquire()
+            self.job_counter += 1
+            job_id = job_id_b.decode()
+            self._track(job_id, self.loop.create_task(self._hand_over(job_id, raw)))
+        if others:
+            await self.start_jobs(others)
+        return len(taken) // 2 + len(others)
+
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's ``start_jobs``, one script per job: an engine job is taken out
-        of Redis and handed over (:meth:`_take`), anything else started for
-        arq's own ``run_job`` (:meth:`_start`)."""
+        """arq's ``start_jobs`` for the ids that are not the engine's (the take
+        found them due), one script per job (:meth:`_start`)."""
         for job_id_b in job_ids:
             await self.sem.acquire()
             if self.job_counter >= self.max_jobs:
@@ -222,31 +274,17 @@ class Consumer(ArqWorker):
                 return
             self.job_counter += 1
             job_id = job_id_b.decode()
-            started = await (self._take(job_id) if is_engine_job(job_id) else self._start(job_id))
+            started = await self._start(job_id)
             if started is None:
-                # Taken elsewhere, finished, or deferred again meanwhile.
+                # Started elsewhere, finished, or deferred again meanwhile.
                 self.job_counter -= 1
                 self.sem.release()
                 continue
-            started.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
-            self.tasks[job_id] = started
+            self._track(job_id, started)
 
-    async def _take(self, job_id: str) -> asyncio.Task[None] | None:
-        """Take an engine job out of Redis (:data:`~app.engine._arq_scripts.TAKE`):
-        one round trip where arq's start, read and finish take four."""
-        raw = await TAKE_SCRIPT(
-            self.pool,
-            [
-                self.queue_name,
-                job_key_prefix + job_id,
-                retry_key_prefix + job_id,
-                in_progress_key_prefix + job_id,
-            ],
-            [job_id, int(time.time() * 1000)],
-        )
-        if raw is None:
-            return None
-        return self.loop.create_task(self._hand_over(job_id, raw))
+    def _track(self, job_id: str, task: asyncio.Task[None]) -> None:
+        task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+        self.tasks[job_id] = task
 
     async def _hand_over(self, job_id: str, raw: bytes) -> None:
         try:
@@ -288,11 +326,11 @@ class Consumer(ArqWorker):
         return False
 
     def _release_sem_dec_counter_on_complete(self) -> None:
-        # A full consumer skips its poll; rings that came meanwhile were used
-        # up, so a freed slot must poll again rather than wait out the delay.
-        was_full = self.job_counter >= self.max_jobs
+        # The jobs the last poll left behind (it had no slot for them) were
+        # rung for already, and that ring is used up: a slot that frees
+        # polls again rather than wait out the poll delay.
         super()._release_sem_dec_counter_on_complete()
-        if was_full and self.doorbell is not None:
+        if self._left_behind and self.doorbell is not None:
             self.doorbell.wake(self.queue_name)
 
 
