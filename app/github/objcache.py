@@ -155,6 +155,7 @@ class ObjectCache:
                 self._entries[ident] = entry
             entry.leases += 1
             self._entries.move_to_end(ident)
+            self._evict()
         if not lock.locked():
             self._fetching.pop(ident, None)
         try:
