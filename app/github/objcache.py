@@ -47,7 +47,7 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.github.auth import InstallationToken
@@ -91,6 +91,14 @@ class _Entry:
     leases: int = 0
 
 
+@dataclass
+class _Waiting:
+    """The leases under way for one entry: they take turns."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    count: int = 0
+
+
 _Ident = tuple[CacheKey, str, bool]
 
 
@@ -111,7 +119,7 @@ class ObjectCache:
         self._lock_fd: int | None = None
         #: Least recently used first.
         self._entries: OrderedDict[_Ident, _Entry] = OrderedDict()
-        self._fetching: dict[_Ident, asyncio.Lock] = {}
+        self._fetching: dict[_Ident, _Waiting] = {}
         #: Fetches made into the cache (tests and the benchmark read it).
         self.fetches = 0
 
@@ -137,32 +145,50 @@ class ObjectCache:
         if not _SHA.fullmatch(sha):
             raise ValueError(f"a cached commit is named by its full sha, got {sha!r}")
         ident = (key, sha, whole)
-        lock = self._fetching.setdefault(ident, asyncio.Lock())
-        async with lock:
-            entry = self._entries.get(ident)
-            if entry is not None and not entry.path.is_dir():
-                # Removed behind our back: fetch it again rather than hand out nothing.
-                del self._entries[ident]
-                entry = None
-            if entry is None:
-                entry = await self._fetch(key, sha, remote_url, token, config, whole, time_limit)
-                # A twin fetch raced this one (its lock was dropped while we
-                # waited): keep one entry, so none escapes the bounds.
-                twin = self._entries.get(ident)
-                if twin is not None:
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                    entry = twin
-                self._entries[ident] = entry
-            entry.leases += 1
-            self._entries.move_to_end(ident)
-            self._evict()
-        if not lock.locked():
-            self._fetching.pop(ident, None)
+        entry = await self._take(ident, remote_url, token, config, time_limit)
         try:
             yield entry.path
         finally:
             entry.leases -= 1
             self._evict()
+
+    async def _take(
+        self,
+        ident: _Ident,
+        remote_url: str,
+        token: str | None,
+        config: Sequence[tuple[str, str]],
+        time_limit: float,
+    ) -> _Entry:
+        """The entry for ``ident``, fetched unless held, with one lease more.
+
+        Everyone asking for one ``ident`` at once waits on one lock, which is
+        dropped only when nobody waits on it: one fetch, one entry."""
+        waiting = self._fetching.get(ident)
+        if waiting is None:
+            waiting = self._fetching[ident] = _Waiting()
+        waiting.count += 1
+        try:
+            async with waiting.lock:
+                entry = self._entries.get(ident)
+                if entry is not None and not entry.path.is_dir():
+                    # Removed behind our back: fetch it again rather than hand out nothing.
+                    del self._entries[ident]
+                    entry = None
+                if entry is None:
+                    key, sha, whole = ident
+                    entry = await self._fetch(
+                        key, sha, remote_url, token, config, whole, time_limit
+                    )
+                    self._entries[ident] = entry
+                entry.leases += 1
+                self._entries.move_to_end(ident)
+        finally:
+            waiting.count -= 1
+            if not waiting.count:
+                del self._fetching[ident]
+        self._evict()
+        return entry
 
     async def _fetch(
         self,

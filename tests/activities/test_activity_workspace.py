@@ -20,6 +20,7 @@ from app.evidence.database import blobs
 from app.github.auth import InstallationToken
 from app.github.errors import InstallationSuspended
 from app.github.objcache import CacheKey, ObjectCache
+from app.repo_config import CheckoutConfig
 from app.sandbox.runner import Sandbox
 from tests.activities.support import Dependencies, RecordingContext, call
 from tests.agent.sample_repo import SampleRepo
@@ -266,4 +267,9 @@ async def test_workspaces_of_one_repository_fetch_its_base_once_per_worker(
     actx.deps.add(_CachedRepository(None))
     await call(prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")})
     assert cache.fetches == 2  # the cache was not asked
+    # More history or the tags: fetched into the workspace, never from the cache.
+    actx.deps.add(_CachedRepository(CacheKey(1, 100)))
+    deeper = at(spec, sha).model_copy(update={"checkout": CheckoutConfig(depth=0)})
+    await call(prepare_workspace, actx, {"workspace": deeper.model_dump(mode="json")})
+    assert cache.fetches == 2
     cache.close()

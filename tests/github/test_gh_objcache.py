@@ -6,12 +6,14 @@ import asyncio
 import fcntl
 import os
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from app.github.auth import InstallationToken
 from app.github.gitcmd import git_env, init_bare, run_git
-from app.github.objcache import CacheKey, ObjectCache, ObjectFetchError, borrow
+from app.github.objcache import CacheKey, ObjectCache, ObjectFetchError, borrow, cache_key_of
 from tests.agent.sample_repo import (  # noqa: F401
     SampleRepo,
     sample_repo_fixture,
@@ -208,3 +210,12 @@ async def test_closing_removes_the_cache(tmp_path: Path, sample_repo: SampleRepo
     entry = await _lease_once(cache, sample_repo, sample_repo.base_sha)
     cache.close()
     assert not entry.exists() and list(cache.root.iterdir()) == []
+
+
+def test_a_token_names_the_cache_key_only_for_exactly_one_repository() -> None:
+    later = datetime(2100, 1, 1, tzinfo=UTC)
+    assert cache_key_of(3, InstallationToken("t", later, repository_ids=(7,))) == CacheKey(3, 7)
+    # The installation's own token, or one for several repositories: whose
+    # objects a fetch reads is not known, so nothing is cached.
+    assert cache_key_of(3, InstallationToken("t", later)) is None
+    assert cache_key_of(3, InstallationToken("t", later, repository_ids=(7, 8))) is None
