@@ -269,7 +269,8 @@ async def test_workspaces_of_one_repository_fetch_its_base_once_per_worker(
     assert cache.fetches == 2  # the cache was not asked
     # More history or the tags: fetched into the workspace, never from the cache.
     actx.deps.add(_CachedRepository(CacheKey(1, 100)))
-    deeper = at(spec, sha).model_copy(update={"checkout": CheckoutConfig(depth=0)})
+    newer = sample_repo.commit({"NOTES.md": "more history\n"}, "more history")
+    deeper = at(spec, newer).model_copy(update={"checkout": CheckoutConfig(depth=0)})
     await call(prepare_workspace, actx, {"workspace": deeper.model_dump(mode="json")})
     assert cache.fetches == 2
     cache.close()
