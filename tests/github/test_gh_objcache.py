@@ -8,6 +8,7 @@ import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,11 +112,20 @@ async def test_a_fetch_cancelled_midway_keeps_nothing(
     )
     (shim / "git").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    spawned: list[asyncio.subprocess.Process] = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_and_record(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        spawned.append(await spawn(*args, **kwargs))
+        return spawned[-1]
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", spawn_and_record)
     cache = _cache(tmp_path)
     lease = asyncio.ensure_future(_lease_once(cache, sample_repo, sample_repo.base_sha))
     deadline = asyncio.get_running_loop().time() + 60
-    while not list((tmp_path / "git-cache").glob("p*/1-100/fetching-*/started")):
-        # Waits on recorded state: the fetch has begun.
+    while not (list((tmp_path / "git-cache").glob("p*/1-100/fetching-*/started")) and spawned):
+        # Waits on recorded state: git runs, and the lease waits for it (a
+        # cancel while the process is being spawned is another story).
         assert not lease.done(), lease
         assert asyncio.get_running_loop().time() < deadline, "the fetch never started"
         await asyncio.sleep(0.01)
