@@ -8,7 +8,9 @@ lost response, whether the effect happened.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -76,9 +78,10 @@ from app.github.comments import ensure_comment, find_comments, rewrite_comment
 from app.github.conditional import revalidating
 from app.github.errors import classified, classify, status_of
 from app.github.forks import Account, ForkRefused, ProposalAccounts, Ready, ensure_fork
-from app.github.gitcmd import fetch_commit, git_env, init_bare, run_git
+from app.github.gitcmd import FetchOutcome, fetch_commit, git_env, init_bare, run_git
 from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
+from app.github.objcache import CacheKey, ObjectCache, ObjectFetchError, borrow, cache_key_of
 from app.github.publish import (
     Identity,
     Patch,
@@ -107,6 +110,8 @@ class GitHubAccess:
 
     factory: GitHubClientFactory
     git_url: str
+    #: The worker process's git object cache (``None``: every step fetches).
+    objects: ObjectCache | None = None
     #: The proposal account's installation, kept a minute (read by every run).
     accounts: ProposalAccounts = field(init=False, repr=False, compare=False)
 
@@ -160,10 +165,24 @@ async def _git_token(
     access: GitHubAccess, installation_id: int, repo: str, permissions: dict[str, str]
 ) -> str:
     """A token for the run's one repository with ``permissions`` only."""
+    return (await _fetch_access(access, installation_id, repo, permissions)).token
+
+
+@dataclass(frozen=True)
+class _FetchAccess:
+    token: str
+    #: Whose objects a fetch with ``token`` reads (the repository's id, as minted).
+    key: CacheKey | None
+
+
+async def _fetch_access(
+    access: GitHubAccess, installation_id: int, repo: str, permissions: dict[str, str]
+) -> _FetchAccess:
+    """:func:`_git_token`, with the cache key of the repository it was minted for."""
     token = await access.factory.installation_token(
         installation_id, repository=repo, permissions=permissions
     )
-    return token.token
+    return _FetchAccess(token.token, cache_key_of(installation_id, token))
 
 
 async def _branch_home(
@@ -179,19 +198,47 @@ async def _branch_home(
         return head_repo, await _git_token(access, account.installation_id, head_repo, permissions)
 
 
-async def _fetch_base(
-    access: GitHubAccess, repo: str, base_sha: str, token: str, into: Path, *, whole: bool = False
-) -> Path:
-    """A bare repository holding ``base_sha`` (fetched fresh: nothing survives a
-    crash), with its whole history if ``whole``, else the commit alone."""
+@contextlib.asynccontextmanager
+async def _base_objects(
+    access: GitHubAccess,
+    repo: str,
+    base_sha: str,
+    fetch: _FetchAccess,
+    into: Path,
+    *,
+    whole: bool = False,
+) -> AsyncIterator[Path]:
+    """A bare repository of ours in ``into`` holding ``base_sha``, with its
+    whole history if ``whole``, else the commit alone: borrowing the worker's
+    cache entry for it (fetched once per worker process) or, without a cache,
+    fetched fresh. Write into it freely: the entry is never written."""
     bare = into / "objects.git"
     init_bare(bare)
-    fetched = await fetch_commit(bare, access.clone_url(repo), base_sha, token=token, whole=whole)
+    url = access.clone_url(repo)
+    if access.objects is None or fetch.key is None:
+        fetched = await fetch_commit(bare, url, base_sha, token=fetch.token, whole=whole)
+        _raise_unless_fetched(fetched, repo, base_sha)
+        yield bare
+        return
+    async with contextlib.AsyncExitStack() as held:
+        try:
+            entry = await held.enter_async_context(
+                access.objects.lease(
+                    fetch.key, base_sha, remote_url=url, token=fetch.token, whole=whole
+                )
+            )
+        except ObjectFetchError as exc:
+            _raise_unless_fetched(exc.outcome, repo, base_sha)
+            raise
+        borrow(bare, entry)
+        yield bare
+
+
+def _raise_unless_fetched(fetched: FetchOutcome, repo: str, sha: str) -> None:
     if fetched.status == "unreachable":
-        raise TransientError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
+        raise TransientError(f"cannot fetch {sha} from {repo}: {fetched.detail}")
     if fetched.status == "missing":
-        raise PermanentError(f"cannot fetch {base_sha} from {repo}: {fetched.detail}")
-    return bare
+        raise PermanentError(f"cannot fetch {sha} from {repo}: {fetched.detail}")
 
 
 # -- where proposals live -------------------------------------------------------
@@ -305,16 +352,16 @@ class GitHubActivities:
         with classified(mutation=False):
             ref = await gh.rest.git.async_get_ref(repo.owner, repo.name, f"heads/{request.branch}")
         head = ref.parsed_data.object_.sha
-        token = await _git_token(access, request.installation_id, request.repo, _READ)
+        fetch = await _fetch_access(access, request.installation_id, request.repo, _READ)
         with tempfile.TemporaryDirectory(prefix="repairbot-policy-") as tmp:
-            bare = await _fetch_base(access, request.repo, head, token, Path(tmp))
-            # The config's git object id names its content: nothing of the
-            # (repository-controlled, maybe huge) file is read into memory.
-            found = await run_git(
-                ["rev-parse", "--verify", "--quiet", f"{head}:{CONFIG_PATH}"],
-                cwd=bare,
-                env=git_env(extra={"GIT_DIR": str(bare)}),
-            )
+            async with _base_objects(access, request.repo, head, fetch, Path(tmp)) as bare:
+                # The config's git object id names its content: nothing of the
+                # (repository-controlled, maybe huge) file is read into memory.
+                found = await run_git(
+                    ["rev-parse", "--verify", "--quiet", f"{head}:{CONFIG_PATH}"],
+                    cwd=bare,
+                    env=git_env(extra={"GIT_DIR": str(bare)}),
+                )
         config = found.stdout.strip() if found.ok else "none"
         return PolicyResult(digest=f"{request.policy_version}+{config}", at=head)
 
@@ -425,6 +472,7 @@ class GitHubActivities:
             )
         return CommentResult(id=result.id, url=result.html_url, created=result.created)
 
+    @contextlib.asynccontextmanager
     async def _intended_commit(
         self,
         actx: ActivityContext,
@@ -433,26 +481,26 @@ class GitHubActivities:
         *,
         push: bool = False,
         whole: bool = False,
-    ) -> tuple[Path, str, str]:
+    ) -> AsyncIterator[tuple[Path, str, str]]:
         """Build the commit in a fresh bare repository (``push``: with a token that
         may push to the base; ``whole``: holding the base's whole history)."""
         access = self.access
-        token = await _git_token(
+        fetch = await _fetch_access(
             access, request.installation_id, request.repo, _WRITE if push else _READ
         )
-        bare = await _fetch_base(
-            access, request.repo, request.base_sha, token, workdir, whole=whole
-        )
-        patch = self.evidence.get(request.patch_sha)
-        sha = await build_commit(
-            bare,
-            request.base_sha,
-            Patch(patch),
-            request.message,
-            BOT,
-            datetime.fromisoformat(request.timestamp),
-        )
-        return bare, sha, token
+        async with _base_objects(
+            access, request.repo, request.base_sha, fetch, workdir, whole=whole
+        ) as bare:
+            patch = self.evidence.get(request.patch_sha)
+            sha = await build_commit(
+                bare,
+                request.base_sha,
+                Patch(patch),
+                request.message,
+                BOT,
+                datetime.fromisoformat(request.timestamp),
+            )
+            yield bare, sha, fetch.token
 
     @implements(github.build_intended_commit)
     @_git_suspension
@@ -461,7 +509,8 @@ class GitHubActivities:
     ) -> CommitResult:
         """The commit we mean to publish, built deterministically; recorded before any push."""
         with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
-            _, sha, _ = await self._intended_commit(actx, request, Path(tmp))
+            async with self._intended_commit(actx, request, Path(tmp)) as (_, sha, _):
+                pass
         return CommitResult(sha=sha)
 
     async def _branch_state(self, actx: ActivityContext, request: PushInput) -> ReconcileResult:
@@ -487,26 +536,26 @@ class GitHubActivities:
             # since it was made): a push sends what it lacks, so the history
             # the commit stands on must be here whole, not shallow (fetched
             # whole at once: a shallow fetch deepened after cost a second one).
-            bare, sha, token = await self._intended_commit(
+            async with self._intended_commit(
                 actx, request, Path(tmp), push=in_base, whole=not in_base
-            )
-            if sha != request.sha:
-                raise PermanentError(
-                    f"rebuilt commit {sha} differs from the recorded {request.sha}"
+            ) as (bare, sha, token):
+                if sha != request.sha:
+                    raise PermanentError(
+                        f"rebuilt commit {sha} differs from the recorded {request.sha}"
+                    )
+                where, token = (
+                    (request.repo, token)
+                    if in_base
+                    else await _branch_home(self.access, request, request.head_repo, _WRITE)
                 )
-            where, token = (
-                (request.repo, token)
-                if in_base
-                else await _branch_home(self.access, request, request.head_repo, _WRITE)
-            )
-            outcome = await publish_branch(
-                bare,
-                self.access.clone_url(where),
-                request.branch,
-                sha,
-                expected=request.expected or None,
-                token=token,
-            )
+                outcome = await publish_branch(
+                    bare,
+                    self.access.clone_url(where),
+                    request.branch,
+                    sha,
+                    expected=request.expected or None,
+                    token=token,
+                )
         return PushResult(
             status=outcome.status.value, sha=outcome.sha, remote_sha=outcome.remote_sha
         )
@@ -644,28 +693,33 @@ class GitHubActivities:
         parent = merged.parsed_data.parents[0].sha
         with classified(mutation=False):
             before = (await gh.rest.git.async_get_commit(repo.owner, repo.name, parent)).parsed_data
-        token = await _git_token(access, request.installation_id, request.repo, _WRITE)
+        fetch = await _fetch_access(access, request.installation_id, request.repo, _WRITE)
+        token = fetch.token
         with tempfile.TemporaryDirectory(prefix="repairbot-revert-") as tmp:
-            bare = await _fetch_base(access, request.repo, request.merge_sha, token, Path(tmp))
-            fetched = await fetch_commit(bare, access.clone_url(request.repo), parent, token=token)
-            if fetched.status != "fetched":
-                raise TransientError(f"cannot fetch {parent}: {fetched.detail}")
-            sha = await build_commit(
-                bare,
-                request.merge_sha,
-                Tree(before.tree.sha),
-                request.title,
-                BOT,
-                datetime.fromisoformat(request.timestamp),
-            )
-            pushed = await publish_branch(
-                bare,
-                access.clone_url(request.repo),
-                request.branch,
-                sha,
-                expected=None,
-                token=token,
-            )
+            async with _base_objects(
+                access, request.repo, request.merge_sha, fetch, Path(tmp)
+            ) as bare:
+                fetched = await fetch_commit(
+                    bare, access.clone_url(request.repo), parent, token=token
+                )
+                if fetched.status != "fetched":
+                    raise TransientError(f"cannot fetch {parent}: {fetched.detail}")
+                sha = await build_commit(
+                    bare,
+                    request.merge_sha,
+                    Tree(before.tree.sha),
+                    request.title,
+                    BOT,
+                    datetime.fromisoformat(request.timestamp),
+                )
+                pushed = await publish_branch(
+                    bare,
+                    access.clone_url(request.repo),
+                    request.branch,
+                    sha,
+                    expected=None,
+                    token=token,
+                )
         if pushed.status == PushStatus.LEASE_REFUSED and pushed.remote_sha != sha:
             raise PermanentError(
                 f"branch {request.branch} exists (at {pushed.remote_sha}) and is not this revert"

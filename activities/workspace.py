@@ -36,7 +36,9 @@ from app.engine import (
     implements,
 )
 from app.evidence import EvidenceRef, EvidenceStore
+from app.github.auth import InstallationToken
 from app.github.errors import SUSPENDED, InstallationSuspended
+from app.github.objcache import CacheKey, ObjectCache, ObjectFetchError, cache_key_of
 from app.repo_config import (
     CONFIG_PATH,
     MAX_CONFIG_BYTES,
@@ -48,6 +50,7 @@ from app.repo_config import (
 )
 from app.sandbox.runner import Sandbox
 from app.workspace import (
+    FETCH_TIME_LIMIT,
     CheckoutRefused,
     CommitNotFound,
     FetchFailed,
@@ -61,16 +64,31 @@ log = logging.getLogger("repairbot.activities")
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class FetchAccess:
+    """How to fetch one repository: the token, and whose objects it reads
+    (``cache_key``: the worker's object cache may serve them; ``None``: it
+    may not, every workspace fetches)."""
+
+    token: str | None
+    cache_key: CacheKey | None = None
+
+
 class GitCredentials:
     """How a worker authenticates git fetches (a shared client, in :class:`Checkouts`).
 
     This base sends no credentials: right for public and local (``file://``)
-    repositories, and what a worker without any registered uses.
+    repositories, and what a worker without any registered uses. Nothing it
+    fetches is cached: no GitHub repository id vouches for whose it is.
     """
 
     async def token(self, spec: WorkspaceSpec) -> str | None:
         """A token for reading ``spec.repo`` (sent to ``spec.clone_url`` only)."""
-        return None
+        return (await self.access(spec)).token
+
+    async def access(self, spec: WorkspaceSpec) -> FetchAccess:
+        """The token for reading ``spec.repo`` and the cache key of its objects."""
+        return FetchAccess(None)
 
     def git_config(self, spec: WorkspaceSpec) -> Sequence[tuple[str, str]]:
         """Extra git settings for fetching ``spec.clone_url`` (a proxy, a protocol)."""
@@ -92,16 +110,17 @@ class InstallationGit(GitCredentials):
 
     def __init__(
         self,
-        token_for: Callable[[int, str, Mapping[str, str]], Awaitable[str]],
+        token_for: Callable[[int, str, Mapping[str, str]], Awaitable[InstallationToken]],
         is_suspended: Callable[[int], Awaitable[bool]] | None = None,
     ) -> None:
         self._token_for = token_for
         self._is_suspended = is_suspended
 
-    async def token(self, spec: WorkspaceSpec) -> str | None:
+    async def access(self, spec: WorkspaceSpec) -> FetchAccess:
         if spec.installation_id is None:
-            return None
-        return await self._token_for(spec.installation_id, spec.repo, FETCH_PERMISSIONS)
+            return FetchAccess(None)
+        token = await self._token_for(spec.installation_id, spec.repo, FETCH_PERMISSIONS)
+        return FetchAccess(token.token, cache_key_of(spec.installation_id, token))
 
     async def suspended(self, spec: WorkspaceSpec) -> bool:
         if spec.installation_id is None or self._is_suspended is None:
@@ -129,6 +148,8 @@ class Checkouts:
     evidence: EvidenceStore
     sandbox: Sandbox = field(default_factory=Sandbox)
     credentials: GitCredentials = field(default_factory=GitCredentials)
+    #: The worker process's git object cache (``None``: every workspace fetches).
+    objects: ObjectCache | None = None
 
     async def keep_alive(self, actx: ActivityContext, work: Awaitable[T], *, doing: str) -> T:
         """``work`` awaited with heartbeats at the sandbox's interval."""
@@ -146,36 +167,74 @@ async def open_workspace(
     """
     patch = read_patch(checkouts.evidence, spec.patch)
     credentials = checkouts.credentials
-    token = await credentials.token(spec)
-    try:
-        ws = await checkouts.keep_alive(
-            actx,
-            build_workspace(
-                checkouts.settings.workspaces_dir,
-                clone_url=spec.clone_url,
-                base_sha=spec.base_sha,
-                patch=patch,
-                token=token,
-                git_config=credentials.git_config(spec),
-                depth=spec.checkout.depth if spec.checkout else 1,
-                tags=spec.checkout.tags if spec.checkout else False,
-            ),
-            doing=f"fetching {spec.repo}@{spec.base_sha[:12]}",
-        )
-    except FetchFailed as exc:
-        if await credentials.suspended(spec):
-            raise InstallationSuspended(f"{exc} ({SUSPENDED})") from None
-        raise TransientError(str(exc)) from None
-    except (CommitNotFound, CheckoutRefused) as exc:
-        raise PermanentError(str(exc)) from None
-    except PatchRejected as exc:
-        raise PatchRejectedError(f"the candidate patch does not apply: {exc}") from None
-    log.info("workspace %s for %s (run %s)", ws.root.name, spec.repo, actx.run_id)
-    try:
-        yield ws
-    finally:
-        # In a thread: a big checkout takes a while to delete.
-        await asyncio.to_thread(remove_workspace, ws)
+    access = await credentials.access(spec)
+    depth = spec.checkout.depth if spec.checkout else 1
+    tags = spec.checkout.tags if spec.checkout else False
+    # The lease on the cache entry the workspace borrows from ends after it.
+    async with contextlib.AsyncExitStack() as objects:
+        try:
+            ws = await checkouts.keep_alive(
+                actx,
+                _build(checkouts, spec, patch, access, objects, depth=depth, tags=tags),
+                doing=f"fetching {spec.repo}@{spec.base_sha[:12]}",
+            )
+        except FetchFailed as exc:
+            if await credentials.suspended(spec):
+                raise InstallationSuspended(f"{exc} ({SUSPENDED})") from None
+            raise TransientError(str(exc)) from None
+        except (CommitNotFound, CheckoutRefused) as exc:
+            raise PermanentError(str(exc)) from None
+        except PatchRejected as exc:
+            raise PatchRejectedError(f"the candidate patch does not apply: {exc}") from None
+        log.info("workspace %s for %s (run %s)", ws.root.name, spec.repo, actx.run_id)
+        try:
+            yield ws
+        finally:
+            # In a thread: a big checkout takes a while to delete.
+            await asyncio.to_thread(remove_workspace, ws)
+
+
+async def _build(
+    checkouts: Checkouts,
+    spec: WorkspaceSpec,
+    patch: str | None,
+    access: FetchAccess,
+    objects: contextlib.AsyncExitStack,
+    *,
+    depth: int,
+    tags: bool,
+) -> Workspace:
+    """The workspace, borrowing the base from the worker's cache where it may
+    (the commit alone: more history or tags are fetched into the workspace)."""
+    credentials = checkouts.credentials
+    entry = None
+    if checkouts.objects is not None and access.cache_key is not None and depth == 1 and not tags:
+        try:
+            entry = await objects.enter_async_context(
+                checkouts.objects.lease(
+                    access.cache_key,
+                    spec.base_sha,
+                    remote_url=spec.clone_url,
+                    token=access.token,
+                    config=credentials.git_config(spec),
+                    time_limit=FETCH_TIME_LIMIT,
+                )
+            )
+        except ObjectFetchError as exc:
+            if exc.outcome.status == "missing":
+                raise CommitNotFound(exc.outcome.detail) from None
+            raise FetchFailed(f"git fetch failed: {exc.outcome.detail}") from None
+    return await build_workspace(
+        checkouts.settings.workspaces_dir,
+        clone_url=spec.clone_url,
+        base_sha=spec.base_sha,
+        patch=patch,
+        token=access.token,
+        git_config=credentials.git_config(spec),
+        depth=depth,
+        tags=tags,
+        objects=entry,
+    )
 
 
 # -- prepare_workspace --------------------------------------------------------

@@ -365,6 +365,12 @@ class Settings:
     def workspaces_dir(self) -> Path:
         return self.data_dir / "workspaces"
 
+    @property
+    def git_cache_dir(self) -> Path:
+        """Workers' git object caches (app/github/objcache.py): under the data
+        directory, which the sandbox never shows."""
+        return self.data_dir / "git-cache"
+
     def isolation(self) -> Isolation:
         """The sandbox repository commands run in on this worker."""
         hidden = [self.data_dir, Path.home()]

@@ -21,7 +21,11 @@ our index) with ``repo/`` as the work tree, so nothing the commands wrote
 can make the worker run a program or read outside the checkout.
 
 Fetching goes through :mod:`app.github.gitcmd`: the token in a header
-scoped to the remote URL, no credential helpers, no redirects.
+scoped to the remote URL, no credential helpers, no redirects. Or nothing is
+fetched: given a worker's cache entry holding the base (``objects``,
+:mod:`app.github.objcache`), ``git/`` borrows its objects
+(``objects/info/alternates``), and ``repo/.git`` gets a copy of them: the
+copy the commands see never points outside the workspace.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from app.github.gitcmd import (
     run_git,
     run_git_bytes,
 )
+from app.github.objcache import borrow, copy_objects
 from app.sandbox import userns
 
 log = logging.getLogger("repairbot.workspace")
@@ -63,6 +68,8 @@ _LOCAL_EXCLUDES = (
 )
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 _GIT_TIME_LIMIT = 600.0
+#: How long a fetch of a workspace's base may take.
+FETCH_TIME_LIMIT = _GIT_TIME_LIMIT
 
 
 class WorkspaceError(Exception):
@@ -194,11 +201,14 @@ async def build_workspace(
     limits: Limits = LIMITS,
     depth: int = 1,
     tags: bool = False,
+    objects: Path | None = None,
 ) -> Workspace:
     """A new workspace under ``root`` at ``base_sha`` with ``patch`` applied (staged).
 
     ``token`` authenticates to ``clone_url`` only; ``git_config`` adds
-    settings for the fetch. Raises :class:`FetchFailed`,
+    settings for the fetch. ``objects``: a cache entry holding ``base_sha``
+    (leased by the caller for the workspace's life) to borrow instead of
+    fetching. Raises :class:`FetchFailed`,
     :class:`CommitNotFound`, :class:`CheckoutRefused` (the tree, read before
     it is written, exceeds ``limits`` or holds a nested ``.git``) or
     :class:`PatchRejected`; on any failure the half-built directory is removed.
@@ -208,13 +218,21 @@ async def build_workspace(
     ws = _new_workspace(root, base_sha)
     try:
         init_bare(ws.git_dir)
-        fetched = await fetch_commit(
-            ws.git_dir, clone_url, base_sha, token=token, time_limit=time_limit, config=git_config
-        )
-        if fetched.status == "unreachable":
-            raise FetchFailed(f"git fetch failed: {fetched.detail}")
-        if fetched.status == "missing":
-            raise CommitNotFound(fetched.detail)
+        if objects is not None:
+            borrow(ws.git_dir, objects)
+        else:
+            fetched = await fetch_commit(
+                ws.git_dir,
+                clone_url,
+                base_sha,
+                token=token,
+                time_limit=time_limit,
+                config=git_config,
+            )
+            if fetched.status == "unreachable":
+                raise FetchFailed(f"git fetch failed: {fetched.detail}")
+            if fetched.status == "missing":
+                raise CommitNotFound(fetched.detail)
         await check_tree(ws, base_sha, limits)
         if depth != 1 or tags:
             await _deepen(ws, clone_url, base_sha, token, git_config, depth, tags, time_limit)
@@ -225,7 +243,7 @@ async def build_workspace(
         _configure(ws)
         if patch:
             await apply_patch(ws, patch, index=True)
-        await asyncio.to_thread(_give_commands_a_git_dir, ws)
+        await asyncio.to_thread(_give_commands_a_git_dir, ws, objects)
     except BaseException:
         remove_workspace(ws)
         raise
@@ -279,16 +297,22 @@ def _configure(ws: Workspace) -> None:
         fh.write("\n".join(_LOCAL_EXCLUDES) + "\n")
 
 
-def _give_commands_a_git_dir(ws: Workspace) -> None:
+def _give_commands_a_git_dir(ws: Workspace, objects: Path | None = None) -> None:
     """``repo/.git``: a copy of ours, so agents can use git; ours stays private.
 
     Only objects, refs, HEAD, index and excludes are copied, never hooks or
     config; the copy gets a config of its own with an identity, so a CLI
     agent that commits does not fail (its commits are harmless: the
-    proposal is a diff against the base).
+    proposal is a diff against the base). Never an alternates file: the
+    borrowed cache entry's objects (``objects``) are copied in instead, so
+    the copy is self-contained and names no path of the worker's cache.
     """
     theirs = ws.repo / ".git"
-    shutil.copytree(ws.git_dir, theirs, ignore=shutil.ignore_patterns("hooks", "config"))
+    shutil.copytree(
+        ws.git_dir, theirs, ignore=shutil.ignore_patterns("hooks", "config", "alternates")
+    )
+    if objects is not None:
+        copy_objects(objects, theirs)
     (theirs / "config").write_text(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
         "[user]\n\tname = repairbot agent\n\temail = agent@repairbot.invalid\n"

@@ -5,6 +5,8 @@ on that worker's own runtime."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 from app.config import Settings
 from app.contracts.ids import request_workflow_id
 from app.engine import PermanentError
-from app.main.worker_process import build_runtime, shared_clients
+from app.main.worker_process import build_runtime, shared_clients, sweep_orphan_workspaces
 from tests.workflows.repair_scenario import REQUEST
 
 
@@ -55,3 +57,25 @@ async def test_the_runs_bodies_start_and_describe_runs_on_the_workers_own_runtim
     finally:
         await runtime.stop()
         runtime.engine.dispose()
+
+
+async def test_the_hourly_sweep_removes_the_git_object_cache_of_a_worker_gone(
+    tmp_path: Path,
+) -> None:
+    """A worker killed outright never closes its cache: a live worker's sweep
+    removes it (its lock is free), workspaces' sweep alike."""
+    settings = Settings(data_dir=tmp_path / "data")
+    dead = settings.git_cache_dir / "p1-dead"
+    (dead / "1-100").mkdir(parents=True)
+    (settings.git_cache_dir / "p1-dead.lock").write_text("")
+    sweeper = asyncio.create_task(sweep_orphan_workspaces(settings, every=3600))
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while dead.exists():  # waits on recorded state: the first pass
+            assert asyncio.get_running_loop().time() < deadline, "not swept"
+            await asyncio.sleep(0.01)
+    finally:
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+    assert list(settings.git_cache_dir.iterdir()) == []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.github.gitcmd import remote_auth
+from app.github.objcache import CacheKey, ObjectCache
 from app.workspace import (
     CheckoutRefused,
     CommitNotFound,
@@ -402,3 +403,44 @@ async def test_a_workspace_over_its_quota_is_noticed(
     (ws.repo / "fill.bin").write_bytes(os.urandom(2 << 20))
     with pytest.raises(QuotaExceeded):
         workspace_usage(ws, limit=used + (1 << 20))
+
+
+async def test_a_workspace_borrows_the_cached_base_and_gives_commands_a_self_contained_copy(
+    tmp_path: Path, sample_repo: SampleRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built from a cache entry, no git fetch runs; our ``git/`` borrows the
+    entry's objects, and ``repo/.git`` (what the sandbox's commands see) holds
+    copies of them and no alternates file: it works with the cache gone."""
+    trace = tmp_path / "trace2.log"
+    _git_shim(tmp_path, monkeypatch, f"export GIT_TRACE2={trace}\n")
+    cache = ObjectCache(tmp_path / "git-cache")
+    async with cache.lease(
+        CacheKey(1, 100), sample_repo.base_sha, remote_url=sample_repo.url, token=None
+    ) as entry:
+        fetches_before = trace.read_text().count("cmd_name fetch")
+        assert fetches_before == 1  # the cache's own
+        ws = await build(tmp_path, sample_repo, patch=FIX_DIFF, objects=entry)
+    assert cache.fetches == 1
+    assert trace.read_text().count("cmd_name fetch") == 1  # none for the workspace
+    assert (ws.git_dir / "objects" / "info" / "alternates").exists()
+    theirs = ws.repo / ".git"
+    assert not (theirs / "objects" / "info" / "alternates").exists()
+    cache.close()
+    env = {"PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(ws.home)}
+    checked = subprocess.run(
+        ["git", "-c", "safe.directory=*", "fsck", "--connectivity-only", "--no-dangling"],
+        cwd=ws.repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stderr
+    status = subprocess.run(
+        ["git", "-c", "safe.directory=*", "status", "--porcelain"],
+        cwd=ws.repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert status.returncode == 0 and status.stdout == "M  calc.py\n", status
+    remove_workspace(ws)

@@ -146,6 +146,10 @@ class AppJWTAuthStrategy(AppAuthStrategy):
 class InstallationToken:
     token: str = field(repr=False)
     expires_at: datetime
+    #: GitHub's numeric ids of the repositories a narrowed token covers, as
+    #: the mint answered (names get reused; ids do not): what a worker's git
+    #: object cache is keyed by (app/github/objcache.py).
+    repository_ids: tuple[int, ...] = ()
 
     def fresh(self, now: datetime, margin: timedelta) -> bool:
         return now + margin < self.expires_at

@@ -2,8 +2,11 @@
 
 ``git push --force-with-lease=<ref>:<expected> :<ref>`` deletes the ref only
 if the remote still has it at ``expected``, atomically on the server side, so
-a human's commit pushed on top is never thrown away. The outcome is read
-back with ``ls-remote`` whatever git said: that also settles a lost answer.
+a human's commit pushed on top is never thrown away. No read before it: the
+push reads the remote's refs itself, and its lease refuses an absent or
+moved branch before anything is sent. The server's own report that the ref
+was deleted is the answer; anything else (a refusal, a lost answer) is read
+back with ``ls-remote``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine import TransientError
-from app.github.gitcmd import git_env, init_bare, run_git
-from app.github.publish import git_auth_config, qualify_branch, remote_ref
+from app.github.gitcmd import GitTimeout, git_env, init_bare, run_git
+from app.github.publish import (
+    PushVerdict,
+    git_auth_config,
+    push_verdict,
+    qualify_branch,
+    remote_ref,
+)
 
 
 class Deletion(enum.Enum):
@@ -44,30 +53,34 @@ async def delete_branch_if_at(
     branch is still at ``expected_sha`` after the push (try again later).
     """
     ref = qualify_branch(branch)
-    before = await remote_ref(remote_url, branch, token=token)
-    if before is None:
-        return BranchDeletion(Deletion.ABSENT, None)
-    if before != expected_sha:
-        return BranchDeletion(Deletion.MOVED, before)
     secrets = [token] if token else []
     with tempfile.TemporaryDirectory(prefix="repairbot-delete-") as tmp:
         env = git_env(git_auth_config(remote_url, token))
         init_bare(Path(tmp))
-        result = await run_git(
-            [
-                "push",
-                "--porcelain",
-                f"--force-with-lease={ref}:{expected_sha}",
-                remote_url,
-                f":{ref}",
-            ],
-            cwd=Path(tmp),
-            env=env,
-            secrets=secrets,
-        )
+        try:
+            result = await run_git(
+                [
+                    "push",
+                    "--porcelain",
+                    f"--force-with-lease={ref}:{expected_sha}",
+                    remote_url,
+                    f":{ref}",
+                ],
+                cwd=Path(tmp),
+                env=env,
+                secrets=secrets,
+            )
+            verdict, detail = push_verdict(result, ref)
+        except GitTimeout as exc:
+            verdict, detail = PushVerdict.UNCLEAR, str(exc)
+    if verdict is PushVerdict.OK:
+        return BranchDeletion(Deletion.DELETED, None)
     after = await remote_ref(remote_url, branch, token=token)
     if after is None:
-        return BranchDeletion(Deletion.DELETED, None)
+        # Gone: deleted before (the lease refused an absent branch), or by
+        # this push whose answer was lost.
+        status = Deletion.ABSENT if verdict is PushVerdict.LEASE else Deletion.DELETED
+        return BranchDeletion(status, None)
     if after != expected_sha:
         return BranchDeletion(Deletion.MOVED, after)
-    raise TransientError(f"deleting {ref} did not go through: {result.stderr.strip()[-300:]}")
+    raise TransientError(f"deleting {ref} did not go through: {detail[-300:]}")

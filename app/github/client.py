@@ -271,4 +271,9 @@ class GitHubClientFactory:
                 scope.installation_id, data=cast(Any, body) if body else UNSET
             )
         data = response.parsed_data
-        return InstallationToken(token=data.token, expires_at=parse_expiry(data.expires_at))
+        covered = data.repositories if isinstance(data.repositories, list) else []
+        return InstallationToken(
+            token=data.token,
+            expires_at=parse_expiry(data.expires_at),
+            repository_ids=tuple(repo.id for repo in covered),
+        )

@@ -301,7 +301,7 @@ async def _clean_room(repo_dir: Path | None) -> AsyncIterator[Path]:
         yield room
 
 
-class _Push(enum.Enum):
+class PushVerdict(enum.Enum):
     OK = "ok"
     UP_TO_DATE = "up-to-date"
     LEASE = "lease"  # refused by our own condition: a definite "not done"
@@ -309,25 +309,25 @@ class _Push(enum.Enum):
     UNCLEAR = "unclear"  # no per-ref verdict: it may or may not have happened
 
 
-def _verdict(result: GitResult, ref: str) -> tuple[_Push, str]:
+def push_verdict(result: GitResult, ref: str) -> tuple[PushVerdict, str]:
     """Read git's porcelain status line for ``ref`` (see ``print_one_push_status`` in git)."""
     for line in result.stdout.splitlines():
         parts = line.split("\t")
         if len(parts) < 3 or not parts[1].endswith(f":{ref}"):
             continue
         flag, summary = parts[0], parts[2]
-        if flag in (" ", "+", "*"):
-            return _Push.OK, summary
+        if flag in (" ", "+", "*", "-"):  # updated, forced, created, deleted
+            return PushVerdict.OK, summary
         if flag == "=":
-            return _Push.UP_TO_DATE, summary
+            return PushVerdict.UP_TO_DATE, summary
         if summary.startswith("[rejected]"):
             # Refused on our side before sending: stale info, already exists, ...
-            return _Push.LEASE, summary
+            return PushVerdict.LEASE, summary
         if summary.startswith("[remote rejected]"):
-            return _Push.REMOTE_REJECTED, summary
+            return PushVerdict.REMOTE_REJECTED, summary
         # "[remote failure] (remote failed to report status)" and anything new.
-        return _Push.UNCLEAR, summary
-    return _Push.UNCLEAR, result.stderr.strip()[-500:]
+        return PushVerdict.UNCLEAR, summary
+    return PushVerdict.UNCLEAR, result.stderr.strip()[-500:]
 
 
 async def publish_branch(
@@ -382,12 +382,12 @@ async def _push_until_settled(
             result = await run_git(
                 argv, cwd=room, env=env, time_limit=time_limit, secrets=_secrets(token)
             )
-            verdict, detail = _verdict(result, ref)
+            verdict, detail = push_verdict(result, ref)
         except GitTimeout as exc:
-            verdict, detail = _Push.UNCLEAR, str(exc)
-        if verdict is _Push.OK:
+            verdict, detail = PushVerdict.UNCLEAR, str(exc)
+        if verdict is PushVerdict.OK:
             return PushOutcome(PushStatus.PUSHED, ref, sha, sha, attempt)
-        if verdict is _Push.UP_TO_DATE:
+        if verdict is PushVerdict.UP_TO_DATE:
             return PushOutcome(PushStatus.ALREADY_THERE, ref, sha, sha, attempt)
 
         actual = await remote_ref(remote_url, ref, token=token, time_limit=time_limit)
@@ -395,12 +395,12 @@ async def _push_until_settled(
             # Our earlier (or a racing twin's) push of the same commit landed.
             return PushOutcome(PushStatus.ALREADY_THERE, ref, sha, sha, attempt)
         if actual != expected:
-            if verdict is _Push.UNCLEAR:
+            if verdict is PushVerdict.UNCLEAR:
                 raise BranchDiverged(
                     ref, expected=expected, actual=actual or "(absent)", intended=sha
                 )
             return PushOutcome(PushStatus.LEASE_REFUSED, ref, sha, actual, attempt)
-        if verdict is _Push.REMOTE_REJECTED:
+        if verdict is PushVerdict.REMOTE_REJECTED:
             raise PermanentError(f"the remote refused to update {ref}: {detail}")
         # Still at expected: nothing happened, and the push is conditional: send it again.
     raise TransientError(

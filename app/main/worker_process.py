@@ -45,7 +45,9 @@ from app.engine import (
 )
 from app.evidence import EvidenceStore, open_evidence_store
 from app.evidence.collect import collect_unreferenced
+from app.github.auth import InstallationToken
 from app.github.client import GitHubClientFactory
+from app.github.objcache import ObjectCache, sweep_dead_caches
 from app.intake.reconciler import DeliveryReconciler
 from app.main.catalog import build_registry
 from app.main.startup_line import log_startup
@@ -129,24 +131,29 @@ def shared_clients(settings: Settings, engine: Engine) -> WorkerClients:
     )
     credentials = GitCredentials()
     access = cast(GitHubAccess, _NoGitHubApp())
+    # One per process, shared by the workspace and the GitHub activities
+    # (only GitHub's fetches are cached: they name a repository id).
+    objects = ObjectCache(settings.git_cache_dir)
     if settings.github_app_id:
         factory = GitHubClientFactory.from_settings(
             settings, transport=metered_transport(settings.github_api_url), engine=engine
         )
-        access = GitHubAccess(factory, settings.github_git_url)
+        access = GitHubAccess(factory, settings.github_git_url, objects)
 
-        async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
+        async def token_for(
+            installation_id: int, repo: str, permissions: Mapping[str, str]
+        ) -> InstallationToken:
             token = await factory.installation_token(
                 installation_id, repository=repo, permissions=permissions
             )
             known.add_short_lived(token.token)
-            return token.token
+            return token
 
         async def is_suspended(installation_id: int) -> bool:
             return await suspended(factory, installation_id)
 
         credentials = InstallationGit(token_for, is_suspended)
-    checkouts = Checkouts(settings, evidence, sandbox, credentials)
+    checkouts = Checkouts(settings, evidence, sandbox, credentials, objects)
     agent = AgentTools(
         checkouts,
         policy=policy,
@@ -207,6 +214,9 @@ async def sweep_orphan_workspaces(settings: Settings, every: float = 3600.0) -> 
         )
         if removed:
             log.info("removed %d orphaned workspaces", len(removed))
+        caches = await asyncio.to_thread(sweep_dead_caches, settings.git_cache_dir)
+        if caches:
+            log.info("removed %d git object caches of workers gone", len(caches))
         await asyncio.sleep(every)
 
 
@@ -276,7 +286,18 @@ async def run_worker(settings: Settings) -> int:
 
 
 async def _run_worker(settings: Settings) -> int:
-    runtime = build_runtime(settings)
+    engine = make_engine(settings.database_url)
+    clients = shared_clients(settings, engine)
+    runtime = build_runtime(settings, clients, engine=engine)
+    try:
+        return await _serve(settings, runtime)
+    finally:
+        # Private repositories' objects do not outlive the worker that needed them.
+        if clients.checkouts.objects is not None:
+            clients.checkouts.objects.close()
+
+
+async def _serve(settings: Settings, runtime: Runtime) -> int:
     # Everything long-lived is built: keep it out of the collector's full
     # passes, which otherwise stall the event loop for 100+ ms (app/engine/_heap.py).
     freeze_startup_heap()

@@ -23,6 +23,7 @@ from app.contracts.workspace import WorkspaceSpec
 from app.engine._registry import ActivityDefn, Registry
 from app.engine._typed import TypedActivity
 from app.evidence import EvidenceRef, EvidenceStore
+from app.github.objcache import ObjectCache
 from app.repo_config import Command
 from app.sandbox.runner import Sandbox
 from app.secrets import KnownSecrets
@@ -137,6 +138,7 @@ def checkouts_of(deps: Dependencies) -> Checkouts:
         deps.get(EvidenceStore),
         _optional(deps, Sandbox) or Sandbox(),
         _optional(deps, GitCredentials) or GitCredentials(),
+        _optional(deps, ObjectCache),
     )
 
 

@@ -5,21 +5,27 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import update
 
-from activities.workspace import GitCredentials, InstallationGit
+from activities.workspace import FetchAccess, GitCredentials, InstallationGit
 from app.config import Settings
 from app.contracts.workspace import WorkspaceSpec, prepare_workspace
 from app.engine._errors import PermanentError, TransientError
 from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.evidence.database import blobs
+from app.github.auth import InstallationToken
 from app.github.errors import InstallationSuspended
+from app.github.objcache import CacheKey, ObjectCache
+from app.repo_config import CheckoutConfig
 from app.sandbox.runner import Sandbox
 from tests.activities.support import Dependencies, RecordingContext, call
 from tests.agent.sample_repo import SampleRepo
+
+_LATER = datetime(2100, 1, 1, tzinfo=UTC)
 
 CONFIG = """
 setup: [echo ready]
@@ -180,14 +186,18 @@ async def test_installation_credentials_ask_for_a_token_per_installation(
 ) -> None:
     asked: list[tuple[int, str, dict[str, str]]] = []
 
-    async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
+    async def token_for(
+        installation_id: int, repo: str, permissions: Mapping[str, str]
+    ) -> InstallationToken:
         asked.append((installation_id, repo, dict(permissions)))
-        return "ghs_token"
+        return InstallationToken("ghs_token", _LATER, repository_ids=(7,))
 
     creds = InstallationGit(token_for)
-    token = await creds.token(spec.model_copy(update={"installation_id": 42}))
+    access = await creds.access(spec.model_copy(update={"installation_id": 42}))
     # One repository, read-only: all a fetch needs.
-    assert asked == [(42, "octo/calc", {"contents": "read"})] and token == "ghs_token"
+    assert asked == [(42, "octo/calc", {"contents": "read"})] and access.token == "ghs_token"
+    # Its objects are cached under the installation and the id the mint answered.
+    assert access.cache_key == CacheKey(42, 7)
     assert await creds.token(spec) is None
 
 
@@ -199,8 +209,10 @@ async def test_a_fetch_failure_of_a_suspended_installation_is_the_suspension(
     only when GitHub says the installation is suspended."""
     asked: list[int] = []
 
-    async def token_for(installation_id: int, repo: str, permissions: Mapping[str, str]) -> str:
-        return "ghs_token"
+    async def token_for(
+        installation_id: int, repo: str, permissions: Mapping[str, str]
+    ) -> InstallationToken:
+        return InstallationToken("ghs_token", _LATER)
 
     async def is_suspended(installation_id: int) -> bool:
         asked.append(installation_id)
@@ -220,3 +232,45 @@ class _Protocol0(GitCredentials):
 
     def git_config(self, spec: WorkspaceSpec) -> list[tuple[str, str]]:
         return [("protocol.version", "0")]
+
+
+class _CachedRepository(GitCredentials):
+    """As the worker's installation credentials: a key for the repository's objects."""
+
+    def __init__(self, key: CacheKey | None) -> None:
+        self.key = key
+
+    async def access(self, spec: WorkspaceSpec) -> FetchAccess:
+        return FetchAccess(None, self.key)
+
+
+async def test_workspaces_of_one_repository_fetch_its_base_once_per_worker(
+    actx: RecordingContext, spec: WorkspaceSpec, settings: Settings, sample_repo: SampleRepo
+) -> None:
+    cache = ObjectCache(settings.git_cache_dir)
+    actx.deps.add(cache)
+    actx.deps.add(_CachedRepository(CacheKey(1, 100)))
+    sha = sample_repo.commit({".github/repairbot.yml": CONFIG}, "configure repairbot")
+    for _ in range(2):
+        result = await call(
+            prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")}
+        )
+        assert result["config_error"] is None
+    assert cache.fetches == 1
+    # A missing commit is the same permanent failure as without the cache.
+    with pytest.raises(PermanentError, match="no commit"):
+        await call(
+            prepare_workspace, actx, {"workspace": at(spec, "0" * 40).model_dump(mode="json")}
+        )
+    assert cache.fetches == 2  # tried, and nothing kept
+    # Credentials that name no repository id (no GitHub App): nothing is cached.
+    actx.deps.add(_CachedRepository(None))
+    await call(prepare_workspace, actx, {"workspace": at(spec, sha).model_dump(mode="json")})
+    assert cache.fetches == 2  # the cache was not asked
+    # More history or the tags: fetched into the workspace, never from the cache.
+    actx.deps.add(_CachedRepository(CacheKey(1, 100)))
+    newer = sample_repo.commit({"NOTES.md": "more history\n"}, "more history")
+    deeper = at(spec, newer).model_copy(update={"checkout": CheckoutConfig(depth=0)})
+    await call(prepare_workspace, actx, {"workspace": deeper.model_dump(mode="json")})
+    assert cache.fetches == 2
+    cache.close()

@@ -45,6 +45,7 @@ def test_tiny_load_run_reports_every_figure(
     out = tmp_path / "load.json"
     argv = ["--runs", "2", "--workers", "2", "--timeout", "300", "--census"]
     argv += ["--postgres", PG_ADMIN_URL, "--redis", REDIS_URL, "--json", str(out)]
+    argv += ["--keep", str(tmp_path / "kept")]
     assert main(argv) == 0, capsys.readouterr().out
     # The census's variables went to the fleet only: a process this test run
     # starts later must not load the hook (and write into a removed directory).
@@ -67,6 +68,13 @@ def test_tiny_load_run_reports_every_figure(
     assert census["database"]["workflow repair"] == 1
     workers = census["workers"]
     assert workers["process git fetch"] > 0 and workers["reconciler pass"] > 0
+    # Each worker fetches a run's base once (its object cache: 2), the merge
+    # commit is fetched for the confirmation (1) and the fork push fetches
+    # the base's whole history (1): 9 a run without the cache.
+    assert workers["process git fetch"] <= 4
+    # Each worker removed its cache when it stopped.
+    caches = sorted((tmp_path / "kept" / "machines").glob("worker-*/git-cache"))
+    assert len(caches) == 2 and all(list(cache.iterdir()) == [] for cache in caches)
     assert any(
         key.startswith("http POST /api/v3/app/installations/{n}/access_tokens") for key in workers
     )

@@ -131,6 +131,18 @@ async def test_one_mint_serves_many_requests(scene: Scene) -> None:
     assert await scene.factory.bot_login() == "repairbot[bot]"
     token = await scene.factory.installation_token(scene.installation_id)
     assert token.token.startswith("ghs_") and token.expires_at > datetime.now(UTC)
+    # The whole installation's token names no repository.
+    assert token.repository_ids == ()
+
+
+async def test_a_token_for_one_repository_carries_its_id(scene: Scene) -> None:
+    """What the worker's git object cache is keyed by: the numeric id GitHub
+    answered for the name at the mint, not the name."""
+    token = await scene.factory.installation_token(
+        scene.installation_id, repository=scene.repo.full_name, permissions={"contents": "read"}
+    )
+    repo = scene.emulator.store.repo(scene.repo.owner, scene.repo.name)
+    assert token.repository_ids == (repo.id,)
 
 
 def factory_trusting_its_tokens(scene: Scene) -> GitHubClientFactory:

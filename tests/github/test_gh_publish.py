@@ -5,12 +5,13 @@ import stat
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gh_scene import LocalGit, Scene, git
 
 from app.engine._errors import PermanentError, TransientError
-from app.github import gitcmd
+from app.github import branches, gitcmd
 from app.github.branches import BranchDeletion, Deletion, delete_branch_if_at
 from app.github.publish import (
     BranchDiverged,
@@ -312,7 +313,11 @@ async def test_workspace_config_cannot_change_the_commit(local_git: LocalGit) ->
 
 
 async def test_branch_deleted_only_while_at_the_expected_commit(
-    scene: Scene, served: str, tmp_path: Path, push_branch: Callable[..., Awaitable[str]]
+    scene: Scene,
+    served: str,
+    tmp_path: Path,
+    push_branch: Callable[..., Awaitable[str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = f"{served}/{scene.repo.full_name}.git"
     token = (await scene.factory.installation_token(scene.installation_id)).token
@@ -321,8 +326,17 @@ async def test_branch_deleted_only_while_at_the_expected_commit(
     moved = await delete_branch_if_at(url, BRANCH, ours, token=token)
     assert moved == BranchDeletion(Deletion.MOVED, human)
     assert emulator_ref(scene) == human  # the human's commit is kept
+    reads: list[str] = []
+
+    async def read_back(*args: Any, **kwargs: Any) -> str | None:
+        reads.append(args[1])
+        return await remote_ref(*args, **kwargs)
+
+    monkeypatch.setattr(branches, "remote_ref", read_back)
     done = await delete_branch_if_at(url, BRANCH, human, token=token)
     assert done == BranchDeletion(Deletion.DELETED, None) and done.deleted
     assert emulator_ref(scene) is None
+    # The server reported the deletion: no ls-remote before or after it.
+    assert reads == []
     again = await delete_branch_if_at(url, BRANCH, human, token=token)
     assert again.status is Deletion.ABSENT and again.deleted

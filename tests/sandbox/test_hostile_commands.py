@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 
 from app.agent import AgentRequest, CommandAgent
+from app.github.objcache import CacheKey, ObjectCache
 from app.repo_config import Command
 from app.sandbox import Isolation, SandboxUnavailable
 from app.sandbox.runner import CommandRun, ResourceLimits, run_command
-from app.workspace import Workspace
+from app.workspace import Workspace, build_workspace, remove_workspace
+from tests.agent.sample_repo import SampleRepo
 from tests.sandbox.conftest import ALL_SECRETS, Worker
 
 PY = sys.executable
@@ -295,3 +297,38 @@ async def test_auto_falls_back_to_unshare_without_bubblewrap(
     if os.geteuid() == 0:
         assert out.output.split()[0] == b"65534"
     assert out.output.split()[1] == b"3"  # the header lines and lo: no network
+
+
+async def test_the_workers_git_object_cache_is_out_of_reach(
+    worker: Worker, sample_repo: SampleRepo
+) -> None:
+    """A workspace built from the worker's object cache: the command's
+    ``.git`` names no path outside the workspace, the cache is not in its view
+    at all, and git works there without it."""
+    cache = ObjectCache(worker.data_dir / "git-cache")
+    async with cache.lease(
+        CacheKey(1, 100), sample_repo.base_sha, remote_url=sample_repo.url, token=None
+    ) as entry:
+        ws = await build_workspace(
+            worker.data_dir / "workspaces",
+            clone_url=sample_repo.url,
+            base_sha=sample_repo.base_sha,
+            patch=None,
+            objects=entry,
+        )
+        try:
+            script = (
+                "cat .git/objects/info/alternates; "
+                f"ls {cache.root} {entry}; "
+                "echo FOUND:; find / -path '*git-cache*' 2>/dev/null; echo searched; "
+                "git cat-file -t HEAD; git fsck --connectivity-only --no-dangling && echo SOUND"
+            )
+            out = await run(worker, ws, script, time_limit=120)
+        finally:
+            remove_workspace(ws)
+    cache.close()
+    text = out.output.decode()
+    assert "cat: .git/objects/info/alternates: No such file or directory" in text
+    assert f"cannot access '{cache.root}'" in text and f"cannot access '{entry}'" in text
+    assert text.split("FOUND:\n")[1].startswith("searched")
+    assert "\ncommit\n" in text and "SOUND" in text, text
