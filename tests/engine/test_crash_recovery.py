@@ -98,6 +98,25 @@ def test_kill_in_the_middle_of_a_workflow_task_commit(
         assert_history_sound(lab, run_id)
 
 
+def test_kill_after_the_closing_workflow_task_commit(db_url: str, tmp_path: Path) -> None:
+    """SIGKILL right after the workflow task that closes the run committed (on
+    PostgreSQL one statement, app/engine/_store/closing.py): the run is
+    closed with its terminal event, its own job consumed, nothing ran twice."""
+    with CrashLab(db_url, tmp_path) as lab:
+        run_id = lab.start("crash_pipeline", "crash-close-after", {"steps": 3})
+        doomed = lab.spawn("A", fault="workflow_task.after_commit@4", cache_size=0)
+        lab.wait_killed(doomed)
+
+        run = lab.store.find_run(run_id)
+        assert run is not None and (run.status, run.result) == ("completed", [0, 1, 4])
+        assert not run.pending_task and run.closed_at is not None
+        assert lab.events(run_id)[-1].type == ev.WORKFLOW_COMPLETED
+        assert lab.record.counts() == {f"{run_id}:step-{i}": 1 for i in range(3)}
+        assert lab.completions(run_id) == {f"{run_id}:step-{i}": 1 for i in range(3)}
+        assert lab.outbox_rows() == []
+        assert_history_sound(lab, run_id)
+
+
 def test_kill_between_heartbeats(db_url: str, tmp_path: Path) -> None:
     """SIGKILL after the 2nd heartbeat of a 4-chunk activity: its lease runs
     out one heartbeat timeout later and a fresh worker runs it once more."""

@@ -35,6 +35,7 @@ from app.engine._jobs import Job, activity_job
 from app.engine._policy import ActivityOptions
 from app.engine._replay import WorkflowTaskResult
 from app.engine._store.activities import ActivityAttempts
+from app.engine._store.closing import closing_outcome
 from app.engine._store.combined import schedule_claimed_params
 from app.engine._store.eager import EagerOffer, first_attempt
 from app.engine._store.one_statement import (
@@ -82,13 +83,13 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         cached execution, in one transaction. None, with nothing written, when
         the run's history is no longer ``run.history_length``. Raises
         :class:`StaleLease` when ``claim``'s token is not current."""
-        steady = _steady_schedule(step)
-        if steady is not None and self.engine.dialect.name == "postgresql":
-            continued = self._step_in_one_statement(claim, result, run, completed, steady, offer)
+        if self.engine.dialect.name == "postgresql":
+            continued = self._in_one_statement(claim, result, run, completed, step, offer)
             if continued is not None:
                 return continued
-            # A stale token, a moved history or a taken operation id: nothing
-            # was written, and the transaction below handles each as ever.
+            # Not a step that fits one statement, or a stale token, a moved
+            # history or a taken operation id: nothing was written, and the
+            # transaction below handles each as ever.
         stale = False
         jobs: list[Job] = []
         try:
@@ -123,6 +124,27 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
                 f"activity task {claim.task_id}: completion with stale token {claim.token}"
             )
         return Continued(jobs, offer.taken if offer is not None else None)
+
+    def _in_one_statement(
+        self,
+        claim: Claim,
+        result: Any,
+        run: RunRow,
+        completed: RecordedEvent,
+        step: WorkflowTaskResult,
+        offer: EagerOffer | None,
+    ) -> Continued | None:
+        """A steady step or a run's close as one statement (PostgreSQL); None,
+        with nothing written, for any other step or when it could not be
+        written so."""
+        steady = _steady_schedule(step)
+        if steady is not None:
+            return self._step_in_one_statement(claim, result, run, completed, steady, offer)
+        closing = closing_outcome(step)
+        if closing is None:
+            return None
+        jobs = self._close_after_result(claim, result, run, completed, closing)
+        return None if jobs is None else Continued(jobs, None)
 
     def _step_in_one_statement(
         self,

@@ -168,8 +168,10 @@ GUARDED_CLOSE: Update = _GUARDED.values(
     pending_task=False,
     updated_at=bindparam("p_now"),
     status=bindparam("p_status"),
-    result=bindparam("p_result"),
-    error=bindparam("p_error"),
+    # Not ``p_result``: a close fused with a completion (``_store/closing.py``)
+    # binds that to the activity's result.
+    result=bindparam("p_run_result"),
+    error=bindparam("p_run_error"),
     active_key=None,
     closed_at=bindparam("p_now"),
 )

@@ -12,6 +12,7 @@ from app.engine._jobs import Job, activity_job, timer_job
 from app.engine._policy import ActivityOptions
 from app.engine._registry import OPERATOR_RESUME
 from app.engine._replay import Outcome, WorkflowTaskResult
+from app.engine._store.closing import OneStatementClose, closing_outcome, terminal_event_data
 from app.engine._store.eager import EagerClaims, EagerOffer
 from app.engine._store.rows import RunRow
 from app.engine._store.run_commands import RunCommands
@@ -38,7 +39,7 @@ from app.engine._tables import (
 )
 
 
-class WorkflowTasks(EagerClaims, RunCommands):
+class WorkflowTasks(EagerClaims, RunCommands, OneStatementClose):
     def commit_workflow_task(
         self, run: RunRow, step: WorkflowTaskResult, *, offer: EagerOffer | None = None
     ) -> list[Job] | None:
@@ -48,6 +49,10 @@ class WorkflowTasks(EagerClaims, RunCommands):
 
         The history cap (``max_history_events``) is the workflow's to enforce
         (``should_continue_as_new``), so the commit takes no such parameter."""
+        closing = closing_outcome(step)
+        if closing is not None and self.engine.dialect.name == "postgresql":
+            # The run's close in one round trip (``_store/closing.py``).
+            return self._close_alone(run, closing)
         with self.transaction() as tx:
             if not self._write_step(tx, run, step, expected=run.history_length, offer=offer):
                 return None  # nothing written yet: the empty transaction commits harmlessly
@@ -112,8 +117,8 @@ class WorkflowTasks(EagerClaims, RunCommands):
             if outcome.status not in PARKED_STATUSES:
                 closing = {
                     "p_status": outcome.status,
-                    "p_result": outcome.result,
-                    "p_error": outcome.error,
+                    "p_run_result": outcome.result,
+                    "p_run_error": outcome.error,
                 }
                 return bool(tx.conn.execute(GUARDED_CLOSE, params | closing).rowcount)
         values: dict[str, Any] = {
@@ -241,11 +246,7 @@ class WorkflowTasks(EagerClaims, RunCommands):
         }
 
     def _write_outcome(self, tx: Tx, run: RunRow, seq: int, outcome: Outcome) -> None:
-        data: dict[str, Any] = {"status": outcome.status}
-        if outcome.result is not None:
-            data["result"] = outcome.result
-        if outcome.error is not None:
-            data["error"] = outcome.error
+        data = terminal_event_data(outcome)
         tx.defer_event(run.run_id, seq, TERMINAL_EVENT[outcome.status], data)
         # The run's row was closed by the guard (``_guard``).
         if outcome.status not in PARKED_STATUSES:
