@@ -51,12 +51,14 @@ def test_kill_after_side_effect_before_result_is_recorded(db_url: str, tmp_path:
 @pytest.mark.parametrize(
     ("fault", "committed"),
     [
+        # The 1st commit would schedule step-0 (on PostgreSQL one statement).
+        ("workflow_task.mid_commit@1", []),
         # The 2nd commit would schedule step-1 after step-0 completed.
         ("workflow_task.mid_commit@2", ["step-0"]),
         # The 4th (last) commit would close the run after all three steps.
         ("workflow_task.mid_commit@4", ["step-0", "step-1", "step-2"]),
     ],
-    ids=["scheduling", "closing"],
+    ids=["first", "scheduling", "closing"],
 )
 def test_kill_in_the_middle_of_a_workflow_task_commit(
     db_url: str, tmp_path: Path, fault: str, committed: list[str]

@@ -2,8 +2,9 @@
 claimed at once) on both databases: on PostgreSQL it is one statement in
 autocommit (app/engine/_store/one_statement.py), which must write exactly
 what the transaction of separate statements writes, and nothing at all when
-that transaction would have been rolled back or refused. A claim, one
-statement already, is sent in autocommit there too."""
+that transaction would have been rolled back or refused. A run's first
+workflow task (one activity scheduled) is one statement the same way, and a
+claim, one statement already, is sent in autocommit there too."""
 
 from __future__ import annotations
 
@@ -250,3 +251,106 @@ def test_a_claim_on_postgresql_is_one_statement_in_autocommit(store: Store) -> N
     assert modes == (["AUTOCOMMIT"] if postgres else [None])
     [attempt] = _rows(store, attempts, attempts.c.task_id == task_id)
     assert (attempt.attempt, attempt.fencing_token, attempt.worker_id) == (1, 1, "w")
+
+
+def _first_task(store: Store, workflow_id: str) -> tuple[RunRow, WorkflowTaskResult]:
+    """A started run (its workflow-task job in the outbox) and the step of its
+    first workflow task: schedule command 2."""
+    with store.transaction() as tx:
+        run_id = tx.start_run(
+            workflow_name="wf", workflow_version=1, workflow_id=workflow_id, input={}
+        ).run_id
+    run = store.find_run(run_id)
+    assert run is not None
+    scheduled = HistoryCommand(
+        cmd=2,
+        type=ev.ACTIVITY_SCHEDULED,
+        attrs={
+            "activity": "act",
+            "operation_id": f"{run_id}:2",
+            "input": {"i": 2},
+            "input_hash": "h2",
+            "options": OPTIONS.to_json(),
+        },
+    )
+    return run, WorkflowTaskResult(commands=[scheduled])
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["claimed", "queued"])
+def test_a_first_workflow_task_is_written_whole(store: Store, eager: bool) -> None:
+    run, step = _first_task(store, f"wf-first-{eager}")
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(args[2])
+
+    offer = _offer(eager)
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        jobs = store.commit_workflow_task(run, step, offer=offer)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    assert jobs is not None
+    if store.engine.dialect.name == "postgresql":
+        assert len(statements) == 1
+    [row] = _rows(store, runs, runs.c.run_id == run.run_id)
+    assert (row.history_length, row.pending_task) == (2, False)
+    [scheduled] = _rows(store, events, events.c.run_id == run.run_id, events.c.seq == 2)
+    assert scheduled.type == ev.ACTIVITY_SCHEDULED and scheduled.data["input_hash"] == "h2"
+    [task] = _rows(store, tasks, tasks.c.run_id == run.run_id)
+    assert task.input == {"i": 2}
+    # The task's own job is consumed; the activity is claimed, or queued with its job.
+    left = _rows(store, outbox)
+    if eager:
+        assert offer is not None and offer.taken is not None
+        assert (offer.taken.task_id, offer.taken.token) == (task.id, 1)
+        assert (jobs, left) == ([], [])
+        assert (task.status, task.attempt, task.fencing_token, task.worker_id) == (
+            "running",
+            1,
+            1,
+            "w",
+        )
+        [started] = _rows(store, attempts, attempts.c.task_id == task.id)
+        assert (started.attempt, started.fencing_token, started.worker_id) == (1, 1, "w")
+    else:
+        assert jobs == [activity_job(task.id, 1, activity="act")]
+        assert [(job.job_id, job.kind) for job in left] == [(jobs[0].job_id, "activity")]
+        assert (task.status, task.attempt, task.fencing_token) == ("scheduled", 0, 0)
+        assert _rows(store, attempts, attempts.c.task_id == task.id) == []
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["claimed", "queued"])
+def test_a_moved_history_writes_nothing_of_the_first_task(store: Store, eager: bool) -> None:
+    run, step = _first_task(store, f"wf-first-moved-{eager}")
+    with store.transaction() as tx:  # a signal arrives after the replay
+        tx.append_event(run.run_id, ev.SIGNAL_RECEIVED, {"name": "s", "payload": None})
+    offer = _offer(eager)
+    assert store.commit_workflow_task(run, step, offer=offer) is None
+    assert offer is None or offer.taken is None
+    [row] = _rows(store, runs, runs.c.run_id == run.run_id)
+    assert (row.history_length, row.pending_task) == (2, True)
+    [signal] = _rows(store, events, events.c.run_id == run.run_id, events.c.seq == 2)
+    assert signal.type == ev.SIGNAL_RECEIVED
+    assert _rows(store, tasks, tasks.c.run_id == run.run_id) == []
+    assert sorted(job.job_id for job in _rows(store, outbox)) == [
+        f"wft:{run.run_id}:1",
+        f"wft:{run.run_id}:2",
+    ]
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["claimed", "queued"])
+def test_a_taken_operation_id_in_a_first_task_takes_the_usual_path(
+    store: Store, eager: bool
+) -> None:
+    run, step = _first_task(store, f"wf-first-taken-{eager}")
+    with store.transaction() as tx:  # command 2's operation id, done before
+        row = _task_row(run.run_id, 9, f"{run.run_id}:2") | {"input_hash": "h2"}
+        tx.conn.execute(insert(tasks).values(row | {"status": "completed", "result": "old"}))
+    offer = _offer(eager)
+    assert store.commit_workflow_task(run, step, offer=offer) is not None
+    assert offer is None or offer.taken is None
+    history = _rows(store, events, events.c.run_id == run.run_id, events.c.seq > 1)
+    assert [e.type for e in history] == [ev.ACTIVITY_SCHEDULED, ev.ACTIVITY_COMPLETED]
+    assert history[1].data["reused"] == f"{run.run_id}:2"
+    assert len(_rows(store, tasks, tasks.c.run_id == run.run_id)) == 1
