@@ -100,6 +100,9 @@ def _start_run(dialect_insert: Any) -> Insert:
             history_length=1,
             pending_task=True,
             deadline_at=bindparam("p_deadline", type_=Float),
+            # Given, not left to the column's Python-side default: that would
+            # be a parameter nobody fills inside a CTE (``START_AND_QUEUE``).
+            deadline_notified=False,
             continued_from=bindparam("p_continued_from", type_=String),
             created_at=bindparam("p_now", type_=Float),
             updated_at=bindparam("p_now", type_=Float),
