@@ -30,6 +30,7 @@ from sqlalchemy import (
     insert,
     select,
 )
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -118,6 +119,35 @@ def _start_run(dialect_insert: Any) -> Insert:
 #: A new run, numbered after the workflow id's earlier runs (``<id>/<n>``),
 #: unless one is active for the workflow id: then nothing is written.
 START_RUN: dict[str, Insert] = _per_dialect(_start_run(pg_insert), _start_run(sqlite_insert))
+
+
+def _load_task() -> Select[Any]:
+    new_events = (
+        select(
+            func.json_agg(
+                aggregate_order_by(
+                    func.json_build_object(
+                        "seq", events.c.seq, "type", events.c.type, "data", events.c.data
+                    ),
+                    events.c.seq,
+                )
+            )
+        )
+        .where(
+            events.c.run_id == runs.c.run_id,
+            events.c.seq > bindparam("p_after"),
+            events.c.seq <= runs.c.history_length,
+            runs.c.status.in_(OPEN_STATUSES),
+        )
+        .scalar_subquery()
+    )
+    return select(runs, new_events.label("new_events")).where(runs.c.run_id == bindparam("p_run"))
+
+
+#: PostgreSQL: the run and, while it is open, its events after ``p_after``
+#: up to its history length (``new_events``: a JSON array in order, or
+#: NULL), in one statement and so from one snapshot (``Reads.load_task``).
+LOAD_TASK: Select[Any] = _load_task()
 
 LOAD_EVENTS: Select[Any] = (
     select(events.c.seq, events.c.type, events.c.data)
