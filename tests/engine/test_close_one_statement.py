@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, insert, select
+from sqlalchemy import Engine, event, insert
 
 from app.engine import _history_commands as ev
 from app.engine._errors import StaleLease
@@ -24,19 +24,10 @@ from app.engine._store.closing import closing_outcome
 from app.engine._store.rows import Claim, RunRow
 from app.engine._store.schema import attempts, events, outbox, runs, tasks, timers
 from app.engine._store.statements import SCHEDULE_ACTIVITY
+from tests.engine.store_rows import rows
 from tests.engine.test_fused_one_statement import _running_step, _task_row
 
 DONE = WorkflowTaskResult(outcome=Outcome("completed", result={"n": 2}))
-
-
-@pytest.fixture
-def store(db_engine: Engine) -> Store:
-    return Store(db_engine)
-
-
-def _rows(store: Store, table: Any, *where: Any) -> list[Any]:
-    with store.reading() as conn:
-        return list(conn.execute(select(table).where(*where)).all())
 
 
 class _Statements:
@@ -96,22 +87,22 @@ def _retracted(jobs: list[Job]) -> set[str]:
 
 
 def _assert_closed(store: Store, run: RunRow, length: int, work: dict[str, int]) -> None:
-    [row] = _rows(store, runs, runs.c.run_id == run.run_id)
+    [row] = rows(store, runs, runs.c.run_id == run.run_id)
     assert (row.status, row.result, row.error) == ("completed", {"n": 2}, None)
     assert (row.history_length, row.pending_task, row.active_key) == (length, False, None)
     assert row.closed_at is not None
-    [last] = _rows(store, events, events.c.run_id == run.run_id, events.c.seq == length)
+    [last] = rows(store, events, events.c.run_id == run.run_id, events.c.seq == length)
     assert (last.type, last.data) == (
         ev.WORKFLOW_COMPLETED,
         {"status": "completed", "result": {"n": 2}},
     )
-    [running] = _rows(store, tasks, tasks.c.id == work["running"])
+    [running] = rows(store, tasks, tasks.c.id == work["running"])
     assert (running.status, running.cancel_requested) == ("running", True)
-    [queued] = _rows(store, tasks, tasks.c.id == work["queued"])
+    [queued] = rows(store, tasks, tasks.c.id == work["queued"])
     assert (queued.status, queued.closed_at is not None) == ("cancelled", True)
-    [timer] = _rows(store, timers, timers.c.run_id == run.run_id)
+    [timer] = rows(store, timers, timers.c.run_id == run.run_id)
     assert timer.status == "cancelled"
-    assert _rows(store, outbox) == []
+    assert rows(store, outbox) == []
 
 
 def test_a_close_fused_with_the_last_result_is_written_whole(store: Store) -> None:
@@ -143,15 +134,15 @@ def test_a_close_fused_with_the_last_result_is_written_whole(store: Store) -> No
         f"act:{claim.task_id}:1",
         f"act:{claim.task_id}:1~1",
     }
-    [finished] = _rows(store, tasks, tasks.c.id == claim.task_id)
+    [finished] = rows(store, tasks, tasks.c.id == claim.task_id)
     assert (finished.status, finished.result, finished.cancel_requested) == (
         "completed",
         "ok",
         False,
     )
-    [attempt] = _rows(store, attempts, attempts.c.task_id == claim.task_id)
+    [attempt] = rows(store, attempts, attempts.c.task_id == claim.task_id)
     assert attempt.outcome == "completed" and attempt.finished_at is not None
-    [result] = _rows(store, events, events.c.seq == completed.seq, events.c.run_id == run.run_id)
+    [result] = rows(store, events, events.c.seq == completed.seq, events.c.run_id == run.run_id)
     assert (result.type, result.data) == (completed.type, completed.data)
     _assert_closed(store, run, completed.seq + 1, work)
 
@@ -159,9 +150,7 @@ def test_a_close_fused_with_the_last_result_is_written_whole(store: Store) -> No
 def test_a_workflow_task_that_ends_its_run_is_written_whole(store: Store) -> None:
     run, claim = _running_step(store, "wf-close-task")
     work = _other_work(store, run)
-    store.complete_activity(claim.task_id, claim.token, "ok")
-    after = store.find_run(run.run_id)
-    assert after is not None
+    after = _after_its_result(store, run, claim)
     with _Statements(store.engine) as seen:
         jobs = store.commit_workflow_task(after, DONE)
     assert jobs is not None
@@ -178,9 +167,9 @@ def test_a_failed_run_keeps_its_error(store: Store) -> None:
     failed = WorkflowTaskResult(outcome=Outcome("failed", error=error))
     completed = _completed(run, claim)
     assert store.complete_and_continue(claim, "ok", run, completed, failed) is not None
-    [row] = _rows(store, runs, runs.c.run_id == run.run_id)
+    [row] = rows(store, runs, runs.c.run_id == run.run_id)
     assert (row.status, row.result, row.error, row.active_key) == ("failed", None, error, None)
-    [last] = _rows(store, events, events.c.run_id == run.run_id, events.c.seq == completed.seq + 1)
+    [last] = rows(store, events, events.c.run_id == run.run_id, events.c.seq == completed.seq + 1)
     assert (last.type, last.data) == (ev.WORKFLOW_FAILED, {"status": "failed", "error": error})
 
 
@@ -190,9 +179,9 @@ def test_a_moved_history_writes_nothing_of_the_fused_close(store: Store) -> None
         tx.append_event(run.run_id, ev.SIGNAL_RECEIVED, {"name": "s", "payload": None})
     completed = _completed(run, claim)
     assert store.complete_and_continue(claim, "ok", run, completed, DONE) is None
-    [task] = _rows(store, tasks, tasks.c.id == claim.task_id)
+    [task] = rows(store, tasks, tasks.c.id == claim.task_id)
     assert (task.status, task.result) == ("running", None)
-    [attempt] = _rows(store, attempts, attempts.c.task_id == claim.task_id)
+    [attempt] = rows(store, attempts, attempts.c.task_id == claim.task_id)
     assert attempt.outcome is None
     _assert_open(store, run, run.history_length + 1)
     store.complete_activity(claim.task_id, claim.token, "ok")  # the usual path goes on
@@ -201,31 +190,27 @@ def test_a_moved_history_writes_nothing_of_the_fused_close(store: Store) -> None
 def test_a_moved_history_writes_nothing_of_the_close(store: Store) -> None:
     run, claim = _running_step(store, "wf-close-task-moved")
     work = _other_work(store, run)
-    store.complete_activity(claim.task_id, claim.token, "ok")
-    after = store.find_run(run.run_id)
-    assert after is not None
+    after = _after_its_result(store, run, claim)
     with store.transaction() as tx:
         tx.append_event(run.run_id, ev.SIGNAL_RECEIVED, {"name": "s", "payload": None})
     assert store.commit_workflow_task(after, DONE) is None
     _assert_open(store, run, after.history_length + 1)
-    [running] = _rows(store, tasks, tasks.c.id == work["running"])
+    [running] = rows(store, tasks, tasks.c.id == work["running"])
     assert (running.status, running.cancel_requested) == ("running", False)
-    [queued] = _rows(store, tasks, tasks.c.id == work["queued"])
+    [queued] = rows(store, tasks, tasks.c.id == work["queued"])
     assert queued.status == "scheduled"
-    [timer] = _rows(store, timers, timers.c.run_id == run.run_id)
+    [timer] = rows(store, timers, timers.c.run_id == run.run_id)
     assert timer.status == "pending"
-    assert {row.kind for row in _rows(store, outbox)} == {"activity", "timer", WORKFLOW_TASK}
+    assert {row.kind for row in rows(store, outbox)} == {"activity", "timer", WORKFLOW_TASK}
 
 
 def test_a_closed_run_is_not_closed_again(store: Store) -> None:
     run, claim = _running_step(store, "wf-close-twice")
-    store.complete_activity(claim.task_id, claim.token, "ok")
-    after = store.find_run(run.run_id)
-    assert after is not None
+    after = _after_its_result(store, run, claim)
     with store.transaction() as tx:
         tx.terminate(run.run_id, "stop")
     assert store.commit_workflow_task(after, DONE) is None
-    [row] = _rows(store, runs, runs.c.run_id == run.run_id)
+    [row] = rows(store, runs, runs.c.run_id == run.run_id)
     assert row.status == "terminated"
 
 
@@ -237,7 +222,7 @@ def test_a_stale_token_writes_nothing_of_the_close_and_is_refused(store: Store) 
             replace(claim, token=claim.token + 1), "late", run, completed, DONE
         )
     _assert_open(store, run, run.history_length)
-    [task] = _rows(store, tasks, tasks.c.id == claim.task_id)
+    [task] = rows(store, tasks, tasks.c.id == claim.task_id)
     assert (task.status, task.result) == ("running", None)
 
 
@@ -250,9 +235,9 @@ def _completed(run: RunRow, claim: Claim) -> RecordedEvent:
 
 
 def _assert_open(store: Store, run: RunRow, length: int) -> None:
-    [row] = _rows(store, runs, runs.c.run_id == run.run_id)
+    [row] = rows(store, runs, runs.c.run_id == run.run_id)
     assert (row.status, row.history_length, row.active_key) == ("running", length, run.workflow_id)
-    assert _rows(store, events, events.c.run_id == run.run_id, events.c.seq > length) == []
+    assert rows(store, events, events.c.run_id == run.run_id, events.c.seq > length) == []
 
 
 _MARKER = HistoryCommand(cmd=3, type=ev.MARKER_RECORDED, attrs={"kind": "now", "id": "n"})
@@ -282,3 +267,11 @@ def test_only_a_plain_end_is_a_one_statement_close(step: WorkflowTaskResult) -> 
 def test_a_plain_end_is_a_one_statement_close(status: str) -> None:
     outcome = Outcome(status)
     assert closing_outcome(WorkflowTaskResult(outcome=outcome)) is outcome
+
+
+def _after_its_result(store: Store, run: RunRow, claim: Claim) -> RunRow:
+    """The run once ``claim``'s result is recorded the usual way (unfused)."""
+    store.complete_activity(claim.task_id, claim.token, "ok")
+    after = store.find_run(run.run_id)
+    assert after is not None
+    return after

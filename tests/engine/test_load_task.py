@@ -7,17 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from sqlalchemy import Engine, event, insert
+from sqlalchemy import event, insert
 
 from app.engine import _history_commands as ev
 from app.engine._store import Store
 from app.engine._store.schema import events
-
-
-@pytest.fixture
-def store(db_engine: Engine) -> Store:
-    return Store(db_engine)
 
 
 def _started(store: Store, workflow_id: str, signals: int) -> str:

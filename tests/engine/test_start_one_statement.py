@@ -10,24 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, insert, select
+from sqlalchemy import Engine, event, insert
 
 from app.engine import _history_commands as ev
 from app.engine._client import RuntimeClient
 from app.engine._jobs import WORKFLOW_TASK, workflow_queue, workflow_task_job
 from app.engine._store import Store
 from app.engine._store.schema import events, outbox, runs
+from tests.engine.store_rows import rows
 from tests.engine.test_client import registry
-
-
-@pytest.fixture
-def store(db_engine: Engine) -> Store:
-    return Store(db_engine)
-
-
-def _rows(store: Store, table: Any, *where: Any) -> list[Any]:
-    with store.reading() as conn:
-        return list(conn.execute(select(table).where(*where)).all())
 
 
 def _start(store: Store, workflow_id: str, **kwargs: Any) -> Any:
@@ -58,7 +49,7 @@ def test_a_start_writes_the_run_its_event_and_its_job(store: Store) -> None:
         assert len(statements) == 1
     queue = workflow_queue("wf", 3)
     assert jobs == [workflow_task_job("wf-s/1", 1, queue)]
-    [run] = _rows(store, runs, runs.c.run_id == "wf-s/1")
+    [run] = rows(store, runs, runs.c.run_id == "wf-s/1")
     assert (run.status, run.active_key, run.history_length, run.pending_task) == (
         "running",
         "wf-s",
@@ -66,7 +57,7 @@ def test_a_start_writes_the_run_its_event_and_its_job(store: Store) -> None:
         True,
     )
     assert (run.input, run.deadline_notified, run.workflow_version) == ({"a": 1}, False, 3)
-    [first] = _rows(store, events, events.c.run_id == "wf-s/1")
+    [first] = rows(store, events, events.c.run_id == "wf-s/1")
     assert (first.seq, first.type, first.created_at) == (1, ev.WORKFLOW_STARTED, run.created_at)
     assert first.data == {
         "input": {"a": 1},
@@ -75,7 +66,7 @@ def test_a_start_writes_the_run_its_event_and_its_job(store: Store) -> None:
         "workflow_id": "wf-s",
         "operator": {"action": "retry", "by": "me"},
     }
-    [job] = _rows(store, outbox)
+    [job] = rows(store, outbox)
     assert (job.job_id, job.kind, job.ref, job.queue) == (
         "wft:wf-s/1:1",
         WORKFLOW_TASK,
@@ -94,9 +85,9 @@ def test_a_start_while_a_run_is_active_writes_nothing(store: Store) -> None:
     _start(store, "wf-twice")
     started, jobs = _start(store, "wf-twice")
     assert (started.run_id, started.created, jobs) == ("wf-twice/1", False, [])
-    assert len(_rows(store, runs)) == 1
-    assert len(_rows(store, events)) == 1
-    assert len(_rows(store, outbox)) == 1
+    assert len(rows(store, runs)) == 1
+    assert len(rows(store, events)) == 1
+    assert len(rows(store, outbox)) == 1
 
 
 def test_a_leftover_job_of_the_same_id_does_not_refuse_the_start(store: Store) -> None:
@@ -113,14 +104,14 @@ def test_a_leftover_job_of_the_same_id_does_not_refuse_the_start(store: Store) -
         )
     started, _jobs = _start(store, "wf-left")
     assert started.created
-    assert len(_rows(store, events, events.c.run_id == "wf-left/1")) == 1
+    assert len(rows(store, events, events.c.run_id == "wf-left/1")) == 1
 
 
 def test_a_start_rolled_back_with_its_callers_transaction_leaves_nothing(store: Store) -> None:
     with pytest.raises(RuntimeError, match="intake failed"), store.transaction() as tx:
         tx.start_run(workflow_name="wf", workflow_version=1, workflow_id="wf-rb", input=None)
         raise RuntimeError("intake failed")
-    assert (_rows(store, runs), _rows(store, events), _rows(store, outbox)) == ([], [], [])
+    assert (rows(store, runs), rows(store, events), rows(store, outbox)) == ([], [], [])
 
 
 async def test_a_clients_start_is_its_own_transaction(db_engine: Engine) -> None:

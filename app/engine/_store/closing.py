@@ -32,21 +32,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
-    Float,
     Integer,
     Select,
     String,
     and_,
     bindparam,
-    case,
     cast,
     exists,
-    func,
-    insert,
     or_,
     select,
     true,
-    union_all,
 )
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import ReturningDelete
@@ -55,12 +50,16 @@ from app.engine._history_commands import RecordedEvent
 from app.engine._jobs import WORKFLOW_TASK, Job, retractions
 from app.engine._replay import Outcome, WorkflowTaskResult
 from app.engine._store.base import StoreBase
-from app.engine._store.one_statement import REFUSED, is_refusal
+from app.engine._store.one_statement import (
+    completion_parts,
+    events_written,
+    is_refusal,
+    refusal,
+)
 from app.engine._store.rows import Claim, RunRow
-from app.engine._store.schema import TERMINAL_EVENT, attempts, events, outbox, runs, tasks
+from app.engine._store.schema import TERMINAL_EVENT, outbox, runs, tasks
 from app.engine._store.statements import (
     CANCEL_RUN_TIMERS,
-    COMPLETE_TASK,
     GUARDED_CLOSE,
     STOP_RUN_TASKS,
 )
@@ -93,16 +92,6 @@ def terminal_event_data(outcome: Outcome) -> dict[str, Any]:
     if outcome.error is not None:
         data["error"] = outcome.error
     return data
-
-
-def _event_row(n: int, closed: Any) -> Select[Any]:
-    return select(
-        bindparam("p_run", type_=String),
-        bindparam(f"e{n}_seq", type_=Integer),
-        bindparam(f"e{n}_type", type_=String),
-        bindparam(f"e{n}_data", type_=events.c.data.type),
-        bindparam("p_now", type_=Float),
-    ).where(closed)
 
 
 def _dropped_jobs(closed: Any, cancelled_timers: Any, *, completed_task: bool) -> Any:
@@ -139,18 +128,7 @@ def _close(*, after_result: bool) -> Select[Any]:
     stop_tasks = STOP_RUN_TASKS
     summary: list[Any] = []
     if after_result:
-        done = COMPLETE_TASK.cte("done")
-        accepted = exists(select(done.c.run_id))
-        finish = (
-            attempts.update()
-            .where(
-                attempts.c.task_id == bindparam("p_task"),
-                attempts.c.fencing_token == bindparam("p_token"),
-                accepted,
-            )
-            .values(finished_at=bindparam("p_now"), outcome="completed", error=None)
-            .cte("finish")
-        )
+        done, accepted, finish = completion_parts()
         ctes.append(finish)
         # The guard reads ``done``, so the task row is locked before the run
         # row, the order every other writer takes them in.
@@ -161,20 +139,12 @@ def _close(*, after_result: bool) -> Select[Any]:
     ctes.append(stop_tasks.where(closed).cte("stopped"))
     cancelled_timers = CANCEL_RUN_TIMERS.where(closed).cte("cancelled_timers")
     ctes.append(cancelled_timers)
-    rows = [_event_row(1, closed)] + ([_event_row(2, closed)] if after_result else [])
-    logged = insert(events).from_select(
-        ["run_id", "seq", "type", "data", "created_at"],
-        union_all(*rows) if len(rows) > 1 else rows[0],
-    )
-    ctes.append(logged.cte("logged"))
+    ctes.append(events_written(2 if after_result else 1, closed))
     closed_id = select(guard.c.run_id).scalar_subquery()
     summary.append(closed_id.label("closed"))
     if after_result:
         run_id = select(done.c.run_id).scalar_subquery()
-        refused = case(
-            (and_(accepted, ~closed), cast(func.concat(REFUSED, run_id), Integer)),
-            else_=0,
-        )
+        refused = refusal(and_(accepted, ~closed), run_id)
         summary += [run_id.label("run_id"), refused.label("refused")]
     head = select(*summary).subquery("head")
     dropped = _dropped_jobs(closed, cancelled_timers, completed_task=after_result)

@@ -195,6 +195,23 @@ def _stop_run_work() -> ReturningDelete[Any, Any, Any]:
 STOP_RUN_WORK: ReturningDelete[Any, Any, Any] = _stop_run_work()
 
 
+def job_row_from(job_id: Any, kind: Any, ref: Any, queue: Any) -> Any:
+    """An outbox row for a job due now, from the columns of the rows another
+    part of the statement returns, as ``Tx.add_job`` writes it: created and
+    relayable at ``p_now``, never relayed; a second write of its job id is a
+    no-op (``ADD_JOB``)."""
+    now = bindparam("p_now", type_=Float)
+    return (
+        pg_insert(outbox)
+        .from_select(
+            ["job_id", "kind", "ref", "queue", "not_before", "created_at", "relays", "relay_at"],
+            select(job_id, kind, ref, queue, literal(0.0), now, literal(0), now),
+            include_defaults=False,
+        )
+        .on_conflict_do_nothing()
+    )
+
+
 def _start_and_queue() -> Select[Any]:
     started = START_RUN["postgresql"].cte("started")
     now = bindparam("p_now", type_=Float)
@@ -209,23 +226,11 @@ def _start_and_queue() -> Select[Any]:
         ),
     )
     # ``workflow_task_job(run_id, 1, queue)``, as ``Tx.add_job`` writes it.
-    queued = (
-        pg_insert(outbox)
-        .from_select(
-            ["job_id", "kind", "ref", "queue", "not_before", "created_at", "relays", "relay_at"],
-            select(
-                func.concat("wft:", started.c.run_id, ":1"),
-                literal(WORKFLOW_TASK),
-                started.c.run_id,
-                bindparam("p_queue", type_=String),
-                literal(0.0),
-                now,
-                literal(0),
-                now,
-            ),
-            include_defaults=False,
-        )
-        .on_conflict_do_nothing()
+    queued = job_row_from(
+        func.concat("wft:", started.c.run_id, ":1"),
+        literal(WORKFLOW_TASK),
+        started.c.run_id,
+        bindparam("p_queue", type_=String),
     )
     return select(started.c.run_id).add_cte(logged.cte("logged"), queued.cte("queued"))
 

@@ -57,7 +57,11 @@ from app.engine._jobs import ACTIVITY, DEFAULT_QUEUE, WORKFLOW_TASK, Job, activi
 from app.engine._policy import ActivityOptions
 from app.engine._replay import WorkflowTaskResult
 from app.engine._store.base import StoreBase
-from app.engine._store.combined import CLAIMED_TASK_COLUMNS, schedule_claimed_params
+from app.engine._store.combined import (
+    CLAIMED_TASK_COLUMNS,
+    job_row_from,
+    schedule_claimed_params,
+)
 from app.engine._store.eager import EagerOffer, first_attempt
 from app.engine._store.rows import Claim, RunRow
 from app.engine._store.scheduled import scheduled_event_data, scheduled_task_row
@@ -68,21 +72,23 @@ from app.engine._store.statements import COMPLETE_TASK, GUARDED_COMMIT
 REFUSED = "fused step refused, history moved or operation id taken: "
 #: The columns of a task row inserted queued (``scheduled_task_row``).
 QUEUED_TASK_COLUMNS = CLAIMED_TASK_COLUMNS[:13]
-#: The columns' defaults, written explicitly (see ``_fused_step``).
+#: The columns' defaults, written explicitly (see ``_one_statement_step``).
 _CLAIMED_DEFAULTS: dict[str, Any] = {"needs_reconcile": False, "cancel_requested": False}
 _QUEUED_DEFAULTS: dict[str, Any] = _CLAIMED_DEFAULTS | {"attempt": 0, "fencing_token": 0}
 #: SQLSTATE of a failed cast of text to integer.
 INVALID_TEXT_REPRESENTATION = "22P02"
 
 
-def _event_row(n: int, moved: Any) -> Select[Any]:
+def event_row(n: int, written: Any) -> Select[Any]:
+    """Event ``n`` of a statement (``e<n>_*`` parameters), written only when
+    ``written`` holds."""
     return select(
         bindparam("p_run", type_=String),
         bindparam(f"e{n}_seq", type_=Integer),
         bindparam(f"e{n}_type", type_=String),
         bindparam(f"e{n}_data", type_=events.c.data.type),
         bindparam("p_now", type_=Float),
-    ).where(moved)
+    ).where(written)
 
 
 def _claimed_follow_up(scheduled: Any) -> Any:
@@ -102,25 +108,52 @@ def _claimed_follow_up(scheduled: Any) -> Any:
 
 def _queued_follow_up(scheduled: Any) -> Any:
     """The outbox row of a task inserted queued: ``activity_job(id, 1)``."""
-    now = bindparam("p_now", type_=Float)
-    return (
-        pg_insert(outbox)
-        .from_select(
-            ["job_id", "kind", "ref", "queue", "not_before", "created_at", "relays", "relay_at"],
-            select(
-                func.concat("act:", scheduled.c.id, ":1"),
-                literal(ACTIVITY),
-                cast(scheduled.c.id, String),
-                literal(DEFAULT_QUEUE),
-                literal(0.0),
-                now,
-                literal(0),
-                now,
-            ),
-            include_defaults=False,
-        )
-        .on_conflict_do_nothing()
+    return job_row_from(
+        func.concat("act:", scheduled.c.id, ":1"),
+        literal(ACTIVITY),
+        cast(scheduled.c.id, String),
+        literal(DEFAULT_QUEUE),
     )
+
+
+def events_written(count: int, written: Any) -> Any:
+    """Events 1 to ``count`` of a statement, written only when ``written`` holds."""
+    rows = [event_row(n, written) for n in range(1, count + 1)]
+    return (
+        insert(events)
+        .from_select(
+            ["run_id", "seq", "type", "data", "created_at"],
+            union_all(*rows) if count > 1 else rows[0],
+        )
+        .cte("logged")
+    )
+
+
+def refusal(when: Any, run_id: Any) -> Any:
+    """The statement's deliberate failure (``REFUSED``) when ``when`` holds.
+    ``run_id`` is read from a written row, so the planner cannot fold the
+    cast into a constant and fail every statement."""
+    return case((when, cast(func.concat(REFUSED, run_id), Integer)), else_=0)
+
+
+def completion_parts() -> tuple[Any, Any, Any]:
+    """The parts of a statement that accept an activity's result first:
+    ``done`` (``COMPLETE_TASK``), whether it matched (a current token), and
+    its attempt's end, written only then. A statement's later parts test
+    ``accepted``, so they write nothing for a stale token."""
+    done = COMPLETE_TASK.cte("done")
+    accepted = exists(select(done.c.run_id))
+    finish = (
+        attempts.update()
+        .where(
+            attempts.c.task_id == bindparam("p_task"),
+            attempts.c.fencing_token == bindparam("p_token"),
+            accepted,
+        )
+        .values(finished_at=bindparam("p_now"), outcome="completed", error=None)
+        .cte("finish")
+    )
+    return done, accepted, finish
 
 
 def _one_statement_step(*, claimed: bool, after_result: bool) -> Select[Any]:
@@ -129,18 +162,7 @@ def _one_statement_step(*, claimed: bool, after_result: bool) -> Select[Any]:
     ctes: list[Any] = []
     guard_update = GUARDED_COMMIT
     if after_result:
-        done = COMPLETE_TASK.cte("done")
-        accepted = exists(select(done.c.run_id))
-        finish = (
-            attempts.update()
-            .where(
-                attempts.c.task_id == bindparam("p_task"),
-                attempts.c.fencing_token == bindparam("p_token"),
-                accepted,
-            )
-            .values(finished_at=bindparam("p_now"), outcome="completed", error=None)
-            .cte("finish")
-        )
+        done, accepted, finish = completion_parts()
         ctes.append(finish)
         # The guard reads ``done``, so the task row is locked before the run
         # row, the order every other writer takes them in.
@@ -171,24 +193,11 @@ def _one_statement_step(*, claimed: bool, after_result: bool) -> Select[Any]:
         .cte("scheduled")
     )
     ctes.append((_claimed_follow_up if claimed else _queued_follow_up)(scheduled).cte("follow_up"))
-    rows = [_event_row(1, moved)] + ([_event_row(2, moved)] if after_result else [])
-    logged = insert(events).from_select(
-        ["run_id", "seq", "type", "data", "created_at"],
-        union_all(*rows) if len(rows) > 1 else rows[0],
-    )
-    ctes.append(logged.cte("logged"))
-    # Built from a written row, so the planner cannot fold the cast into a
-    # constant and fail every statement.
+    ctes.append(events_written(2 if after_result else 1, moved))
     written = done.c.run_id if after_result else guard.c.run_id
     run_id = select(written).scalar_subquery()
     matched = accepted if after_result else moved
-    refused = case(
-        (
-            and_(matched, ~exists(select(scheduled.c.id))),
-            cast(func.concat(REFUSED, run_id), Integer),
-        ),
-        else_=0,
-    )
+    refused = refusal(and_(matched, ~exists(select(scheduled.c.id))), run_id)
     return select(
         run_id.label("run_id"),
         select(scheduled.c.id).scalar_subquery().label("task_id"),
