@@ -1,7 +1,7 @@
 """Where the time of one step goes: ``python -m bench.profile [--n 1000] [--db sqlite]``.
 
-Three looks at the same in-process workflow of N no-op activities, each on a
-run of its own after a warm-up:
+Three looks at the same workflow of N no-op activities (in-process unless
+``--dispatch`` says otherwise), each on a run of its own after a warm-up:
 
 1. plain: wall and CPU per step, nothing attached;
 2. census: every transaction and statement, attributed to the store method
@@ -31,9 +31,9 @@ from typing import Any
 from sqlalchemy import Engine, event
 
 from bench.databases import fresh_database
-from bench.engine import DEFAULT_POSTGRES
+from bench.engine import DEFAULT_POSTGRES, DEFAULT_REDIS
 from bench.environment import ROOT
-from bench.spec import INPROCESS, OURS, POSTGRES, SQLITE, Case
+from bench.spec import DISPATCHERS, INPROCESS, OURS, POSTGRES, SQLITE, Case
 
 # A prefix, so it matches the store as one module or as a package of mixins.
 STORE = "app/engine/_store"
@@ -294,7 +294,7 @@ async def _runtime(case: Case) -> AsyncIterator[Any]:
 async def profile_ours(case: Case, out: Path | None) -> list[str]:
     from bench import ours
 
-    lines = [f"## ours: {case.db}, in-process, N={case.n}"]
+    lines = [f"## ours: {case.db}, {case.dispatch}, N={case.n}"]
     async with _runtime(case) as (runtime, watch, census):
         with step_clock(runtime.store) as stamps:
             plain = await ours.timed_run(runtime, watch, "plain", case.n)
@@ -360,10 +360,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--db", choices=[SQLITE, POSTGRES], default=SQLITE)
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES)
+    parser.add_argument(
+        "--dispatch",
+        choices=DISPATCHERS,
+        default=INPROCESS,
+        help="as bench.engine's (arq and arq-dispatched need --redis-url)",
+    )
+    parser.add_argument(
+        "--redis-url", default=DEFAULT_REDIS, help="a Redis database the benchmark may flush"
+    )
     parser.add_argument("--pstats", type=Path, default=None, help="dump raw cProfile stats here")
     parser.add_argument("--no-dbos", action="store_true")
     args = parser.parse_args(argv)
-    case = Case(OURS, args.db, INPROCESS, args.n, postgres_url=args.postgres_url)
+    case = Case(
+        OURS,
+        args.db,
+        args.dispatch,
+        args.n,
+        postgres_url=args.postgres_url,
+        redis_url=args.redis_url,
+    )
     lines = asyncio.run(profile_ours(case, args.pstats))
     if not args.no_dbos:
         lines += ["", *asyncio.run(census_dbos(case))]

@@ -83,11 +83,16 @@ class RuntimeClient:
         """A store read from a coroutine: ``await client.read(client.store.find_run, key)``."""
         return await self.threads.run(fn, *args, **kwargs)
 
-    async def _write(self, change: Callable[[Tx], T]) -> T:
-        """``change`` in one transaction on the store's threads; then its jobs go out."""
+    async def _write(self, change: Callable[[Tx], T], *, alone: bool = False) -> T:
+        """``change`` in one transaction on the store's threads; then its jobs go out.
+        ``alone``: on PostgreSQL ``change`` writes exactly one statement (reads
+        aside), sent in autocommit: its own transaction, without the round
+        trips of ``BEGIN`` and ``COMMIT``."""
 
         def transact() -> tuple[T, list[Job]]:
-            with self.store.transaction() as tx:
+            postgres = self.store.engine.dialect.name == "postgresql"
+            opened = self.store.one_statement() if alone and postgres else self.store.transaction()
+            with opened as tx:
                 outcome = change(tx)
             return outcome, tx.jobs
 
@@ -110,6 +115,7 @@ class RuntimeClient:
         operator: dict[str, Any] | None = None,
     ) -> StartResult:
         """``operator``: who started the run by hand and why, recorded in history."""
+        # On PostgreSQL a start is one statement (``START_AND_QUEUE``).
         return await self._write(
             lambda tx: tx.start_run(
                 workflow_name=name,
@@ -118,7 +124,8 @@ class RuntimeClient:
                 input=input,
                 deadline_seconds=deadline_seconds,
                 operator=operator,
-            )
+            ),
+            alone=True,
         )
 
     async def start(

@@ -18,7 +18,8 @@ Points in the runtime:
 - ``fused.before_commit``, ``fused.mid_commit``, ``fused.after_commit``: around
   and inside the transaction that commits an activity's completion together
   with the workflow task it wakes (app/engine/_store/fused.py; on PostgreSQL a
-  steady step is one statement, and ``mid_commit`` is hit just before it);
+  steady step, a run's first task and a run's close are one statement each,
+  and ``mid_commit`` is hit just before it);
 - ``activity.before_claim``, ``activity.after_claim`` (detail: activity name):
   a job taken, its attempt not claimed yet / claimed, the body not run;
 - ``activity.after_heartbeat`` (detail: activity name): an attempt between two

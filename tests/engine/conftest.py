@@ -7,6 +7,7 @@ from sqlalchemy import Engine
 
 from app.engine._registry import Registry
 from app.engine._runtime import Runtime
+from app.engine._store import Store
 
 RuntimeFactory = Callable[[Registry], Runtime]
 
@@ -27,3 +28,8 @@ async def make_runtime(db_engine: Engine) -> AsyncIterator[Callable[..., Runtime
     yield factory  # type: ignore[misc]
     for runtime in started:
         await runtime.stop()
+
+
+@pytest.fixture
+def store(db_engine: Engine) -> Store:
+    return Store(db_engine)

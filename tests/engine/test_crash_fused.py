@@ -154,6 +154,55 @@ def test_kill_after_the_first_workflow_task_commit(db_url: str, tmp_path: Path) 
         assert_history_sound(lab, run_id)
 
 
+@pytest.mark.parametrize("fault", ["fused.before_commit@4", "fused.mid_commit@4"])
+def test_kill_before_or_inside_the_fused_close(db_url: str, tmp_path: Path, fault: str) -> None:
+    """The last step's result fused with the run's close (on PostgreSQL one
+    statement, app/engine/_store/closing.py): a kill before or inside it
+    leaves the run open with step-3 running, nothing of the close written.
+    Step-3 runs again once elsewhere and the run closes once."""
+    with CrashLab(db_url, tmp_path) as lab:
+        run_id = lab.start("crash_pipeline", "fused-close-kill", {"steps": STEPS})
+        doomed = lab.spawn("A", fault=fault)
+        fresh = lab.spawn("B", standby=True)
+        lab.wait_killed(doomed)
+
+        run = lab.store.find_run(run_id)
+        assert run is not None and (run.status, run.closed_at) == ("running", None)
+        assert _prefix(run_id, lab) == [ev.WORKFLOW_STARTED] + [
+            ev.ACTIVITY_SCHEDULED,
+            ev.ACTIVITY_COMPLETED,
+        ] * (STEPS - 1) + [ev.ACTIVITY_SCHEDULED]
+        assert lab.task(run_id, f":step-{STEPS - 1}").status == "running"
+        assert lab.outbox_rows() == []
+
+        fresh.go()
+        lab.wait_settled(run_id)
+        assert_pipeline_recovered(
+            lab, run_id, steps=STEPS, in_flight=STEPS - 1, lost_by="A", retried_by="B"
+        )
+        assert lab.events(run_id)[-1].type == ev.WORKFLOW_COMPLETED
+        assert lab.outbox_rows() == []
+
+
+def test_kill_after_the_fused_close(db_url: str, tmp_path: Path) -> None:
+    """A kill right after the fused close committed: the run is closed with
+    its result and terminal event, every step ran once, no job is left."""
+    with CrashLab(db_url, tmp_path) as lab:
+        run_id = lab.start("crash_pipeline", "fused-close-after", {"steps": STEPS})
+        doomed = lab.spawn("A", fault=f"fused.after_commit@{STEPS}")
+        lab.wait_killed(doomed)
+
+        run = lab.store.find_run(run_id)
+        assert run is not None
+        assert (run.status, run.result) == ("completed", [i * i for i in range(STEPS)])
+        assert run.closed_at is not None
+        assert lab.events(run_id)[-1].type == ev.WORKFLOW_COMPLETED
+        assert lab.record.counts() == {f"{run_id}:step-{i}": 1 for i in range(STEPS)}
+        assert lab.completions(run_id) == {f"{run_id}:step-{i}": 1 for i in range(STEPS)}
+        assert lab.outbox_rows() == []
+        assert_history_sound(lab, run_id)
+
+
 @pytest.mark.redis
 async def test_redis_flushed_between_the_fused_commit_and_its_dispatch(
     db_url: str, tmp_path: Path, redis_url: str

@@ -51,12 +51,14 @@ def test_kill_after_side_effect_before_result_is_recorded(db_url: str, tmp_path:
 @pytest.mark.parametrize(
     ("fault", "committed"),
     [
+        # The 1st commit would schedule step-0 (on PostgreSQL one statement).
+        ("workflow_task.mid_commit@1", []),
         # The 2nd commit would schedule step-1 after step-0 completed.
         ("workflow_task.mid_commit@2", ["step-0"]),
         # The 4th (last) commit would close the run after all three steps.
         ("workflow_task.mid_commit@4", ["step-0", "step-1", "step-2"]),
     ],
-    ids=["scheduling", "closing"],
+    ids=["first", "scheduling", "closing"],
 )
 def test_kill_in_the_middle_of_a_workflow_task_commit(
     db_url: str, tmp_path: Path, fault: str, committed: list[str]
@@ -95,6 +97,25 @@ def test_kill_in_the_middle_of_a_workflow_task_commit(
         assert all(e.worker == "A" for e in lab.record.all() if e.op.rsplit(":")[-1] in committed)
         assert lab.completions(run_id) == {f"{run_id}:step-{i}": 1 for i in range(3)}
         assert lab.events(run_id)[-1].type == ev.WORKFLOW_COMPLETED
+        assert_history_sound(lab, run_id)
+
+
+def test_kill_after_the_closing_workflow_task_commit(db_url: str, tmp_path: Path) -> None:
+    """SIGKILL right after the workflow task that closes the run committed (on
+    PostgreSQL one statement, app/engine/_store/closing.py): the run is
+    closed with its terminal event, its own job consumed, nothing ran twice."""
+    with CrashLab(db_url, tmp_path) as lab:
+        run_id = lab.start("crash_pipeline", "crash-close-after", {"steps": 3})
+        doomed = lab.spawn("A", fault="workflow_task.after_commit@4", cache_size=0)
+        lab.wait_killed(doomed)
+
+        run = lab.store.find_run(run_id)
+        assert run is not None and (run.status, run.result) == ("completed", [0, 1, 4])
+        assert not run.pending_task and run.closed_at is not None
+        assert lab.events(run_id)[-1].type == ev.WORKFLOW_COMPLETED
+        assert lab.record.counts() == {f"{run_id}:step-{i}": 1 for i in range(3)}
+        assert lab.completions(run_id) == {f"{run_id}:step-{i}": 1 for i in range(3)}
+        assert lab.outbox_rows() == []
         assert_history_sound(lab, run_id)
 
 

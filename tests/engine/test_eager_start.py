@@ -15,6 +15,7 @@ from app.engine._context import WorkflowContext
 from app.engine._registry import Registry, activity, workflow
 from app.engine._runtime import Runtime
 from app.engine._store.statements import TASK_BY_OPERATION
+from tests.waiting import wait_until
 
 ran: list[str] = []
 
@@ -89,7 +90,11 @@ async def test_the_first_activity_is_claimed_in_the_task_commit(make_runtime: An
     # Claimed in the commit that scheduled it: no claim transaction came later.
     assert task.started_at == task.scheduled_at
     assert _attempts(rt, run_id) == [(1, 1, "completed")]
-    assert rt.worker.counts.fused == 1  # and its result went on fused
+    # The close is visible (it commits on a store thread) before the worker's
+    # coroutine goes on to count how the result was recorded.
+    counts = rt.worker.counts
+    await wait_until("the result counted", lambda: counts.fused + counts.unfused)
+    assert counts.fused == 1  # and its result went on fused
 
 
 async def test_a_lost_commit_outcome_releases_the_claim_it_made(make_runtime: Any) -> None:

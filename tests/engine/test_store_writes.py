@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import insert
 
 from app.engine import _history_commands as ev
 from app.engine._history_commands import HistoryCommand
@@ -19,30 +19,14 @@ from app.engine._store import Store
 from app.engine._store.eager import EagerOffer
 from app.engine._store.schema import attempts, events, outbox, runs, tasks, timers
 from app.engine._store.statements import SCHEDULE_ACTIVITY
+from tests.engine.store_rows import rows, start
 
 OPTIONS = ActivityOptions(timeouts=Timeouts(start_to_close=60.0))
 
 
-@pytest.fixture
-def store(db_engine: Engine) -> Store:
-    return Store(db_engine)
-
-
 def _start(store: Store, workflow_id: str, **kwargs: Any) -> tuple[str, bool]:
-    with store.transaction() as tx:
-        started = tx.start_run(
-            workflow_name="wf",
-            workflow_version=1,
-            workflow_id=workflow_id,
-            input={"x": 1},
-            **kwargs,
-        )
+    started, _jobs = start(store, workflow_id, input={"x": 1}, **kwargs)
     return started.run_id, started.created
-
-
-def _rows(store: Store, table: Any, *where: Any) -> list[Any]:
-    with store.reading() as conn:
-        return list(conn.execute(select(table).where(*where)).all())
 
 
 def _task_row(run_id: str, cmd: int, status: str = "scheduled") -> dict[str, Any]:
@@ -77,7 +61,7 @@ def test_a_start_numbers_the_run_and_a_second_start_writes_nothing(store: Store)
     again, created_again = _start(store, "wf-a")
     assert (again, created_again) == ("wf-a/1", False)
 
-    [run] = _rows(store, runs, runs.c.workflow_id == "wf-a")
+    [run] = rows(store, runs, runs.c.workflow_id == "wf-a")
     assert (run.status, run.active_key, run.history_length, run.pending_task) == (
         "running",
         "wf-a",
@@ -85,8 +69,8 @@ def test_a_start_numbers_the_run_and_a_second_start_writes_nothing(store: Store)
         True,
     )
     assert run.input == {"x": 1} and run.deadline_at == pytest.approx(run.created_at + 30.0)
-    assert [e.type for e in _rows(store, events, events.c.run_id == first)] == [ev.WORKFLOW_STARTED]
-    assert len(_rows(store, outbox, outbox.c.ref == first)) == 1
+    assert [e.type for e in rows(store, events, events.c.run_id == first)] == [ev.WORKFLOW_STARTED]
+    assert len(rows(store, outbox, outbox.c.ref == first)) == 1
 
 
 def test_a_start_after_the_run_closed_takes_the_next_number(store: Store) -> None:
@@ -95,7 +79,7 @@ def test_a_start_after_the_run_closed_takes_the_next_number(store: Store) -> Non
         tx.close_run(first, "completed", result=1)
     second, created = _start(store, "wf-b", continued_from=first)
     assert (second, created) == ("wf-b/2", True)
-    [row] = _rows(store, runs, runs.c.run_id == second)
+    [row] = rows(store, runs, runs.c.run_id == second)
     assert row.continued_from == first
 
 
@@ -116,17 +100,17 @@ def test_closing_a_run_stops_its_tasks_and_timers_and_clears_its_jobs(store: Sto
         tx.close_run(run_id, "failed", error={"message": "boom"})
         retracted = len(tx.jobs)
 
-    by_id = {t.id: t for t in _rows(store, tasks, tasks.c.run_id == run_id)}
+    by_id = {t.id: t for t in rows(store, tasks, tasks.c.run_id == run_id)}
     assert (by_id[queued].status, by_id[queued].cancel_requested) == ("cancelled", False)
     assert by_id[queued].closed_at is not None
     assert (by_id[running].status, by_id[running].cancel_requested) == ("running", True)
     assert by_id[running].closed_at is None
     assert (by_id[done].status, by_id[done].cancel_requested) == ("completed", False)
-    assert [t.status for t in _rows(store, timers, timers.c.run_id == run_id)] == ["cancelled"]
+    assert [t.status for t in rows(store, timers, timers.c.run_id == run_id)] == ["cancelled"]
     # No job of the run is left (the running task's was consumed by its claim).
-    assert _rows(store, outbox) == []
+    assert rows(store, outbox) == []
     assert retracted >= 3  # the timer's, the queued task's and the workflow task's jobs
-    [run] = _rows(store, runs, runs.c.run_id == run_id)
+    [run] = rows(store, runs, runs.c.run_id == run_id)
     assert (run.status, run.active_key, run.pending_task) == ("failed", None, False)
 
 
@@ -136,20 +120,20 @@ def test_a_claim_writes_its_attempt_and_consumes_its_job(store: Store) -> None:
     claim = store.claim_activity(task_id, worker_id="w1", code_version="v1", can_run={"act"})
     assert claim is not None and (claim.attempt, claim.token) == (1, 1)
     assert claim.input == {"i": 2} and claim.workflow_id == "wf-d"
-    [attempt] = _rows(store, attempts, attempts.c.task_id == task_id)
+    [attempt] = rows(store, attempts, attempts.c.task_id == task_id)
     assert (attempt.attempt, attempt.fencing_token, attempt.worker_id) == (1, 1, "w1")
-    assert _rows(store, outbox, outbox.c.kind == "activity") == []
+    assert rows(store, outbox, outbox.c.kind == "activity") == []
     # Not due any more: a second claim takes nothing and writes nothing.
     assert store.claim_activity(task_id, worker_id="w2", code_version="v1") is None
-    assert len(_rows(store, attempts, attempts.c.task_id == task_id)) == 1
+    assert len(rows(store, attempts, attempts.c.task_id == task_id)) == 1
 
 
 def test_a_claim_for_another_activity_writes_nothing(store: Store) -> None:
     run_id, _ = _start(store, "wf-e")
     task_id = _schedule(store, run_id, 2)
     assert store.claim_activity(task_id, worker_id="w", code_version="v", can_run={"x"}) is None
-    assert _rows(store, attempts, attempts.c.task_id == task_id) == []
-    assert len(_rows(store, outbox, outbox.c.kind == "activity")) == 1
+    assert rows(store, attempts, attempts.c.task_id == task_id) == []
+    assert len(rows(store, outbox, outbox.c.kind == "activity")) == 1
 
 
 def test_a_stale_completion_ends_no_attempt(store: Store) -> None:
@@ -159,12 +143,12 @@ def test_a_stale_completion_ends_no_attempt(store: Store) -> None:
     assert claim is not None
     with store.transaction() as tx:
         assert store._accept_result(tx, task_id, claim.token + 1, "late", "completed") is None
-    [attempt] = _rows(store, attempts, attempts.c.task_id == task_id)
+    [attempt] = rows(store, attempts, attempts.c.task_id == task_id)
     assert attempt.finished_at is None and attempt.outcome is None
     store.complete_activity(task_id, claim.token, "ok")
-    [attempt] = _rows(store, attempts, attempts.c.task_id == task_id)
+    [attempt] = rows(store, attempts, attempts.c.task_id == task_id)
     assert attempt.outcome == "completed" and attempt.error is None
-    [task] = _rows(store, tasks, tasks.c.id == task_id)
+    [task] = rows(store, tasks, tasks.c.id == task_id)
     assert (task.status, task.result) == ("completed", "ok")
 
 
@@ -188,8 +172,8 @@ def test_an_eager_schedule_writes_the_claimed_task_and_its_attempt(store: Store)
             is None
         )
     assert offer.taken is not None and (offer.taken.task_id, offer.taken.token) == (task_id, 1)
-    [task] = _rows(store, tasks, tasks.c.run_id == run_id)
+    [task] = rows(store, tasks, tasks.c.run_id == run_id)
     assert (task.status, task.attempt, task.fencing_token, task.worker_id) == ("running", 1, 1, "w")
-    [attempt] = _rows(store, attempts, attempts.c.task_id == task_id)
+    [attempt] = rows(store, attempts, attempts.c.task_id == task_id)
     assert (attempt.attempt, attempt.fencing_token, attempt.worker_id) == (1, 1, "w")
-    assert _rows(store, outbox, outbox.c.kind == "activity") == []
+    assert rows(store, outbox, outbox.c.kind == "activity") == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
@@ -50,6 +51,13 @@ class StoreBase:
     def reading(self) -> Iterator[Connection]:
         """A connection for reads only: on SQLite its transaction does not take
         the write lock (see ``app/engine/_db.py``), so readers never queue
-        behind writers. Nothing written on it may be committed."""
+        behind writers. On PostgreSQL it is in autocommit: at read committed
+        every statement reads a snapshot of its own, in a transaction or not,
+        so ``BEGIN`` and the closing ``ROLLBACK`` would buy nothing but two
+        round trips. Nothing may be written on it (on PostgreSQL a write would
+        commit at once)."""
+        options: dict[str, Any] = {READ_ONLY: True}
+        if self.engine.dialect.name == "postgresql":
+            options["isolation_level"] = "AUTOCOMMIT"
         with self.engine.connect() as conn:
-            yield conn.execution_options(**{READ_ONLY: True})
+            yield conn.execution_options(**options)

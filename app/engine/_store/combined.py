@@ -13,7 +13,9 @@ sent here as one statement with data-modifying CTEs:
 - a scheduled activity inserted already claimed and its attempt's row
   (``SCHEDULE_CLAIMED``);
 - a closed run's work stopped: its queued tasks cancelled, its running ones
-  asked to stop, its timers cancelled and its jobs dropped (``STOP_RUN_WORK``).
+  asked to stop, its timers cancelled and its jobs dropped (``STOP_RUN_WORK``);
+- a run's start: its row, its ``workflow_started`` event and its first
+  workflow task's job (``START_AND_QUEUE``).
 
 Each later part reads the first part's ``RETURNING`` rows, so it writes
 nothing when the first part matched nothing (a stale token, a task not due,
@@ -29,6 +31,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Float,
     Select,
     String,
     Update,
@@ -36,6 +39,7 @@ from sqlalchemy import (
     cast,
     delete,
     exists,
+    func,
     insert,
     literal,
     or_,
@@ -44,12 +48,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningDelete
 
-from app.engine._store.schema import attempts, outbox, tasks
+from app.engine import _history_commands as ev
+from app.engine._jobs import WORKFLOW_TASK
+from app.engine._store.schema import attempts, events, outbox, tasks
 from app.engine._store.statements import (
     CANCEL_RUN_TIMERS,
     CLAIM,
     CLAIM_ONLY,
     COMPLETE_TASK,
+    START_RUN,
     STOP_RUN_TASKS,
 )
 
@@ -186,6 +193,52 @@ def _stop_run_work() -> ReturningDelete[Any, Any, Any]:
 #: ``STOP_RUN_TASKS``, ``CANCEL_RUN_TIMERS`` and the drop of the run's jobs
 #: (``Tx.stop_run_work``); returns the dropped jobs.
 STOP_RUN_WORK: ReturningDelete[Any, Any, Any] = _stop_run_work()
+
+
+def job_row_from(job_id: Any, kind: Any, ref: Any, queue: Any) -> Any:
+    """An outbox row for a job due now, from the columns of the rows another
+    part of the statement returns, as ``Tx.add_job`` writes it: created and
+    relayable at ``p_now``, never relayed; a second write of its job id is a
+    no-op (``ADD_JOB``)."""
+    now = bindparam("p_now", type_=Float)
+    return (
+        pg_insert(outbox)
+        .from_select(
+            ["job_id", "kind", "ref", "queue", "not_before", "created_at", "relays", "relay_at"],
+            select(job_id, kind, ref, queue, literal(0.0), now, literal(0), now),
+            include_defaults=False,
+        )
+        .on_conflict_do_nothing()
+    )
+
+
+def _start_and_queue() -> Select[Any]:
+    started = START_RUN["postgresql"].cte("started")
+    now = bindparam("p_now", type_=Float)
+    logged = insert(events).from_select(
+        ["run_id", "seq", "type", "data", "created_at"],
+        select(
+            started.c.run_id,
+            literal(1),
+            literal(ev.WORKFLOW_STARTED),
+            bindparam("p_started", type_=events.c.data.type),
+            now,
+        ),
+    )
+    # ``workflow_task_job(run_id, 1, queue)``, as ``Tx.add_job`` writes it.
+    queued = job_row_from(
+        func.concat("wft:", started.c.run_id, ":1"),
+        literal(WORKFLOW_TASK),
+        started.c.run_id,
+        bindparam("p_queue", type_=String),
+    )
+    return select(started.c.run_id).add_cte(logged.cte("logged"), queued.cte("queued"))
+
+
+#: ``START_RUN`` (PostgreSQL) with its first event and its first workflow
+#: task's job: the new run's id, or no row (and nothing written) when a run
+#: is active for the workflow id.
+START_AND_QUEUE: Select[Any] = _start_and_queue()
 
 
 def schedule_claimed_params(row: dict[str, Any]) -> dict[str, Any]:

@@ -26,31 +26,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.exc import DBAPIError
 
-from app.engine import _history_commands as ev
 from app.engine._errors import StaleLease
-from app.engine._history_commands import HistoryCommand, RecordedEvent
-from app.engine._jobs import Job, activity_job
-from app.engine._policy import ActivityOptions
+from app.engine._history_commands import RecordedEvent
+from app.engine._jobs import Job
 from app.engine._replay import WorkflowTaskResult
 from app.engine._store.activities import ActivityAttempts
-from app.engine._store.combined import schedule_claimed_params
-from app.engine._store.eager import EagerOffer, first_attempt
-from app.engine._store.one_statement import (
-    FUSED_STEP_CLAIMED,
-    FUSED_STEP_QUEUED,
-    QUEUED_TASK_COLUMNS,
-    is_refusal,
-)
+from app.engine._store.closing import closing_outcome
+from app.engine._store.eager import EagerOffer
+from app.engine._store.one_statement import Completion, steady_schedule
 from app.engine._store.rows import Claim, RunRow
 from app.engine._store.schema import tasks
 from app.engine._store.statements import TASK_BY_OPERATION
-from app.engine._store.workflow_tasks import (
-    WorkflowTasks,
-    scheduled_event_data,
-    scheduled_task_row,
-)
+from app.engine._store.workflow_tasks import WorkflowTasks
 
 
 @dataclass(frozen=True)
@@ -82,13 +70,13 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
         cached execution, in one transaction. None, with nothing written, when
         the run's history is no longer ``run.history_length``. Raises
         :class:`StaleLease` when ``claim``'s token is not current."""
-        steady = _steady_schedule(step)
-        if steady is not None and self.engine.dialect.name == "postgresql":
-            continued = self._step_in_one_statement(claim, result, run, completed, steady, offer)
+        if self.engine.dialect.name == "postgresql":
+            continued = self._in_one_statement(claim, result, run, completed, step, offer)
             if continued is not None:
                 return continued
-            # A stale token, a moved history or a taken operation id: nothing
-            # was written, and the transaction below handles each as ever.
+            # Not a step that fits one statement, or a stale token, a moved
+            # history or a taken operation id: nothing was written, and the
+            # transaction below handles each as ever.
         stale = False
         jobs: list[Job] = []
         try:
@@ -124,62 +112,30 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
             )
         return Continued(jobs, offer.taken if offer is not None else None)
 
-    def _step_in_one_statement(
+    def _in_one_statement(
         self,
         claim: Claim,
         result: Any,
         run: RunRow,
         completed: RecordedEvent,
-        command: HistoryCommand,
+        step: WorkflowTaskResult,
         offer: EagerOffer | None,
     ) -> Continued | None:
-        """The steady step as one statement in autocommit: one round trip (see
-        ``_store/one_statement.py``). None, with nothing written, when it
-        could not be written so."""
-        now = self.clock()
-        activity = command.attrs["activity"]
-        row = scheduled_task_row(run.run_id, command, now)
-        claims = offer is not None and offer.wants(activity)
-        if offer is not None and claims:
-            options = ActivityOptions.from_json(command.attrs["options"])
-            row |= offer.claimed_row(options, now)
-            statement, task_params = FUSED_STEP_CLAIMED, schedule_claimed_params(row)
+        """A steady step or a run's close as one statement (PostgreSQL); None,
+        with nothing written, for any other step or when it could not be
+        written so."""
+        steady = steady_schedule(step)
+        if steady is not None:
+            completion = Completion(claim, result, completed)
+            jobs = self._schedule_in_one_statement(run, steady, offer, completion)
         else:
-            task_params = {f"t_{name}": row[name] for name in QUEUED_TASK_COLUMNS}
-            statement = FUSED_STEP_QUEUED
-        params = {
-            "p_task": claim.task_id,
-            "p_token": claim.token,
-            "p_result": result,
-            "p_now": now,
-            "p_run": run.run_id,
-            "p_expected": run.history_length,
-            "p_length": completed.seq + 1,
-            "e1_seq": completed.seq,
-            "e1_type": completed.type,
-            "e1_data": completed.data,
-            "e2_seq": completed.seq + 1,
-            "e2_type": command.type,
-            "e2_data": scheduled_event_data(command),
-        } | task_params
-        # One statement is its own transaction: a crash "inside" it leaves
-        # nothing, as a crash before it does.
-        self.faults.hit("fused.mid_commit")
-        self.faults.hit("workflow_task.mid_commit")
-        try:
-            with self.one_statement() as tx:
-                written = tx.conn.execute(statement, params).one()
-        except DBAPIError as exc:
-            if is_refusal(exc):
+            closing = closing_outcome(step)
+            if closing is None:
                 return None
-            raise
-        if written.task_id is None:
-            return None  # a stale token: nothing matched
-        task_id = int(written.task_id)
-        if offer is None or not claims:
-            return Continued([activity_job(task_id, 1, activity=activity)], None)
-        offer.taken = first_attempt(now, task_id, run, command)
-        return Continued([], offer.taken)
+            jobs = self._close_after_result(claim, result, run, completed, closing)
+        if jobs is None:
+            return None
+        return Continued(jobs, offer.taken if offer is not None else None)
 
     def fused_outcome(
         self, claim: Claim, worker_id: str, eager_operation: str | None
@@ -215,18 +171,3 @@ class FusedSteps(WorkflowTasks, ActivityAttempts):
             and row.worker_id == worker_id
         )
         return int(row.id) if held and row is not None else None
-
-
-def _steady_schedule(step: WorkflowTaskResult) -> HistoryCommand | None:
-    """The one command of a steady step: a workflow task that only schedules
-    one activity. None for any other step."""
-    if (
-        len(step.commands) != 1
-        or step.outcome is not None
-        or step.cancel_phase
-        or step.cancel_delivered
-        or step.park_reason is not None
-    ):
-        return None
-    command = step.commands[0]
-    return command if command.type == ev.ACTIVITY_SCHEDULED else None

@@ -13,7 +13,7 @@ from app.engine._history_commands import RecordedEvent
 from app.engine._store.base import StoreBase
 from app.engine._store.rows import RunRow, run_row
 from app.engine._store.schema import attempts, counters, runs, tasks
-from app.engine._store.statements import LOAD_EVENTS, LOAD_RUN
+from app.engine._store.statements import LOAD_EVENTS, LOAD_RUN, LOAD_TASK
 from app.engine._tables import OPEN_STATUSES
 
 P = ParamSpec("P")
@@ -50,11 +50,13 @@ class Reads(StoreBase):
     def load_task(
         self, run_id: str, *, after: int = 0
     ) -> tuple[RunRow | None, list[RecordedEvent]]:
-        """What a workflow task needs, on one connection and in one transaction:
-        the run and, while it is open, its events after ``after`` up to the
-        history length read (none for a closed run). Events appended after the
-        run row was read are left out (PostgreSQL's read-committed statements
-        may see them): the task replays exactly what its guarded commit expects."""
+        """What a workflow task needs, on one connection: the run and, while
+        it is open, its events after ``after`` up to the history length read
+        (none for a closed run). Events appended after the run row was read
+        are left out (the second statement, read committed, may see them):
+        the task replays exactly what its guarded commit expects."""
+        if self.engine.dialect.name == "postgresql":
+            return self._load_task_at_once(run_id, after)
         with self.reading() as conn:
             row = conn.execute(LOAD_RUN, {"p_run": run_id}).first()
             if row is None or row.status not in OPEN_STATUSES:
@@ -62,6 +64,19 @@ class Reads(StoreBase):
             run = run_row(row)
             found = _events(conn, run_id, after)
         return run, [event for event in found if event.seq <= run.history_length]
+
+    def _load_task_at_once(
+        self, run_id: str, after: int
+    ) -> tuple[RunRow | None, list[RecordedEvent]]:
+        """``load_task`` as one statement (one round trip, one snapshot)."""
+        with self.reading() as conn:
+            row = conn.execute(LOAD_TASK, {"p_run": run_id, "p_after": after}).first()
+        if row is None:
+            return None, []
+        found = row.new_events or []
+        return run_row(row), [
+            RecordedEvent(seq=e["seq"], type=e["type"], data=e["data"]) for e in found
+        ]
 
     @retried_once
     def find_run(self, key: str) -> RunRow | None:

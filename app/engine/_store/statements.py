@@ -30,6 +30,7 @@ from sqlalchemy import (
     insert,
     select,
 )
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -100,6 +101,9 @@ def _start_run(dialect_insert: Any) -> Insert:
             history_length=1,
             pending_task=True,
             deadline_at=bindparam("p_deadline", type_=Float),
+            # Given, not left to the column's Python-side default: that would
+            # be a parameter nobody fills inside a CTE (``START_AND_QUEUE``).
+            deadline_notified=False,
             continued_from=bindparam("p_continued_from", type_=String),
             created_at=bindparam("p_now", type_=Float),
             updated_at=bindparam("p_now", type_=Float),
@@ -115,6 +119,35 @@ def _start_run(dialect_insert: Any) -> Insert:
 #: A new run, numbered after the workflow id's earlier runs (``<id>/<n>``),
 #: unless one is active for the workflow id: then nothing is written.
 START_RUN: dict[str, Insert] = _per_dialect(_start_run(pg_insert), _start_run(sqlite_insert))
+
+
+def _load_task() -> Select[Any]:
+    new_events = (
+        select(
+            func.json_agg(
+                aggregate_order_by(
+                    func.json_build_object(
+                        "seq", events.c.seq, "type", events.c.type, "data", events.c.data
+                    ),
+                    events.c.seq,
+                )
+            )
+        )
+        .where(
+            events.c.run_id == runs.c.run_id,
+            events.c.seq > bindparam("p_after"),
+            events.c.seq <= runs.c.history_length,
+            runs.c.status.in_(OPEN_STATUSES),
+        )
+        .scalar_subquery()
+    )
+    return select(runs, new_events.label("new_events")).where(runs.c.run_id == bindparam("p_run"))
+
+
+#: PostgreSQL: the run and, while it is open, its events after ``p_after``
+#: up to its history length (``new_events``: a JSON array in order, or
+#: NULL), in one statement and so from one snapshot (``Reads.load_task``).
+LOAD_TASK: Select[Any] = _load_task()
 
 LOAD_EVENTS: Select[Any] = (
     select(events.c.seq, events.c.type, events.c.data)
@@ -168,8 +201,10 @@ GUARDED_CLOSE: Update = _GUARDED.values(
     pending_task=False,
     updated_at=bindparam("p_now"),
     status=bindparam("p_status"),
-    result=bindparam("p_result"),
-    error=bindparam("p_error"),
+    # Not ``p_result``: a close fused with a completion (``_store/closing.py``)
+    # binds that to the activity's result.
+    result=bindparam("p_run_result"),
+    error=bindparam("p_run_error"),
     active_key=None,
     closed_at=bindparam("p_now"),
 )

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.engine import _history_commands as ev
 from app.engine._jobs import Job, retractions, workflow_queue, workflow_task_job
-from app.engine._store.combined import STOP_RUN_WORK, dialect_has_ctes
+from app.engine._store.combined import START_AND_QUEUE, STOP_RUN_WORK, dialect_has_ctes
 from app.engine._store.rows import RunRow, StartResult, run_row
 from app.engine._store.schema import counters, outbox, runs, signals, tasks
 from app.engine._store.statements import (
@@ -183,14 +183,6 @@ class Tx:
             "p_continued_from": continued_from,
             "p_now": self.now,
         }
-        run_id = self.conn.execute(START_RUN[self.conn.dialect.name], params).scalar()
-        if run_id is None:
-            active = self.active_run(workflow_id)
-            if active is None:
-                # A concurrent start took this run number, and its run has
-                # closed already: nothing to report as the active run.
-                raise RuntimeError(f"a concurrent start of {workflow_id!r} took its run number")
-            return StartResult(active.run_id, created=False)
         started = {
             "input": input,
             "workflow": workflow_name,
@@ -199,9 +191,26 @@ class Tx:
         }
         if operator:
             started["operator"] = operator
-        self.insert_event(run_id, 1, ev.WORKFLOW_STARTED, started)
-        self.add_job(workflow_task_job(run_id, 1, workflow_queue(workflow_name, workflow_version)))
-        return StartResult(run_id, created=True)
+        queue = workflow_queue(workflow_name, workflow_version)
+        if dialect_has_ctes(self.conn):
+            # The run, its first event and its job in one statement.
+            whole = params | {"p_started": started, "p_queue": queue}
+            run_id = self.conn.execute(START_AND_QUEUE, whole).scalar()
+            if run_id is not None:
+                self.jobs.append(workflow_task_job(run_id, 1, queue))
+        else:
+            run_id = self.conn.execute(START_RUN[self.conn.dialect.name], params).scalar()
+            if run_id is not None:
+                self.insert_event(run_id, 1, ev.WORKFLOW_STARTED, started)
+                self.add_job(workflow_task_job(run_id, 1, queue))
+        if run_id is not None:
+            return StartResult(run_id, created=True)
+        active = self.active_run(workflow_id)
+        if active is None:
+            # A concurrent start took this run number, and its run has
+            # closed already: nothing to report as the active run.
+            raise RuntimeError(f"a concurrent start of {workflow_id!r} took its run number")
+        return StartResult(active.run_id, created=False)
 
     def signal(self, workflow_id: str, name: str, payload: Any, dedupe_key: str) -> bool:
         """Deliver a signal once per dedupe key; False if duplicate or no open run."""

@@ -12,9 +12,12 @@ from app.engine._jobs import Job, activity_job, timer_job
 from app.engine._policy import ActivityOptions
 from app.engine._registry import OPERATOR_RESUME
 from app.engine._replay import Outcome, WorkflowTaskResult
+from app.engine._store.closing import OneStatementClose, closing_outcome, terminal_event_data
 from app.engine._store.eager import EagerClaims, EagerOffer
+from app.engine._store.one_statement import OneStatementSteps, steady_schedule
 from app.engine._store.rows import RunRow
 from app.engine._store.run_commands import RunCommands
+from app.engine._store.scheduled import scheduled_event_data, scheduled_task_row
 from app.engine._store.schema import (
     TERMINAL_EVENT,
     outbox,
@@ -38,7 +41,7 @@ from app.engine._tables import (
 )
 
 
-class WorkflowTasks(EagerClaims, RunCommands):
+class WorkflowTasks(EagerClaims, RunCommands, OneStatementClose, OneStatementSteps):
     def commit_workflow_task(
         self, run: RunRow, step: WorkflowTaskResult, *, offer: EagerOffer | None = None
     ) -> list[Job] | None:
@@ -48,6 +51,20 @@ class WorkflowTasks(EagerClaims, RunCommands):
 
         The history cap (``max_history_events``) is the workflow's to enforce
         (``should_continue_as_new``), so the commit takes no such parameter."""
+        if self.engine.dialect.name == "postgresql":
+            # A run's close, or a task that schedules one activity (a run's
+            # first), in one round trip (``_store/closing.py``,
+            # ``_store/one_statement.py``).
+            closing = closing_outcome(step)
+            if closing is not None:
+                return self._close_alone(run, closing)
+            steady = steady_schedule(step)
+            if steady is not None:
+                written = self._schedule_in_one_statement(run, steady, offer)
+                if written is not None:
+                    return written
+            # Not such a task, or a moved history or taken operation id:
+            # nothing was written, and the transaction handles each as ever.
         with self.transaction() as tx:
             if not self._write_step(tx, run, step, expected=run.history_length, offer=offer):
                 return None  # nothing written yet: the empty transaction commits harmlessly
@@ -112,8 +129,8 @@ class WorkflowTasks(EagerClaims, RunCommands):
             if outcome.status not in PARKED_STATUSES:
                 closing = {
                     "p_status": outcome.status,
-                    "p_result": outcome.result,
-                    "p_error": outcome.error,
+                    "p_run_result": outcome.result,
+                    "p_run_error": outcome.error,
                 }
                 return bool(tx.conn.execute(GUARDED_CLOSE, params | closing).rowcount)
         values: dict[str, Any] = {
@@ -241,11 +258,7 @@ class WorkflowTasks(EagerClaims, RunCommands):
         }
 
     def _write_outcome(self, tx: Tx, run: RunRow, seq: int, outcome: Outcome) -> None:
-        data: dict[str, Any] = {"status": outcome.status}
-        if outcome.result is not None:
-            data["result"] = outcome.result
-        if outcome.error is not None:
-            data["error"] = outcome.error
+        data = terminal_event_data(outcome)
         tx.defer_event(run.run_id, seq, TERMINAL_EVENT[outcome.status], data)
         # The run's row was closed by the guard (``_guard``).
         if outcome.status not in PARKED_STATUSES:
@@ -311,34 +324,3 @@ class WorkflowTasks(EagerClaims, RunCommands):
                 .where(runs.c.run_id == run_id, runs.c.status.not_in(OPEN_STATUSES))
                 .values(pending_task=False)
             )
-
-
-def scheduled_task_row(run_id: str, command: HistoryCommand, now: float) -> dict[str, Any]:
-    """The task row's columns of an ``activity_scheduled`` command, queued."""
-    attrs = command.attrs
-    timeouts = ActivityOptions.from_json(attrs["options"]).timeouts
-    return {
-        "run_id": run_id,
-        "cmd": command.cmd,
-        "activity": attrs["activity"],
-        "operation_id": attrs["operation_id"],
-        "input": attrs["input"],
-        "input_hash": attrs["input_hash"],
-        "options": attrs["options"],
-        "has_reconcile": bool(attrs.get("has_reconcile")),
-        "status": "scheduled",
-        "scheduled_at": now,
-        "next_attempt_at": now,
-        "schedule_to_start_deadline": (
-            now + timeouts.schedule_to_start if timeouts.schedule_to_start else None
-        ),
-        "schedule_to_close_deadline": (
-            now + timeouts.schedule_to_close if timeouts.schedule_to_close else None
-        ),
-    }
-
-
-def scheduled_event_data(command: HistoryCommand) -> dict[str, Any]:
-    """An ``activity_scheduled`` event's data: the input lives in the task row,
-    history keeps its hash only."""
-    return {k: v for k, v in command.to_event_data().items() if k not in ("input", "options")}
