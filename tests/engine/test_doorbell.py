@@ -7,6 +7,7 @@ poll), not speed measurements."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -133,29 +134,21 @@ class _CountingFullPolls(Consumer):
         await super()._poll_iteration()
 
 
-async def test_a_full_consumer_polls_again_when_a_slot_frees(redis_url: str) -> None:
-    """Rung while all its slots are busy, a consumer skips the read; the slot
-    that frees must wake it, or the job waits out the poll delay. The delay
-    here is an hour, so the second job starts only if the freed slot woke
-    the consumer: the test waits on that, not on a time window (it once
-    asserted "within 2.5 s of the first", a margin a loaded full run could
-    eat on its own)."""
+@contextlib.asynccontextmanager
+async def _lone_consumer(
+    kind: type[Consumer], redis_url: str, queue: str, max_jobs: int, hold: Callable[..., Any]
+) -> AsyncIterator[tuple[Any, Doorbell, Any]]:
+    """A consumer of ``queue`` running arq's ``hold`` jobs, with its doorbell
+    subscribed and an hour's poll delay: a job starts only when a ring or a
+    wake makes it poll. Yields the consumer, its doorbell and a pool."""
     settings = redis_settings(redis_url)
-    started: set[str] = set()
-    release = asyncio.Event()
-
-    async def hold(ctx: dict[str, Any], name: str, held: bool) -> None:
-        started.add(name)
-        if held:
-            await release.wait()
-
-    bell = Doorbell(settings, ["full"])
+    bell = Doorbell(settings, [queue])
     bell.start()
-    consumer = _CountingFullPolls(
+    consumer = kind(
         functions=[func(hold, name="hold")],
-        queue_name="full",
+        queue_name=queue,
         redis_settings=settings,
-        max_jobs=1,
+        max_jobs=max_jobs,
         poll_delay=3600,
         handle_signals=False,
         doorbell=bell,
@@ -164,6 +157,35 @@ async def test_a_full_consumer_polls_again_when_a_slot_frees(redis_url: str) -> 
     task = asyncio.create_task(consumer.async_run())
     try:
         await asyncio.wait_for(bell.subscribed.wait(), 10)
+        yield consumer, bell, pool
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await consumer.close()
+        await bell.stop()
+        await pool.aclose()
+
+
+async def test_a_full_consumer_polls_again_when_a_slot_frees(redis_url: str) -> None:
+    """Rung while all its slots are busy, a consumer skips the read; the slot
+    that frees must wake it, or the job waits out the poll delay. The delay
+    here is an hour, so the second job starts only if the freed slot woke
+    the consumer: the test waits on that, not on a time window (it once
+    asserted "within 2.5 s of the first", a margin a loaded full run could
+    eat on its own)."""
+    started: set[str] = set()
+    release = asyncio.Event()
+
+    async def hold(ctx: dict[str, Any], name: str, held: bool) -> None:
+        started.add(name)
+        if held:
+            await release.wait()
+
+    async with _lone_consumer(_CountingFullPolls, redis_url, "full", 1, hold) as (
+        consumer,
+        bell,
+        pool,
+    ):
         await _enqueue(pool, "first", True)
         await _until(lambda: "first" in started)
         await pool.enqueue_job("hold", "second", False, _queue_name="full")
@@ -174,12 +196,6 @@ async def test_a_full_consumer_polls_again_when_a_slot_frees(redis_url: str) -> 
         await _until(lambda: consumer.full_polls > polls)
         release.set()
         await _until(lambda: "second" in started, timeout=60)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await consumer.close()
-        await bell.stop()
-        await pool.aclose()
 
 
 class _SlotFreesDuringTake(Consumer):
@@ -203,8 +219,7 @@ async def test_a_slot_that_frees_during_a_take_is_filled_at_once(redis_url: str)
     wake the consumer for; if the take then fills its count and leaves a
     due job in Redis, the consumer must poll again at once, not wait out
     the poll delay (an hour here) with a slot idle. Once cost a worker half
-    its throughput (docs/benchmarks.md, "Tried and reverted")."""
-    settings = redis_settings(redis_url)
+    its throughput (docs/benchmarks.md, "The poll and the take in one script")."""
     started: set[str] = set()
     released = {name: asyncio.Event() for name in ("a", "b", "c")}
 
@@ -212,41 +227,27 @@ async def test_a_slot_that_frees_during_a_take_is_filled_at_once(redis_url: str)
         started.add(name)
         await released[name].wait()
 
-    bell = Doorbell(settings, ["slots"])
-    bell.start()
-    consumer = _SlotFreesDuringTake(
-        functions=[func(hold, name="hold")],
-        queue_name="slots",
-        redis_settings=settings,
-        max_jobs=2,
-        poll_delay=3600,
-        handle_signals=False,
-        doorbell=bell,
-    )
-    pool = await create_pool(settings)
-    task = asyncio.create_task(consumer.async_run())
-    try:
-        await asyncio.wait_for(bell.subscribed.wait(), 10)
-        await pool.enqueue_job("hold", "a", _queue_name="slots")
-        await ring(pool, ["slots"])
-        await _until(lambda: "a" in started)
-        # One slot free, two jobs due; "a" ends during the take, which then
-        # takes one of them (its count) and leaves the other behind.
-        await pool.enqueue_job("hold", "b", _queue_name="slots")
-        await pool.enqueue_job("hold", "c", _queue_name="slots")
-        consumer.free_first = released["a"]
-        bell.wake("slots")
-        await _until(lambda: {"b", "c"} <= started)
-    finally:
-        for event in released.values():
-            event.set()
-        # Let the jobs end before the consumer is cancelled (it would cancel them).
-        await asyncio.wait_for(asyncio.gather(*consumer.tasks.values()), 15)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await consumer.close()
-        await bell.stop()
-        await pool.aclose()
+    async with _lone_consumer(_SlotFreesDuringTake, redis_url, "slots", 2, hold) as (
+        consumer,
+        bell,
+        pool,
+    ):
+        try:
+            await pool.enqueue_job("hold", "a", _queue_name="slots")
+            await ring(pool, ["slots"])
+            await _until(lambda: "a" in started)
+            # One slot free, two jobs due; "a" ends during the take, which
+            # then takes one of them (its count) and leaves the other behind.
+            await pool.enqueue_job("hold", "b", _queue_name="slots")
+            await pool.enqueue_job("hold", "c", _queue_name="slots")
+            consumer.free_first = released["a"]
+            bell.wake("slots")
+            await _until(lambda: {"b", "c"} <= started)
+        finally:
+            for event in released.values():
+                event.set()
+            # The jobs end before the consumer is cancelled (it would cancel them).
+            await asyncio.wait_for(asyncio.gather(*consumer.tasks.values()), 15)
 
 
 async def _enqueue(pool: Any, name: str, held: bool) -> None:
