@@ -129,16 +129,28 @@ async def run_git_bytes(
     raises for a non-zero exit; raises :class:`GitTimeout` after killing the
     process group when ``time_limit`` passes."""
     argv = ("git", *args)
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        # Own process group: a timeout kills git-remote-https and friends too.
-        start_new_session=True,
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            # Own process group: a timeout kills git-remote-https and friends too.
+            start_new_session=True,
+        )
     )
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # A cancel inside the spawn would make asyncio kill git alone and then
+        # wait for its pipes, which git's helpers (a git-remote-https stuck on
+        # the network) hold open for as long as they live: let the spawn end,
+        # then kill the whole group.
+        with contextlib.suppress(OSError):  # the spawn failed: nothing to kill
+            await _kill(await spawn)
+        raise
     try:
         out, err = await asyncio.wait_for(proc.communicate(input), time_limit)
     except TimeoutError:

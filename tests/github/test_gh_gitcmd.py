@@ -3,7 +3,9 @@ with secrets redacted, and a git that hangs killed with its helpers."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +50,38 @@ async def test_a_git_that_hangs_is_killed_with_its_process_group(tmp_path: Path)
         )
     helper = int(pid_file.read_text())
     # Killed at once; gone (reaped, or a zombie: state Z) a moment later.
+    await wait_until(f"the helper {helper} to die", lambda: not _alive(helper), timeout=10)
+
+
+async def test_a_cancel_during_the_spawn_kills_the_process_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel that lands while asyncio is still setting git up (its pipes)
+    must not leave git's process group behind: asyncio would kill git alone,
+    then wait for the pipes its helpers hold open, for as long as they live.
+    Here the spawn lingers after git started, so the cancel lands inside it."""
+    pid_file = tmp_path / "helper.pid"
+    hang = f"!sh -c 'echo $$ > {pid_file}; exec sleep 60'"
+    real_spawn = asyncio.create_subprocess_exec
+    spawned, finish = asyncio.Event(), asyncio.Event()
+
+    async def lingering_spawn(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        proc = await real_spawn(*args, **kwargs)
+        spawned.set()
+        await finish.wait()
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", lingering_spawn)
+    running = asyncio.create_task(
+        run_git_bytes(["-c", f"alias.hang={hang}", "hang"], cwd=tmp_path, env=git_env())
+    )
+    await spawned.wait()
+    await wait_until("the helper to start", lambda: pid_file.exists() and pid_file.read_text())
+    running.cancel()
+    finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    helper = int(pid_file.read_text())
     await wait_until(f"the helper {helper} to die", lambda: not _alive(helper), timeout=10)
 
 
