@@ -81,7 +81,7 @@ from app.github.forks import Account, ForkRefused, ProposalAccounts, Ready, ensu
 from app.github.gitcmd import FetchOutcome, fetch_commit, git_env, init_bare, run_git
 from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
-from app.github.objcache import CacheKey, ObjectCache, ObjectFetchError, borrow, cache_key_of
+from app.github.objcache import FetchAccess, ObjectCache, ObjectFetchError, borrow
 from app.github.publish import (
     Identity,
     Patch,
@@ -163,31 +163,24 @@ _WRITE = {"contents": "write"}
 
 async def _git_token(
     access: GitHubAccess, installation_id: int, repo: str, permissions: dict[str, str]
-) -> str:
+) -> str | None:
     """A token for the run's one repository with ``permissions`` only."""
     return (await _fetch_access(access, installation_id, repo, permissions)).token
 
 
-@dataclass(frozen=True)
-class _FetchAccess:
-    token: str
-    #: Whose objects a fetch with ``token`` reads (the repository's id, as minted).
-    key: CacheKey | None
-
-
 async def _fetch_access(
     access: GitHubAccess, installation_id: int, repo: str, permissions: dict[str, str]
-) -> _FetchAccess:
+) -> FetchAccess:
     """:func:`_git_token`, with the cache key of the repository it was minted for."""
     token = await access.factory.installation_token(
         installation_id, repository=repo, permissions=permissions
     )
-    return _FetchAccess(token.token, cache_key_of(installation_id, token))
+    return FetchAccess.minted(installation_id, token)
 
 
 async def _branch_home(
     access: GitHubAccess, request: RepoInput, head_repo: str | None, permissions: dict[str, str]
-) -> tuple[str, str]:
+) -> tuple[str, str | None]:
     """The repository the run's branch lives in and a token for it: the base
     repository's installation, or the proposal account's for its fork."""
     if head_repo is None or head_repo == request.repo:
@@ -203,7 +196,7 @@ async def _base_objects(
     access: GitHubAccess,
     repo: str,
     base_sha: str,
-    fetch: _FetchAccess,
+    fetch: FetchAccess,
     into: Path,
     *,
     whole: bool = False,
@@ -481,7 +474,7 @@ class GitHubActivities:
         *,
         push: bool = False,
         whole: bool = False,
-    ) -> AsyncIterator[tuple[Path, str, str]]:
+    ) -> AsyncIterator[tuple[Path, str, str | None]]:
         """Build the commit in a fresh bare repository (``push``: with a token that
         may push to the base; ``whole``: holding the base's whole history)."""
         access = self.access

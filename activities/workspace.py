@@ -38,7 +38,7 @@ from app.engine import (
 from app.evidence import EvidenceRef, EvidenceStore
 from app.github.auth import InstallationToken
 from app.github.errors import SUSPENDED, InstallationSuspended
-from app.github.objcache import CacheKey, ObjectCache, ObjectFetchError, cache_key_of
+from app.github.objcache import FetchAccess, ObjectCache, ObjectFetchError
 from app.repo_config import (
     CONFIG_PATH,
     MAX_CONFIG_BYTES,
@@ -62,16 +62,6 @@ from app.workspace import (
 
 log = logging.getLogger("repairbot.activities")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class FetchAccess:
-    """How to fetch one repository: the token, and whose objects it reads
-    (``cache_key``: the worker's object cache may serve them; ``None``: it
-    may not, every workspace fetches)."""
-
-    token: str | None
-    cache_key: CacheKey | None = None
 
 
 class GitCredentials:
@@ -120,7 +110,7 @@ class InstallationGit(GitCredentials):
         if spec.installation_id is None:
             return FetchAccess(None)
         token = await self._token_for(spec.installation_id, spec.repo, FETCH_PERMISSIONS)
-        return FetchAccess(token.token, cache_key_of(spec.installation_id, token))
+        return FetchAccess.minted(spec.installation_id, token)
 
     async def suspended(self, spec: WorkspaceSpec) -> bool:
         if spec.installation_id is None or self._is_suspended is None:
@@ -208,11 +198,11 @@ async def _build(
     (the commit alone: more history or tags are fetched into the workspace)."""
     credentials = checkouts.credentials
     entry = None
-    if checkouts.objects is not None and access.cache_key is not None and depth == 1 and not tags:
+    if checkouts.objects is not None and access.key is not None and depth == 1 and not tags:
         try:
             entry = await objects.enter_async_context(
                 checkouts.objects.lease(
-                    access.cache_key,
+                    access.key,
                     spec.base_sha,
                     remote_url=spec.clone_url,
                     token=access.token,

@@ -76,6 +76,21 @@ def cache_key_of(installation_id: int, token: InstallationToken) -> CacheKey | N
     return CacheKey(installation_id, token.repository_ids[0])
 
 
+@dataclass(frozen=True)
+class FetchAccess:
+    """How to fetch one repository: the token (sent to its remote only) and
+    whose objects a fetch with it reads (``key``; ``None``: the cache may not
+    serve them, every fetch goes to the remote)."""
+
+    token: str | None
+    key: CacheKey | None = None
+
+    @classmethod
+    def minted(cls, installation_id: int, token: InstallationToken) -> FetchAccess:
+        """An installation token's access, keyed by the repository it was minted for."""
+        return cls(token.token, cache_key_of(installation_id, token))
+
+
 class ObjectFetchError(Exception):
     """The commit could not be fetched into the cache (``outcome`` says why)."""
 

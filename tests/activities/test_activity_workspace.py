@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from activities.workspace import FetchAccess, GitCredentials, InstallationGit
+from activities.workspace import GitCredentials, InstallationGit
 from app.config import Settings
 from app.contracts.workspace import WorkspaceSpec, prepare_workspace
 from app.engine._errors import PermanentError, TransientError
@@ -19,7 +19,7 @@ from app.evidence import DatabaseEvidenceStore, EvidenceStore
 from app.evidence.database import blobs
 from app.github.auth import InstallationToken
 from app.github.errors import InstallationSuspended
-from app.github.objcache import CacheKey, ObjectCache
+from app.github.objcache import CacheKey, FetchAccess, ObjectCache
 from app.repo_config import CheckoutConfig
 from app.sandbox.runner import Sandbox
 from tests.activities.support import Dependencies, RecordingContext, call
@@ -197,7 +197,7 @@ async def test_installation_credentials_ask_for_a_token_per_installation(
     # One repository, read-only: all a fetch needs.
     assert asked == [(42, "octo/calc", {"contents": "read"})] and access.token == "ghs_token"
     # Its objects are cached under the installation and the id the mint answered.
-    assert access.cache_key == CacheKey(42, 7)
+    assert access.key == CacheKey(42, 7)
     assert await creds.token(spec) is None
 
 
