@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine import TransientError
-from app.github.gitcmd import GitTimeout, git_env, init_bare, run_git
+from app.github.gitcmd import git_env, init_bare
 from app.github.publish import (
     PushVerdict,
     git_auth_config,
-    push_verdict,
+    push,
     qualify_branch,
     remote_ref,
 )
@@ -53,26 +53,22 @@ async def delete_branch_if_at(
     branch is still at ``expected_sha`` after the push (try again later).
     """
     ref = qualify_branch(branch)
-    secrets = [token] if token else []
     with tempfile.TemporaryDirectory(prefix="repairbot-delete-") as tmp:
         env = git_env(git_auth_config(remote_url, token))
         init_bare(Path(tmp))
-        try:
-            result = await run_git(
-                [
-                    "push",
-                    "--porcelain",
-                    f"--force-with-lease={ref}:{expected_sha}",
-                    remote_url,
-                    f":{ref}",
-                ],
-                cwd=Path(tmp),
-                env=env,
-                secrets=secrets,
-            )
-            verdict, detail = push_verdict(result, ref)
-        except GitTimeout as exc:
-            verdict, detail = PushVerdict.UNCLEAR, str(exc)
+        verdict, detail = await push(
+            [
+                "push",
+                "--porcelain",
+                f"--force-with-lease={ref}:{expected_sha}",
+                remote_url,
+                f":{ref}",
+            ],
+            ref,
+            cwd=Path(tmp),
+            env=env,
+            token=token,
+        )
     if verdict is PushVerdict.OK:
         return BranchDeletion(Deletion.DELETED, None)
     after = await remote_ref(remote_url, branch, token=token)

@@ -34,7 +34,7 @@ import enum
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -309,7 +309,7 @@ class PushVerdict(enum.Enum):
     UNCLEAR = "unclear"  # no per-ref verdict: it may or may not have happened
 
 
-def push_verdict(result: GitResult, ref: str) -> tuple[PushVerdict, str]:
+def _verdict(result: GitResult, ref: str) -> tuple[PushVerdict, str]:
     """Read git's porcelain status line for ``ref`` (see ``print_one_push_status`` in git)."""
     for line in result.stdout.splitlines():
         parts = line.split("\t")
@@ -328,6 +328,26 @@ def push_verdict(result: GitResult, ref: str) -> tuple[PushVerdict, str]:
         # "[remote failure] (remote failed to report status)" and anything new.
         return PushVerdict.UNCLEAR, summary
     return PushVerdict.UNCLEAR, result.stderr.strip()[-500:]
+
+
+async def push(
+    argv: Sequence[str],
+    ref: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    token: str | None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+) -> tuple[PushVerdict, str]:
+    """Run ``git push --porcelain`` (``argv``) and judge it for ``ref``: a push
+    that timed out may or may not have happened (``UNCLEAR``)."""
+    try:
+        result = await run_git(
+            argv, cwd=cwd, env=env, time_limit=time_limit, secrets=_secrets(token)
+        )
+    except GitTimeout as exc:
+        return PushVerdict.UNCLEAR, str(exc)
+    return _verdict(result, ref)
 
 
 async def publish_branch(
@@ -378,13 +398,9 @@ async def _push_until_settled(
 ) -> PushOutcome:
     detail = ""
     for attempt in range(1, max_pushes + 1):
-        try:
-            result = await run_git(
-                argv, cwd=room, env=env, time_limit=time_limit, secrets=_secrets(token)
-            )
-            verdict, detail = push_verdict(result, ref)
-        except GitTimeout as exc:
-            verdict, detail = PushVerdict.UNCLEAR, str(exc)
+        verdict, detail = await push(
+            argv, ref, cwd=room, env=env, token=token, time_limit=time_limit
+        )
         if verdict is PushVerdict.OK:
             return PushOutcome(PushStatus.PUSHED, ref, sha, sha, attempt)
         if verdict is PushVerdict.UP_TO_DATE:
