@@ -57,6 +57,7 @@ from app.workspace import (
     PatchRejected,
     Workspace,
     build_workspace,
+    raise_unless_fetched,
     remove_workspace,
 )
 
@@ -211,9 +212,8 @@ async def _build(
                 )
             )
         except ObjectFetchError as exc:
-            if exc.outcome.status == "missing":
-                raise CommitNotFound(exc.outcome.detail) from None
-            raise FetchFailed(f"git fetch failed: {exc.outcome.detail}") from None
+            raise_unless_fetched(exc.outcome)
+            raise
     return await build_workspace(
         checkouts.settings.workspaces_dir,
         clone_url=spec.clone_url,

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.github.gitcmd import (
+    FetchOutcome,
     GitTimeout,
     fetch_commit,
     git_env,
@@ -189,6 +190,15 @@ async def _git_ok(args: Sequence[str], *, ws: Workspace, input: bytes | None = N
     return result.stdout
 
 
+def raise_unless_fetched(fetched: FetchOutcome) -> None:
+    """A failed fetch of a workspace's base as its error: :class:`FetchFailed`
+    (the remote could not be read) or :class:`CommitNotFound`."""
+    if fetched.status == "unreachable":
+        raise FetchFailed(f"git fetch failed: {fetched.detail}")
+    if fetched.status == "missing":
+        raise CommitNotFound(fetched.detail)
+
+
 async def build_workspace(
     root: Path,
     *,
@@ -229,10 +239,7 @@ async def build_workspace(
                 time_limit=time_limit,
                 config=git_config,
             )
-            if fetched.status == "unreachable":
-                raise FetchFailed(f"git fetch failed: {fetched.detail}")
-            if fetched.status == "missing":
-                raise CommitNotFound(fetched.detail)
+            raise_unless_fetched(fetched)
         await check_tree(ws, base_sha, limits)
         if depth != 1 or tags:
             await _deepen(ws, clone_url, base_sha, token, git_config, depth, tags, time_limit)
