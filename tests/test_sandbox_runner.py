@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from app.engine._errors import ActivityCancelled, StaleLease
 from app.repo_config import Command
+from app.sandbox import SandboxUnavailable, hold
 from app.sandbox.runner import (
     CommandRun,
     OutputLimits,
@@ -202,6 +203,21 @@ async def test_address_space_limit(tmp_path: Path) -> None:
     code = "x = bytearray(2 * 1024**3)"
     out = await run(tmp_path, Command.of([PY, "-c", code]), sandbox=Sandbox(limits=limits))
     assert out.result.exit_code == 1 and b"MemoryError" in out.output
+
+
+async def test_a_command_that_cannot_be_put_under_its_limits_never_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*_: object) -> None:
+        raise PermissionError(13, "Permission denied", "cgroup.procs")
+
+    monkeypatch.setattr(hold, "limit", refused)
+    mark = sleeper()
+    script = f"touch ran; sleep {mark}"
+    with pytest.raises(SandboxUnavailable, match="Repository code was not run"):
+        await run(tmp_path, Command(shell=script))
+    assert not (tmp_path / "ran").exists()
+    assert running_with(mark) == []
 
 
 async def test_process_and_file_limits_are_set_in_the_child(tmp_path: Path) -> None:

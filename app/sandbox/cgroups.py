@@ -55,16 +55,13 @@ class CommandCgroup:
             return None
         return group
 
-    def join(self) -> None:
-        """Move the calling process in (runs in the child between fork and exec).
-
-        Only ``os.write`` on raw descriptors: nothing that allocates or locks.
-        """
-        pid = str(os.getpid()).encode()
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` in (a held child, before it runs anything: see
+        :mod:`app.sandbox.hold`); what it starts from then on is in too."""
         for directory in (self.memory, self.pids):
             fd = os.open(directory / "cgroup.procs", os.O_WRONLY)
             try:
-                os.write(fd, pid)
+                os.write(fd, str(pid).encode())
             finally:
                 os.close(fd)
 

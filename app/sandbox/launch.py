@@ -16,15 +16,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.sandbox import seccomp
+from app.sandbox import hold, seccomp
 from app.sandbox.bwrap import SETPRIV, bwrap_argv, bwrap_path
 from app.sandbox.cgroups import CommandCgroup
 from app.sandbox.forward import PortForward, wrap
+from app.sandbox.hold import HOLD, Rlimit
 from app.sandbox.mounts import plan
 from app.sandbox.policy import NOBODY, Isolation, SandboxUnavailable
 from app.sandbox.userns import Subordinate, UserNamespace, subordinate
@@ -43,14 +44,19 @@ class Launch:
     backend: Backend
     limits_by: LimitsBy
     cgroup: CommandCgroup | None
-    #: Runs in the child before exec: joins the cgroup, then ``apply_rlimits``.
-    preexec: Callable[[], None]
+    #: What :meth:`limit` lowers in the held child.
+    rlimits: tuple[Rlimit, ...] = ()
     #: An empty directory the ``unshare`` backend mounts the new root on.
     mount_point: Path | None = None
     #: Descriptors the child inherits (bwrap's seccomp program, the user namespace).
     pass_fds: tuple[int, ...] = ()
     #: An unprivileged worker's: the sandbox user is a subordinate uid in it.
     userns: UserNamespace | None = None
+
+    def limit(self, pid: int) -> None:
+        """Put the held child (``argv`` starts held: :mod:`app.sandbox.hold`) in
+        the command's cgroup and lower its rlimits; OSError when that fails."""
+        hold.limit(pid, self.cgroup, self.rlimits)
 
     def cleanup(self) -> str | None:
         """Kill anything left in the command's cgroup and remove it; hand the
@@ -225,7 +231,7 @@ def prepare(
     writable: Sequence[Path],
     memory_bytes: int | None,
     max_tasks: int | None,
-    apply_rlimits: Callable[[], None],
+    rlimits: Sequence[Rlimit],
     forwards: Sequence[PortForward] = (),
     tmpfs_bytes: int | None = None,
 ) -> Launch:
@@ -235,7 +241,7 @@ def prepare(
     :mod:`app.sandbox.forward`) are its only ways out.
     """
     backend = backend_for(isolation)
-    limits = _Limits(memory_bytes, max_tasks, apply_rlimits, tmpfs_bytes)
+    limits = _Limits(memory_bytes, max_tasks, tuple(rlimits), tmpfs_bytes)
     userns = None
     if backend != "none" and _as_root():
         for path in writable:
@@ -254,7 +260,7 @@ def prepare(
 class _Limits:
     memory_bytes: int | None
     max_tasks: int | None
-    apply_rlimits: Callable[[], None]
+    rlimits: tuple[Rlimit, ...]
     #: The size of the sandbox's own /tmp and /dev/shm (the disk quota).
     tmpfs_bytes: int | None = None
 
@@ -304,18 +310,12 @@ def _launch(
             tmpfs_bytes=limits.tmpfs_bytes,
         )
     cgroup = CommandCgroup.create(memory_bytes=limits.memory_bytes, max_tasks=limits.max_tasks)
-
-    def preexec() -> None:
-        if cgroup is not None:
-            cgroup.join()
-        limits.apply_rlimits()
-
     return Launch(
-        argv=wrapped,
+        argv=[*HOLD, *wrapped],
         backend=backend,
         limits_by="cgroup" if cgroup is not None else "rlimit",
         cgroup=cgroup,
-        preexec=preexec,
+        rlimits=limits.rlimits,
         mount_point=mount_point,
         pass_fds=pass_fds,
         userns=userns,

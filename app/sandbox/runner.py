@@ -54,9 +54,10 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 from app.engine import ActivityCancelled
 from app.repo_config import Command
-from app.sandbox import Isolation, Launch, prepare
+from app.sandbox import Isolation, Launch, SandboxUnavailable, prepare
 from app.sandbox.egress import EgressPolicy, egress, proxy_env
 from app.sandbox.forward import PortForward
+from app.sandbox.hold import GO, Rlimit
 from app.sandbox.mounts import plan, shows
 from app.sandbox.quota import DiskQuota, QuotaWatch
 
@@ -118,26 +119,20 @@ class ResourceLimits:
         known = [size for size in (self.file_size_bytes, self.quota_bytes) if size is not None]
         return min(known) if known else None
 
-    def apply(self) -> None:
-        """Lower the limits of the calling process (runs in the child, pre-exec)."""
-        for kind, value in (
-            (resource.RLIMIT_CPU, self.cpu_seconds),
-            (resource.RLIMIT_AS, self.address_space_bytes),
-            (resource.RLIMIT_FSIZE, self.file_size_limit),
-            (resource.RLIMIT_NPROC, self.processes),
-            (resource.RLIMIT_NOFILE, self.open_files),
-            (resource.RLIMIT_CORE, self.core_file_bytes),
-        ):
-            if value is not None:
-                _lower(kind, value)
-
-
-def _lower(kind: int, value: int) -> None:
-    # An unprivileged process may only lower a hard limit, so never ask above it.
-    _, hard = resource.getrlimit(kind)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(kind, (value, value))
+    def rlimits(self) -> tuple[Rlimit, ...]:
+        """What to lower in the command's process (:mod:`app.sandbox.hold`)."""
+        return tuple(
+            (kind, value)
+            for kind, value in (
+                (resource.RLIMIT_CPU, self.cpu_seconds),
+                (resource.RLIMIT_AS, self.address_space_bytes),
+                (resource.RLIMIT_FSIZE, self.file_size_limit),
+                (resource.RLIMIT_NPROC, self.processes),
+                (resource.RLIMIT_NOFILE, self.open_files),
+                (resource.RLIMIT_CORE, self.core_file_bytes),
+            )
+            if value is not None
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -416,7 +411,7 @@ async def _launch(
         forwards=forwards,
         memory_bytes=sandbox.limits.memory_bytes,
         max_tasks=sandbox.limits.tasks,
-        apply_rlimits=sandbox.limits.apply,
+        rlimits=sandbox.limits.rlimits(),
         tmpfs_bytes=sandbox.limits.tmpfs_bytes,
     )
     try:
@@ -450,17 +445,19 @@ async def _run(
             *launch.argv,
             cwd=cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
+            # The held shell's go-ahead (app.sandbox.hold); the command's
+            # own stdin is /dev/null.
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=launch.preexec,
             pass_fds=launch.pass_fds,
         )
     except (FileNotFoundError, PermissionError) as exc:
         # What a shell would report (127 / 126): the repository's command is
         # wrong, which is a result to show, not an infrastructure failure.
         return _not_started(command, exc, 127 if isinstance(exc, FileNotFoundError) else 126)
+    await _let_go(launch, transport, protocol)
     quota = sandbox.limits.disk_quota
     watch = None
     if quota is not None:
@@ -517,6 +514,26 @@ async def _run(
         quota_exceeded=over_quota,
     )
     return CommandRun(result=result, output=capture.captured())
+
+
+async def _let_go(
+    launch: Launch, transport: asyncio.SubprocessTransport, protocol: _Protocol
+) -> None:
+    """Limit the held child, then let it run; when limiting fails it never
+    runs (the pipe closes unwritten) and SandboxUnavailable says why."""
+    go = transport.get_pipe_transport(0)
+    assert isinstance(go, asyncio.WriteTransport)
+    try:
+        launch.limit(transport.get_pid())
+    except OSError as exc:
+        go.close()
+        _kill_group(transport.get_pid())
+        await _settle(transport, protocol)
+        raise SandboxUnavailable(
+            f"could not put the command under its limits ({exc}). Repository code was not run."
+        ) from exc
+    go.write(GO)
+    go.close()
 
 
 def _over_quota(watch: QuotaWatch | None, exit_code: int, quota: DiskQuota | None) -> str | None:
