@@ -67,6 +67,13 @@ class WorkPhases(RunBase):
     async def prepare(self) -> bool:
         """Fix the work contract: base commit, config, reproduction. False: the
         label is not this repository's trigger (the run ends quietly)."""
+        # The phase is "preparing" while it prepares, and the comment's first
+        # write is "reproducing", a step later. Runs recorded before this
+        # change wrote a "preparing" once prepared, overwritten at once (a
+        # status write is an activity and a request).
+        said_preparing = self.ctx.patched("status-first-at-reproducing")
+        if said_preparing:
+            self.state.phase = "preparing"
         allowed = await self.issue_repro_allowed()
         head = await call(
             self.ctx,
@@ -117,7 +124,8 @@ class WorkPhases(RunBase):
                 f"The issue's repro block was not used: its author @{self.request.issue_author} "
                 "does not have write access, so the repository's configured reproduction ran."
             )
-        await self.report("preparing")
+        if not said_preparing:
+            await self.report("preparing")
         if prepared.config is None:
             raise Finished(
                 "invalid-config", f"`.github/repairbot.yml`: {prepared.config_error or ''}"

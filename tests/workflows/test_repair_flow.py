@@ -46,3 +46,21 @@ async def test_the_status_comment_is_rewritten_by_the_id_its_first_write_returne
     )
     assert writes[0].input.get("comment_id") is None
     assert [w.input.get("comment_id") for w in writes[1:]] == [first_id] * (len(writes) - 1)
+
+
+async def test_the_status_comment_is_first_written_reproducing(kit_db_url: str) -> None:
+    """A "preparing" written once the preparation was over was overwritten a
+    step later: a run writes its comment one time less than a run recorded
+    before this change (whose history still replays with the write)."""
+    fakes = merged_fakes()
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "completed", run.error
+    writes = fakes.calls_to("github.comment")
+    assert "- ⏳ Reproduce the bug on the base commit" in writes[0].input["body"]
+    assert "- ✅ Read the repository and its config" in writes[0].input["body"]
+    recorded = [
+        e
+        for e in MERGED["events"]
+        if e["type"] == "activity_completed" and e["data"]["activity"] == "github.comment"
+    ]
+    assert len(writes) == len(recorded) - 1
