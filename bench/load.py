@@ -3,7 +3,8 @@
 data directory of its own), PostgreSQL and Redis (arq).
 
     python -m bench.load [--runs 100] [--workers 3] [--concurrency 8]
-                         [--timeout 1200] [--json results.json]
+                         [--timeout 1200] [--json results.json] [--census]
+                         [--profile DIR] [--idle SECONDS]
 
 Every run has a repository of its own (a copy of the demo project with its
 bug), so runs are independent: each must end merged with exactly one pull
@@ -161,6 +162,10 @@ class LoadResult:
     cpu_seconds: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: CPU seconds of this process (the emulated GitHub, the pollers) meanwhile.
     bench_cpu_seconds: float = 0.0
+    #: With ``--idle``: CPU seconds per second of each process with nothing to do
+    #: (before the labels), over ``idle_seconds``.
+    idle_cpu: dict[str, float] = field(default_factory=dict)
+    idle_seconds: float = 0.0
     restarts: dict[str, int] = field(default_factory=dict)
     peak_connections: int = 0
     peak_connections_by_process: dict[str, int] = field(default_factory=dict)
@@ -365,6 +370,14 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
                 people.owner, name, numbers[name], "repairbot", as_user=people.maintainer
             )
 
+        if args.idle:
+            idle_spies: list[subprocess.Popen[bytes]] = []
+            if args.profile is not None:
+                idle_spies = load_profile.start(
+                    {m.name: m.pid for m in fleet.machines}, args.profile / "idle"
+                )
+            result.idle_cpu, result.idle_seconds = await idle_cpu(fleet, args.idle)
+            load_profile.stop(idle_spies)
         sampler.sample()
         if census is not None:
             (census / "START").touch()
@@ -496,6 +509,24 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     return result
 
 
+async def idle_cpu(fleet: Fleet, seconds: float) -> tuple[dict[str, float], float]:
+    """Each process's CPU seconds per second while nothing is asked of it: the
+    reconciler's passes, liveness beats, the consumers' polls (a cost per
+    second, which a run pays as a share of the time it takes)."""
+    for m in fleet.machines:
+        m.sample_usage()
+    before = {m.name: m.cpu_seconds + m.children_cpu_seconds for m in fleet.machines}
+    started = time.monotonic()
+    await asyncio.sleep(seconds)
+    took = time.monotonic() - started
+    for m in fleet.machines:
+        m.sample_usage()
+    return {
+        m.name: round((m.cpu_seconds + m.children_cpu_seconds - before[m.name]) / took, 4)
+        for m in fleet.machines
+    }, took
+
+
 def census_per_run(directory: Path, engine: Engine, runs: int) -> dict[str, dict[str, float]]:
     """Counts per run: each process's counters since the first label (by
     process kind), and the database's activities and workflow runs by name."""
@@ -625,6 +656,14 @@ def report(result: LoadResult) -> str:
         f"sandbox, agent) | {cpu_per_run(result)} |",
         f"| CPU seconds per run: the emulated GitHub and the benchmark's pollers | "
         f"{result.bench_cpu_seconds / max(1, result.runs):.2f} |",
+        *(
+            [
+                f"| idle CPU before the labels, CPU-s per second ({result.idle_seconds:.0f} s) "
+                f"| {', '.join(f'{k} {v:.4f}' for k, v in result.idle_cpu.items())} |"
+            ]
+            if result.idle_cpu
+            else []
+        ),
         f"| peak RSS per process | "
         f"{', '.join(f'{k} {v} MiB' for k, v in result.peak_rss_mib.items())} |",
         "",
@@ -671,6 +710,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         help="sample the workers with py-spy from the first label on, write their "
         "stacks here and print where their CPU went (bench/load_profile.py)",
+    )
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first measure each process's CPU for SECONDS with nothing to do "
+        "(with --profile, its stacks go to DIR/idle)",
     )
     return parser.parse_args(argv)
 

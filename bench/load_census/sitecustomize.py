@@ -39,6 +39,8 @@ def _bump(key: str) -> None:
 
 def _program(argv: Any) -> str:
     args = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else [str(argv)]
+    if args[:2] == ["/bin/sh", "-c"] and args[3:4] == ["repairbot-held"]:
+        args = args[4:]  # a sandboxed command starts held (app/sandbox/hold.py)
     name = os.path.basename(args[0]) if args else "?"
     if name != "git":
         return name

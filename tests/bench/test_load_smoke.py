@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app.sandbox.hold import HOLD
 from bench.load import main, union_length
 from bench.load_census.sitecustomize import _endpoint, _program
 from tests.conftest import PG_ADMIN_URL, REDIS_URL
@@ -24,6 +25,7 @@ def test_union_length_counts_overlaps_once_and_clips() -> None:
 def test_the_census_names_programs_and_endpoints_without_ids() -> None:
     assert _program(["git", "-c", "a=b", "-C", "/x", "fetch", "--quiet", "url"]) == "git fetch"
     assert _program(["/usr/bin/bwrap", "--die-with-parent"]) == "bwrap"
+    assert _program([*HOLD, "/usr/bin/bwrap", "--die-with-parent"]) == "bwrap"
     assert _endpoint("/api/v3/repos/octo/slugify-3/issues/12/comments") == (
         "/api/v3/repos/{repo}/issues/{n}/comments"
     )
@@ -43,7 +45,7 @@ def test_tiny_load_run_reports_every_figure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "load.json"
-    argv = ["--runs", "2", "--workers", "2", "--timeout", "300", "--census"]
+    argv = ["--runs", "2", "--workers", "2", "--timeout", "300", "--census", "--idle", "1"]
     argv += ["--postgres", PG_ADMIN_URL, "--redis", REDIS_URL, "--json", str(out)]
     argv += ["--keep", str(tmp_path / "kept")]
     assert main(argv) == 0, capsys.readouterr().out
@@ -62,6 +64,10 @@ def test_tiny_load_run_reports_every_figure(
     assert {"web", "worker-1", "worker-2"} <= set(result["peak_connections_by_process"])
     table = capsys.readouterr().out
     assert "| runs per minute |" in table and "| bot overhead" in table
+    # --idle: each process's CPU per second before the labels.
+    assert set(result["idle_cpu"]) == {"web", "worker-1", "worker-2"}
+    assert all(cpu >= 0 for cpu in result["idle_cpu"].values()) and result["idle_seconds"] >= 1
+    assert "| idle CPU before the labels" in table
     # --census: what each run cost in processes, statements, requests, store calls.
     census = result["census"]
     assert census["database"]["activity workspace.prepare"] == 1
