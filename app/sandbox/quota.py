@@ -21,18 +21,17 @@ An unprivileged worker is not the sandbox user (:mod:`app.sandbox.userns`),
 so a ``0700`` directory the command makes (``mktemp -d``, pytest's
 ``tmp_path``) is closed to it. There the walks run in a probe inside the
 command's user namespace, as its root, whose ``CAP_DAC_READ_SEARCH`` reads
-every file of a user the namespace maps: this module run as a script
-(standard library only, like :mod:`app.sandbox.userns_helper`).
+every file of a user the namespace maps: :mod:`app.sandbox.quota_walk` run
+as a script (the light part of the standard library only, like
+:mod:`app.sandbox.userns_helper`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -40,6 +39,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.sandbox import quota_walk
+from app.sandbox.quota_walk import walk
 
 _MiB = 1024 * 1024
 
@@ -81,58 +83,11 @@ class Usage:
     unmeasurable: str | None = None
 
 
-_UNMEASURABLE = {
-    errno.ENAMETOOLONG: "a path too long for its disk quota to be measured",
-    errno.EACCES: "a directory its disk quota cannot read",
-}
-
-
 def measure(paths: Sequence[Path], quota: DiskQuota) -> Usage:
     """Blocks used and entries under ``paths`` (links not followed, hard
     links counted once); stops as soon as either passes ``quota``."""
-    used = entries = 0
-    seen: set[tuple[int, int]] = set()
-    stack = [str(p) for p in _outermost(paths)]
-    while stack:
-        directory = stack.pop()
-        try:
-            listing = os.scandir(directory)
-        except OSError as exc:
-            why = _UNMEASURABLE.get(exc.errno or 0)
-            if why is not None:
-                return Usage(used, entries, unmeasurable=why)
-            continue  # removed meanwhile
-        with listing:
-            for entry in listing:
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError as exc:
-                    why = _UNMEASURABLE.get(exc.errno or 0)
-                    if why is not None:
-                        return Usage(used, entries, unmeasurable=why)
-                    continue  # removed meanwhile
-                entries += 1
-                if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                    key = (info.st_dev, info.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                used += info.st_blocks * 512
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append(entry.path)
-                if used > quota.bytes or entries > quota.entries:
-                    return Usage(used, entries)
-    return Usage(used, entries)
-
-
-def _outermost(paths: Sequence[Path]) -> list[Path]:
-    """Each tree once: a path inside another one listed is already counted."""
-    real = sorted({Path(os.path.realpath(p)) for p in paths}, key=lambda p: len(p.parts))
-    kept: list[Path] = []
-    for path in real:
-        if not any(k == path or k in path.parents for k in kept):
-            kept.append(path)
-    return kept
+    used, entries, why = walk([str(p) for p in paths], quota.bytes, quota.entries)
+    return Usage(used, entries, unmeasurable=why)
 
 
 class NamespaceProbe:
@@ -147,7 +102,8 @@ class NamespaceProbe:
 
     def __init__(self, userns_fd: int, paths: Sequence[Path], quota: DiskQuota) -> None:
         argv = ["nsenter", f"--user=/proc/self/fd/{userns_fd}", "--"]
-        argv += [sys.executable, "-I", "-S", __file__, str(quota.bytes), str(quota.entries)]
+        argv += [sys.executable, "-I", "-S", quota_walk.__file__]
+        argv += [str(quota.bytes), str(quota.entries)]
         self._argv = [*argv, *(str(p) for p in paths)]
         self._userns_fd = userns_fd
         self._process: subprocess.Popen[bytes] | None = None
@@ -253,17 +209,3 @@ class QuotaWatch:
                 return
             took = time.monotonic() - started
             await asyncio.sleep(max(self.quota.interval, 4 * took))
-
-
-def _serve(argv: list[str]) -> None:
-    """The probe's side of :class:`NamespaceProbe`: ``<bytes> <entries>
-    <path>...``, then one walk per line read, one JSON answer per walk."""
-    quota = DiskQuota(bytes=int(argv[0]), entries=int(argv[1]))
-    paths = [Path(p) for p in argv[2:]]
-    for _ in sys.stdin:
-        usage = measure(paths, quota)
-        print(json.dumps([usage.bytes, usage.entries, usage.unmeasurable]), flush=True)
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1:])

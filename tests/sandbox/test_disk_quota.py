@@ -11,6 +11,7 @@ succeeds.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import pytest
 from app.agent import AgentRequest, CommandAgent
 from app.agent.base import ProposalRefused
 from app.repo_config import Command
-from app.sandbox import Isolation
+from app.sandbox import Isolation, quota_walk
 from app.sandbox.quota import DiskQuota, NamespaceProbe, QuotaWatch, measure
 from app.sandbox.runner import CommandRun, ResourceLimits, Sandbox, run_command
 from app.workspace import Workspace
@@ -294,3 +295,19 @@ async def test_a_probe_that_cannot_measure_stops_the_command(tmp_path: Path) -> 
             await watch.stop()
     assert watch.reason is not None
     assert watch.reason.startswith("the workspace holds a tree its disk quota could not measure")
+
+
+def test_the_namespace_probe_imports_only_light_standard_modules(tmp_path: Path) -> None:
+    """An unprivileged worker starts the probe for every command: importing
+    asyncio, subprocess and the like there cost about 40 ms of CPU each time."""
+    (tmp_path / "file").write_bytes(b"x" * 5000)
+    probe = [sys.executable, "-I", "-S", "-X", "importtime", quota_walk.__file__]
+    done = subprocess.run(
+        [*probe, "1000000", "1000", str(tmp_path)], input=b"measure\n", capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    used, entries, unmeasurable = json.loads(done.stdout)
+    assert used >= 5000 and entries == 1 and unmeasurable is None
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()}
+    heavy = {"asyncio", "concurrent", "subprocess", "pathlib", "dataclasses", "app"}
+    assert not imported & heavy, imported & heavy
