@@ -160,8 +160,14 @@ class LoadResult:
     outcomes: dict[str, int] = field(default_factory=dict)
     #: CPU seconds per process from the labels to the end: (own, reaped children).
     cpu_seconds: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: CPU seconds of this process (the emulated GitHub, the pollers) meanwhile.
+    #: CPU seconds of this process (the pollers, the approvals) meanwhile.
     bench_cpu_seconds: float = 0.0
+    #: CPU seconds of the emulated GitHub's process and its reaped children
+    #: (git's smart HTTP) meanwhile: (own, children).
+    emulator_cpu_seconds: tuple[float, float] = (0.0, 0.0)
+    #: CPU seconds of PostgreSQL's processes meanwhile (at least: a backend
+    #: that ended before the last sample is not counted).
+    postgres_cpu_seconds: float = 0.0
     #: With ``--idle``: CPU seconds per second of each process with nothing to do
     #: (before the labels), over ``idle_seconds``.
     idle_cpu: dict[str, float] = field(default_factory=dict)
@@ -386,6 +392,8 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             workers = {m.name: m.pid for m in fleet.machines if m.name.startswith("worker")}
             spies = load_profile.start(workers, args.profile)
         cpu_at_start = {m.name: (m.cpu_seconds, m.children_cpu_seconds) for m in fleet.machines}
+        emulator_at_start = process_cpu(stack.emulator_pid)
+        postgres_at_start = postgres_cpu()
         bench_cpu_at_start = time.process_time()
         started = time.time()
         await asyncio.gather(*(label(name) for name in names))
@@ -444,6 +452,15 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         sampler.sample()
         load_profile.stop(spies)
         result.bench_cpu_seconds = time.process_time() - bench_cpu_at_start
+        postgres_now = postgres_cpu()
+        result.postgres_cpu_seconds = sum(
+            cpu - postgres_at_start.get(pid, 0.0) for pid, cpu in postgres_now.items()
+        )
+        emulator_now = process_cpu(stack.emulator_pid)
+        result.emulator_cpu_seconds = (
+            emulator_now[0] - emulator_at_start[0],
+            emulator_now[1] - emulator_at_start[1],
+        )
         result.cpu_seconds = {
             m.name: (
                 round(m.cpu_seconds - cpu_at_start[m.name][0], 1),
@@ -507,6 +524,31 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         engine.dispose()
         await stack.stop()
     return result
+
+
+def process_cpu(pid: int | None) -> tuple[float, float]:
+    """CPU seconds process ``pid`` used so far: its own, and its reaped children's."""
+    if pid is None:
+        return 0.0, 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def postgres_cpu() -> dict[int, float]:
+    """CPU seconds so far of each process of this machine's PostgreSQL
+    (the server and its backends, whoever started it), by pid."""
+    found: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+            found[int(entry.name)] = process_cpu(int(entry.name))[0]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return found
 
 
 async def idle_cpu(fleet: Fleet, seconds: float) -> tuple[dict[str, float], float]:
@@ -654,7 +696,12 @@ def report(result: LoadResult) -> str:
         f"{', '.join(f'{k} x{v}' for k, v in result.restarts.items()) or 'none'} |",
         f"| CPU seconds per run: repairbot processes (own + their children: git, "
         f"sandbox, agent) | {cpu_per_run(result)} |",
-        f"| CPU seconds per run: the emulated GitHub and the benchmark's pollers | "
+        f"| CPU seconds per run: the emulated GitHub (own + git's smart HTTP) | "
+        f"{result.emulator_cpu_seconds[0] / max(1, result.runs):.2f} + "
+        f"{result.emulator_cpu_seconds[1] / max(1, result.runs):.2f} |",
+        f"| CPU seconds per run: PostgreSQL (every process; at least) | "
+        f"{result.postgres_cpu_seconds / max(1, result.runs):.2f} |",
+        f"| CPU seconds per run: the benchmark's pollers and approvals | "
         f"{result.bench_cpu_seconds / max(1, result.runs):.2f} |",
         *(
             [

@@ -84,6 +84,11 @@ class LocalStack:
         return url_of(self._app_socket)
 
     @property
+    def emulator_pid(self) -> int | None:
+        """The emulated GitHub's process, when it has one (``emulator_process``)."""
+        return self._emulator_proc.pid if self._emulator_proc is not None else None
+
+    @property
     def gh(self) -> EmulatorClient:
         assert self.client is not None, "start_github() first"
         return self.client

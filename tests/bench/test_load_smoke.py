@@ -64,6 +64,10 @@ def test_tiny_load_run_reports_every_figure(
     assert {"web", "worker-1", "worker-2"} <= set(result["peak_connections_by_process"])
     table = capsys.readouterr().out
     assert "| runs per minute |" in table and "| bot overhead" in table
+    # The emulated GitHub's CPU (a process of its own), with git's smart HTTP.
+    assert result["emulator_cpu_seconds"][0] > 0
+    assert result["postgres_cpu_seconds"] > 0
+    assert "| CPU seconds per run: PostgreSQL" in table
     # --idle: each process's CPU per second before the labels.
     assert set(result["idle_cpu"]) == {"web", "worker-1", "worker-2"}
     assert all(cpu >= 0 for cpu in result["idle_cpu"].values()) and result["idle_seconds"] >= 1
