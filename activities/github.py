@@ -72,7 +72,7 @@ from app.engine import (
 )
 from app.evidence import EvidenceStore
 from app.github.branches import Deletion, delete_branch_if_at
-from app.github.checks import CheckRunView, ensure_check_run
+from app.github.checks import CheckRunView, ensure_check_run, update_check_run
 from app.github.client import GitHubClientFactory, InstallationGitHub
 from app.github.comments import ensure_comment, find_comments, rewrite_comment
 from app.github.conditional import revalidating
@@ -756,7 +756,8 @@ class GitHubActivities:
 
     @implements(github.check_run)
     async def check_run(self, actx: ActivityContext, request: CheckRunInput) -> CheckRunResult:
-        """The run's check on its proposed commit (found by operation id, updated in place)."""
+        """The run's check on its proposed commit (found by operation id, updated in
+        place; by its id alone when an earlier call returned it)."""
         gh, repo = self._client(request)
         view = CheckRunView(
             name=request.name,
@@ -764,7 +765,12 @@ class GitHubActivities:
             summary=request.summary,
             conclusion=request.conclusion,
         )
-        result = await ensure_check_run(gh, repo, request.head_sha, request.op, view)
+        if request.check_run_id is not None:
+            result = await update_check_run(
+                gh, repo, request.check_run_id, request.head_sha, request.op, view
+            )
+        else:
+            result = await ensure_check_run(gh, repo, request.head_sha, request.op, view)
         return CheckRunResult(id=result.id)
 
     async def _merged_already(self, actx: ActivityContext, request: MergeInput) -> ReconcileResult:

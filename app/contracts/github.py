@@ -224,12 +224,17 @@ class ClosePullResult(Result):
 
 
 class CheckRunInput(Marked):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("check_run_id",)
+
     head_sha: str
     name: str
     title: str
     summary: str
     #: ``None``: in progress.
     conclusion: Conclusion | None = None
+    #: The check run an earlier call for this operation on ``head_sha``
+    #: returned: updated by id, without listing the commit's check runs.
+    check_run_id: int | None = None
 
 
 class CheckRunResult(Result):

@@ -19,6 +19,7 @@ from app.contracts.triage_inputs import REPOSITORY_MOVED, RepositoryMovedSignal
 from app.contracts.workspace import WorkspaceSpec
 from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture
 from app.evidence import EvidenceRef
+from app.github.checks import Conclusion
 from app.repo_config import CheckoutConfig, Command, RepoConfig
 from app.workflows.calls import again, call, first, schedule, unsuspended, waits_out
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
@@ -96,6 +97,11 @@ class RunBase:
         self.publications = 0
         #: Commits with a check run of ours still in progress.
         self.checks_open: list[str] = []
+        #: Our check run's id on each commit, once a write returned it.
+        self.check_run_ids: dict[str, int] = {}
+        #: Whether this run updates its check runs by id (None: not asked yet;
+        #: runs recorded before that list the commit's check runs each time).
+        self.checks_by_id: bool | None = None
         #: Publication effects whose result the run has not taken in yet.
         self.inflight: dict[str, WorkflowFuture] = {}
         ctx.set_query("status", lambda: self.state.summary().model_dump(mode="json"))
@@ -180,7 +186,33 @@ class RunBase:
     async def check(self, sha: str, *, final: bool, step: str) -> None:
         """Our check run on ``sha``: in progress while a review is awaited, completed
         with the run's conclusion at its end."""
-        await call(
+        await self.write_check(
+            sha,
+            title=check_title(self.state),
+            summary=check_summary(self.state),
+            conclusion=check_conclusion(self.state) if final else None,
+            step=step,
+        )
+
+    async def check_superseded(self, sha: str, n: int | str, summary: str = "") -> None:
+        """Complete our check run on a commit a newer proposal replaced."""
+        await self.write_check(
+            sha,
+            title="Superseded by a newer proposal",
+            summary=summary or f"Replaced by the commit of publication {n}.",
+            conclusion="neutral",
+            step=f"check-superseded-{n}",
+        )
+
+    async def write_check(
+        self, sha: str, *, title: str, summary: str, conclusion: Conclusion | None, step: str
+    ) -> None:
+        """Create or update our check run on ``sha`` (found by its marker, or
+        named by the id an earlier write on ``sha`` returned)."""
+        known = self.check_run_ids.get(sha)
+        if known is not None and self.checks_by_id is None:
+            self.checks_by_id = self.ctx.patched("check-run-by-id")
+        written = await call(
             self.ctx,
             github.check_run,
             github.CheckRunInput(
@@ -189,30 +221,14 @@ class RunBase:
                 op_run=self.ctx.run_id,
                 op_step="check",
                 name=CHECK_NAME,
-                title=check_title(self.state),
-                summary=check_summary(self.state),
-                conclusion=check_conclusion(self.state) if final else None,
+                title=title,
+                summary=summary,
+                conclusion=conclusion,
+                check_run_id=known if self.checks_by_id else None,
             ),
             step=step,
         )
-
-    async def check_superseded(self, sha: str, n: int | str, summary: str = "") -> None:
-        """Complete our check run on a commit a newer proposal replaced."""
-        await call(
-            self.ctx,
-            github.check_run,
-            github.CheckRunInput(
-                **self.repo_fields(),
-                head_sha=sha,
-                op_run=self.ctx.run_id,
-                op_step="check",
-                name="repairbot",
-                title="Superseded by a newer proposal",
-                summary=summary or f"Replaced by the commit of publication {n}.",
-                conclusion="neutral",
-            ),
-            step=f"check-superseded-{n}",
-        )
+        self.check_run_ids[sha] = written.id
 
     # -- the working time budget --------------------------------------------------
 

@@ -2,15 +2,17 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
-from gh_scene import Scene
+from gh_scene import Recording, Scene
 
-from app.engine._errors import PermanentError, TransientError
-from app.github.checks import CheckRunView, ensure_check_run
+from app.engine._errors import AmbiguousError, PermanentError, TransientError
+from app.github.checks import CheckRunView, ensure_check_run, update_check_run
 from app.github.markers import OpId
 
 OP = OpId("run-1", "check")
 CREATE = "POST /repos/{owner}/{repo}/check-runs"
+UPDATE = "PATCH /repos/{owner}/{repo}/check-runs/{check_run_id}"
 RUNNING = CheckRunView("repairbot", "Reproducing", "Running the reproduction")
 PASSED = CheckRunView("repairbot", "Fix verified", "All tests pass", conclusion="success")
 
@@ -66,3 +68,41 @@ async def test_failures_are_classified(scene: Scene) -> None:
     with pytest.raises(PermanentError):
         await ensure_check_run(scene.gh, scene.repo, "f" * 40, OP, RUNNING)
     assert runs_in(scene) == []
+
+
+async def test_a_known_check_run_is_updated_in_one_request(scene: Scene) -> None:
+    """An id an earlier call returned: one update, no listing of the commit's check runs."""
+    first = await ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING)
+    recording = Recording(httpx.ASGITransport(app=scene.emulator.asgi()))
+    gh = scene.new_factory(transport=recording).for_installation(scene.installation_id)
+    await gh.rest.repos.async_get("octo", "demo")  # the token minted before counting
+    recording.seen.clear()
+    done = await update_check_run(gh, scene.repo, first.id, scene.head, OP, PASSED)
+    assert [line.split()[0] for line in recording.seen] == ["PATCH"]
+    assert (done.id, done.created) == (first.id, False)
+    assert runs_in(scene) == [(first.id, OP.token, "completed", "success", "Fix verified")]
+
+
+async def test_an_update_by_id_sent_again_leaves_one_check_run(scene: Scene) -> None:
+    """A crash after the update reached GitHub and before its result was
+    recorded: the next attempt sends the same update, and nothing doubles."""
+    first = await ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING)
+    for _ in range(2):
+        await update_check_run(scene.gh, scene.repo, first.id, scene.head, OP, PASSED)
+    assert runs_in(scene) == [(first.id, OP.token, "completed", "success", "Fix verified")]
+
+
+async def test_a_lost_answer_to_an_update_by_id_is_sent_again(scene: Scene) -> None:
+    first = await ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING)
+    await scene.client.faults.add(UPDATE, "drop")
+    with pytest.raises(AmbiguousError):
+        await update_check_run(scene.gh, scene.repo, first.id, scene.head, OP, PASSED)
+    await update_check_run(scene.gh, scene.repo, first.id, scene.head, OP, PASSED)
+    assert runs_in(scene) == [(first.id, OP.token, "completed", "success", "Fix verified")]
+
+
+async def test_an_id_github_does_not_know_is_found_by_its_marker(scene: Scene) -> None:
+    first = await ensure_check_run(scene.gh, scene.repo, scene.head, OP, RUNNING)
+    done = await update_check_run(scene.gh, scene.repo, 987654321, scene.head, OP, PASSED)
+    assert done.id == first.id
+    assert runs_in(scene) == [(first.id, OP.token, "completed", "success", "Fix verified")]

@@ -5,7 +5,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gh_scene import Scene
+from gh_scene import Recording, Scene
 
 from app.engine._errors import AmbiguousError, PermanentError, TransientError
 from app.github.client import InstallationGitHub
@@ -138,17 +138,6 @@ async def test_timeout_with_nothing_to_read_back_is_ambiguous(
     # The runtime's reconcile is the same call: one comment, whatever the held request did.
     result = await ensure(scene, issue, "Running")
     assert [c[0] for c in comments_on(scene, issue)] == [result.id]
-
-
-class Recording(httpx.AsyncBaseTransport):
-    """The in-process emulator, with every request's method and path kept."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner, self.seen = inner, []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append(f"{request.method} {request.url.path}")
-        return await self.inner.handle_async_request(request)
 
 
 async def test_a_known_comment_is_rewritten_in_one_request(scene: Scene, issue: int) -> None:

@@ -9,6 +9,7 @@ from tests.workflows.repair_scenario import (
     WORKFLOW_ID,
     approve,
     merged_fakes,
+    recorded_result,
     repair_env,
     run_approved,
     start_repair,
@@ -64,3 +65,20 @@ async def test_the_status_comment_is_first_written_reproducing(kit_db_url: str) 
         if e["type"] == "activity_completed" and e["data"]["activity"] == "github.comment"
     ]
     assert len(writes) == len(recorded) - 1
+
+
+async def test_the_check_run_is_completed_by_the_id_its_first_write_returned(
+    kit_db_url: str,
+) -> None:
+    """The in-progress check run on the proposed commit is found or made by its
+    marker; the final write names the id that write returned, so the activity
+    updates it without listing the commit's check runs."""
+    fakes = merged_fakes()
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "completed", run.error
+    writes = [c.input for c in fakes.calls_to("github.check_run")]
+    assert [w["head_sha"] for w in writes] == [PROPOSED_SHA, PROPOSED_SHA]
+    first_id = recorded_result("github.check_run")["id"]
+    assert writes[0].get("check_run_id") is None
+    assert writes[1].get("check_run_id") == first_id
+    assert writes[1]["conclusion"] == "success"
