@@ -46,6 +46,7 @@ from app.contracts.github import (
     PermissionResult,
     PolicyInput,
     PolicyResult,
+    ProposalRepoInput,
     ProposalRepoResult,
     PullInput,
     PullRequestInput,
@@ -575,7 +576,9 @@ class GitHubActivities:
         return DeleteBranchResult(deleted=outcome.deleted, reason=reason)
 
     @implements(github.proposal_repo)
-    async def proposal_repo(self, actx: ActivityContext, request: RepoInput) -> ProposalRepoResult:
+    async def proposal_repo(
+        self, actx: ActivityContext, request: ProposalRepoInput
+    ) -> ProposalRepoResult:
         """Where the run's proposals are pushed: the proposal account's fork of the
         repository (made on first use), the repository itself only if the operator
         opted in, or nowhere (``refused`` says why and what to do)."""
@@ -594,7 +597,7 @@ class GitHubActivities:
         return ProposalRepoResult(repo=fork.full_name)
 
     async def _proposal_fork(
-        self, actx: ActivityContext, request: RepoInput, owner: str
+        self, actx: ActivityContext, request: ProposalRepoInput, owner: str
     ) -> RepoRef:
         access = self.access
         async with access.accounts.using(owner) as account:
@@ -604,6 +607,7 @@ class GitHubActivities:
                 RepoRef.parse(request.repo),
                 account,
                 ready=self._fork_ready(account),
+                parent_id=request.repo_id,
             )
 
     def _fork_ready(self, account: Account) -> Ready:

@@ -285,6 +285,14 @@ class ObserveInput(Marked):
     status_sha256: str | None = None
 
 
+class ProposalRepoInput(RepoInput):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("repo_id",)
+
+    #: The repository's id from the event that started the run (runs are keyed
+    #: by it): the parent a fork must name. ``None``: read by name from GitHub.
+    repo_id: int | None = None
+
+
 class ProposalRepoResult(Result):
     """Where the run's proposals go: ``repo`` (``owner/name``), or why nowhere."""
 
@@ -397,7 +405,7 @@ delete_branch = activity_contract(
 )
 proposal_repo = activity_contract(
     "github.proposal_repo",
-    RepoInput,
+    ProposalRepoInput,
     ProposalRepoResult,
     retry=API,
     timeouts=GIT_TIMEOUTS,

@@ -380,10 +380,16 @@ class WorkPhases(RunBase):
         """Where the proposal goes: the proposal account's fork, or (the operator's
         opt-in) the base repository; with neither configured, the run parks
         with a status comment that says how to configure it."""
+        # The fork's parent is known by the id the run is keyed by: no read of
+        # the base repository to learn it. Runs recorded before this change
+        # (and requests that carry no id) had the activity read it by name.
+        repo_id = self.request.repo_id
+        if repo_id is not None and not self.ctx.patched("fork-parent-from-run"):
+            repo_id = None
         target = await call(
             self.ctx,
             github.proposal_repo,
-            github.RepoInput(**self.repo_fields()),
+            github.ProposalRepoInput(**self.repo_fields(), repo_id=repo_id),
             step=f"proposal-repo-{n}",
         )
         if target.repo is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.workflows.repair_scenario import (
     MERGED,
     PROPOSED_SHA,
+    REQUEST,
     WORKFLOW_ID,
     approve,
     merged_fakes,
@@ -82,3 +83,16 @@ async def test_the_check_run_is_completed_by_the_id_its_first_write_returned(
     assert writes[0].get("check_run_id") is None
     assert writes[1].get("check_run_id") == first_id
     assert writes[1]["conclusion"] == "success"
+
+
+async def test_the_fork_is_chosen_with_the_repository_id_the_run_is_keyed_by(
+    kit_db_url: str,
+) -> None:
+    """The proposal fork's parent is the id from the run's request: the
+    activity does not read the base repository to learn it."""
+    fakes = merged_fakes()
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "completed", run.error
+    [chosen] = fakes.inputs("github.proposal_repo")
+    assert REQUEST["repo_id"] is not None
+    assert chosen["repo_id"] == REQUEST["repo_id"]
