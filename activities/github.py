@@ -84,6 +84,7 @@ from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.objcache import FetchAccess, ObjectCache, ObjectFetchError, borrow
 from app.github.publish import (
+    Built,
     Identity,
     Patch,
     PushStatus,
@@ -92,6 +93,7 @@ from app.github.publish import (
     publish_branch,
     remote_answers,
     remote_ref,
+    write_commit,
 )
 from app.github.pulls import (
     PullSnapshot,
@@ -475,7 +477,7 @@ class GitHubActivities:
         *,
         push: bool = False,
         whole: bool = False,
-    ) -> AsyncIterator[tuple[Path, str, str | None]]:
+    ) -> AsyncIterator[tuple[Path, Built, str | None]]:
         """Build the commit in a fresh bare repository (``push``: with a token that
         may push to the base; ``whole``: holding the base's whole history)."""
         access = self.access
@@ -486,7 +488,7 @@ class GitHubActivities:
             access, request.repo, request.base_sha, fetch, workdir, whole=whole
         ) as bare:
             patch = self.evidence.get(request.patch_sha)
-            sha = await build_commit(
+            built = await write_commit(
                 bare,
                 request.base_sha,
                 Patch(patch),
@@ -494,18 +496,19 @@ class GitHubActivities:
                 BOT,
                 datetime.fromisoformat(request.timestamp),
             )
-            yield bare, sha, fetch.token
+            yield bare, built, fetch.token
 
     @implements(github.build_intended_commit)
     @_git_suspension
     async def build_intended_commit(
         self, actx: ActivityContext, request: CommitInput
     ) -> CommitResult:
-        """The commit we mean to publish, built deterministically; recorded before any push."""
+        """The commit we mean to publish, built deterministically; recorded before any
+        push, with its tree (what the confirmation compares the merge commit's with)."""
         with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
-            async with self._intended_commit(actx, request, Path(tmp)) as (_, sha, _):
+            async with self._intended_commit(actx, request, Path(tmp)) as (_, built, _):
                 pass
-        return CommitResult(sha=sha)
+        return CommitResult(sha=built.sha, tree=built.tree)
 
     async def _branch_state(self, actx: ActivityContext, request: PushInput) -> ReconcileResult:
         access = self.access
@@ -532,7 +535,8 @@ class GitHubActivities:
             # whole at once: a shallow fetch deepened after cost a second one).
             async with self._intended_commit(
                 actx, request, Path(tmp), push=in_base, whole=not in_base
-            ) as (bare, sha, token):
+            ) as (bare, built, token):
+                sha = built.sha
                 if sha != request.sha:
                     raise PermanentError(
                         f"rebuilt commit {sha} differs from the recorded {request.sha}"

@@ -164,6 +164,8 @@ class CommitInput(RepoInput):
 
 class CommitResult(Result):
     sha: str
+    #: The commit's tree (``None``: built before results carried it).
+    tree: str | None = None
 
 
 class PushInput(CommitInput):

@@ -97,6 +97,9 @@ class RunBase:
         self.publications = 0
         #: Commits with a check run of ours still in progress.
         self.checks_open: list[str] = []
+        #: The tree of each commit the run built (``github.build_commit``
+        #: results that carry it): a commit's sha names its tree.
+        self.built_trees: dict[str, str] = {}
         #: Our check run's id on each commit, once a write returned it.
         self.check_run_ids: dict[str, int] = {}
         #: Whether this run updates its check runs by id (None: not asked yet;
@@ -147,6 +150,11 @@ class RunBase:
             test=self.config.test,
             time_limit_seconds=self.config.budgets.time_limit_seconds,
         )
+
+    def keep_tree(self, built: github.CommitResult) -> None:
+        """What the confirmation compares the merge commit's tree with."""
+        if built.tree is not None:
+            self.built_trees[built.sha] = built.tree
 
     def keep_verification(self, verdict: VerifyResult, what: str) -> None:
         """A verification's logs as evidence items ("reproduction with <what>", ...)."""

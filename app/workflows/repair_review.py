@@ -563,6 +563,7 @@ class ReviewPhases(RunBase):
             commit,
             step=f"commit-{label}",
         )
+        self.keep_tree(built)
         expected = self.state.pushed[-1]
         pushed = await call(
             self.ctx,
@@ -608,13 +609,21 @@ class ReviewPhases(RunBase):
                 "GitHub did not say which commit the merge made, so repairbot cannot confirm "
                 "that what landed is what was verified: check the base branch by hand.",
             )
+        # The verified commit is one the run built: its tree came with it (the
+        # commit's sha names it), so only the merge commit's is read. Runs
+        # recorded before this change read both back.
+        verified = self.built_trees.get(approval.commit)
+        if verified is not None and not self.ctx.patched("verified-tree-from-build"):
+            verified = None
+        commits = [merged] if verified is not None else [approval.commit, merged]
         trees = await call(
             self.ctx,
             github.commit_trees,
-            github.TreesInput(**self.repo_fields(), commits=[approval.commit, merged]),
+            github.TreesInput(**self.repo_fields(), commits=commits),
             step="confirm-trees",
         )
-        landed, verified = trees.trees.get(merged), trees.trees.get(approval.commit)
+        landed = trees.trees.get(merged)
+        verified = verified or trees.trees.get(approval.commit)
         if landed is None or landed != verified:
             raise Finished(
                 "needs-human",

@@ -324,6 +324,7 @@ class WorkPhases(RunBase):
             # Runs recorded before this change pushed to the base repository.
             await self.choose_proposal_repo(n)
         built = await self.timed(github.build_intended_commit, commit, step=f"commit-{n}")
+        self.keep_tree(built)
         branch = self.state.branch or run_branch(request.issue_number, self.ctx.run_id)
         expected = self.state.pushed[-1] if self.state.pushed else None
         self.state.branch = branch

@@ -3,6 +3,7 @@ or agent): which phases it goes through, what it ends with, what it calls."""
 
 from __future__ import annotations
 
+from app.engine.testing import FakeActivities
 from tests.workflows.repair_scenario import (
     MERGED,
     PROPOSED_SHA,
@@ -14,6 +15,7 @@ from tests.workflows.repair_scenario import (
     repair_env,
     run_approved,
     start_repair,
+    status_body,
 )
 
 
@@ -96,3 +98,33 @@ async def test_the_fork_is_chosen_with_the_repository_id_the_run_is_keyed_by(
     [chosen] = fakes.inputs("github.proposal_repo")
     assert REQUEST["repo_id"] is not None
     assert chosen["repo_id"] == REQUEST["repo_id"]
+
+
+MERGE_SHA: str = recorded_result("github.merge")["merge_commit_sha"]
+VERIFIED_TREE: str = recorded_result("github.commit_trees")["trees"][PROPOSED_SHA]
+
+
+def built_with_tree(tree: str) -> FakeActivities:
+    """The recorded merge, with ``github.build_commit`` answering the commit's tree."""
+    return merged_fakes().on("github.build_commit", {"sha": PROPOSED_SHA, "tree": tree})
+
+
+async def test_the_confirmation_reads_back_only_the_merge_commits_tree(kit_db_url: str) -> None:
+    """The verified commit is one the run built, and its build said its tree:
+    only the merge commit's tree is read from GitHub to compare with it."""
+    fakes = built_with_tree(VERIFIED_TREE)
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "completed", run.error
+    assert run.result["outcome"] == "merged", run.result
+    [read] = fakes.inputs("github.commit_trees")
+    assert read["commits"] == [MERGE_SHA]
+
+
+async def test_a_merge_commit_whose_tree_is_not_the_built_tree_goes_to_a_human(
+    kit_db_url: str,
+) -> None:
+    """The built commit's tree is what the merge commit's is compared with."""
+    fakes = built_with_tree("0" * 40)
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "needs-human", (run.status, run.error)
+    assert "What landed is not what was verified" in status_body(fakes)
