@@ -53,6 +53,7 @@ from app.contracts.github import (
     PullView,
     PushInput,
     PushResult,
+    ReadyInput,
     ReadyResult,
     RepoInput,
     RevertInput,
@@ -150,6 +151,7 @@ def _pull_view(pull: PullSnapshot) -> PullView:
         head_sha=pull.head_sha,
         merge_commit_sha=pull.merge_commit_sha,
         created=pull.created,
+        node_id=pull.node_id,
     )
 
 
@@ -738,10 +740,10 @@ class GitHubActivities:
         return RevertResult(sha=sha, number=result.number, url=result.html_url)
 
     @implements(github.ready_for_review)
-    async def ready_for_review(self, actx: ActivityContext, request: PullInput) -> ReadyResult:
+    async def ready_for_review(self, actx: ActivityContext, request: ReadyInput) -> ReadyResult:
         """Take the approved draft out of draft so it can be merged (idempotent)."""
         gh, repo = self._client(request)
-        changed = await mark_ready_for_review(gh, repo, request.number)
+        changed = await mark_ready_for_review(gh, repo, request.number, node_id=request.node_id)
         return ReadyResult(changed=changed)
 
     @implements(github.close_pull)

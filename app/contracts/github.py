@@ -137,6 +137,8 @@ class PullView(Result):
     merge_commit_sha: str | None = None
     #: ``github.pull_request`` created it (False: it existed).
     created: bool = False
+    #: GitHub's global id (``None``: recorded before results carried it).
+    node_id: str | None = None
 
 
 class CommentInput(Marked):
@@ -208,6 +210,14 @@ class PullRequestInput(Marked):
     body: str
     #: ``head`` is a branch of this account's fork (``None``: of ``repo``).
     head_owner: str | None = None
+
+
+class ReadyInput(PullInput):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("node_id",)
+
+    #: The pull request's global id, from the read that just saw it a draft:
+    #: the mutation is sent without reading it again.
+    node_id: str | None = None
 
 
 class ReadyResult(Result):
@@ -429,7 +439,7 @@ propose_revert = activity_contract(
 )
 ready_for_review = activity_contract(
     "github.ready_for_review",
-    PullInput,
+    ReadyInput,
     ReadyResult,
     retry=API,
     timeouts=API_TIMEOUTS,

@@ -355,10 +355,18 @@ class ReviewPhases(RunBase):
                     "The pull request was turned back into a draft after repairbot marked it "
                     "ready: approve again to have it merged."
                 )
+            # The revalidating read above saw it a draft and named its node:
+            # the mutation needs no read of its own. Runs recorded before
+            # this change (their reads carry no node id) read it again.
+            node_id = seen.pull.node_id
+            if node_id is not None and not self.ctx.patched("ready-by-node-id"):
+                node_id = None
             await call(
                 self.ctx,
                 github.ready_for_review,
-                github.PullInput(**self.repo_fields(), number=self.state.pull.number),
+                github.ReadyInput(
+                    **self.repo_fields(), number=self.state.pull.number, node_id=node_id
+                ),
                 step=f"ready-{n}",
             )
             self.state.pull.draft = False

@@ -3,6 +3,8 @@ or agent): which phases it goes through, what it ends with, what it calls."""
 
 from __future__ import annotations
 
+import copy
+
 from app.engine.testing import FakeActivities
 from tests.workflows.repair_scenario import (
     MERGED,
@@ -128,3 +130,17 @@ async def test_a_merge_commit_whose_tree_is_not_the_built_tree_goes_to_a_human(
     run = await run_approved(fakes, kit_db_url)
     assert run.status == "needs-human", (run.status, run.error)
     assert "What landed is not what was verified" in status_body(fakes)
+
+
+async def test_the_draft_is_marked_ready_by_the_node_the_revalidating_read_named(
+    kit_db_url: str,
+) -> None:
+    """The read just before the merge saw the pull request a draft and named
+    its node: the activity marks it ready without reading it again."""
+    observed = copy.deepcopy(recorded_result("github.observe"))
+    observed["pull"]["node_id"] = "PR_kwDOproposal"
+    fakes = merged_fakes().on("github.observe", observed)
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "completed", run.error
+    [ready] = fakes.inputs("github.ready_for_review")
+    assert ready["node_id"] == "PR_kwDOproposal"
