@@ -466,7 +466,14 @@ class GitHubActivities:
             )
         else:
             result = await ensure_comment(
-                gh, repo, request.issue_number, request.op, request.body, bot_login=bot_login
+                gh,
+                repo,
+                request.issue_number,
+                request.op,
+                request.body,
+                bot_login=bot_login,
+                # Attempt 1 is the task's first claim: no create of it can have landed.
+                unwritten=request.first_write and actx.attempt == 1,
             )
         return CommentResult(id=result.id, url=result.html_url, created=result.created)
 

@@ -142,13 +142,17 @@ class PullView(Result):
 
 
 class CommentInput(Marked):
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("comment_id",)
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("comment_id", "first_write")
 
     issue_number: int
     body: str
     #: The comment an earlier call for this operation returned: edited by id,
     #: without listing the issue's comments (made again if it was deleted).
     comment_id: int | None = None
+    #: No earlier step wrote this operation's comment: on its task's first
+    #: attempt the activity creates it without listing the issue's comments
+    #: first (a later attempt lists them: its predecessor's create may have landed).
+    first_write: bool = False
 
 
 class CommentResult(Result):

@@ -175,6 +175,10 @@ class RunBase:
         body = status_comment(self.state)
         if self.status_comment_id is not None and self.status_by_id is None:
             self.status_by_id = self.ctx.patched("status-comment-by-id")
+        # The run's first status write: no step before it wrote the comment, so
+        # its first attempt creates it without listing the comments.
+        # Runs recorded before this change listed them.
+        first = self.status_written == 1 and self.ctx.patched("status-first-write-unlisted")
         written = await call(
             self.ctx,
             github.comment,
@@ -185,6 +189,7 @@ class RunBase:
                 op_step="status",
                 body=body,
                 comment_id=self.status_comment_id if self.status_by_id else None,
+                first_write=first,
             ),
             step=f"status-{self.status_written}",
         )

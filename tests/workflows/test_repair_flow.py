@@ -144,3 +144,14 @@ async def test_the_draft_is_marked_ready_by_the_node_the_revalidating_read_named
     assert run.status == "completed", run.error
     [ready] = fakes.inputs("github.ready_for_review")
     assert ready["node_id"] == "PR_kwDOproposal"
+
+
+async def test_only_the_first_status_write_is_marked_first(kit_db_url: str) -> None:
+    """No step before it wrote the status comment: the first write may create
+    it without listing the issue's comments; every later one may not."""
+    fakes = merged_fakes()
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "completed", run.error
+    marked = [w.input.get("first_write", False) for w in fakes.calls_to("github.comment")]
+    assert marked[0] is True
+    assert not any(marked[1:])
