@@ -787,7 +787,15 @@ class GitHubActivities:
                 gh, repo, request.check_run_id, request.head_sha, request.op, view
             )
         else:
-            result = await ensure_check_run(gh, repo, request.head_sha, request.op, view)
+            result = await ensure_check_run(
+                gh,
+                repo,
+                request.head_sha,
+                request.op,
+                view,
+                # Attempt 1 is the task's first claim: no create of it can have landed.
+                unwritten=request.first_write and actx.attempt == 1,
+            )
         return CheckRunResult(id=result.id)
 
     async def _merged_already(self, actx: ActivityContext, request: MergeInput) -> ReconcileResult:

@@ -240,7 +240,7 @@ class ClosePullResult(Result):
 
 
 class CheckRunInput(Marked):
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("check_run_id",)
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("check_run_id", "first_write")
 
     head_sha: str
     name: str
@@ -251,6 +251,9 @@ class CheckRunInput(Marked):
     #: The check run an earlier call for this operation on ``head_sha``
     #: returned: updated by id, without listing the commit's check runs.
     check_run_id: int | None = None
+    #: No earlier step wrote this operation's check run on ``head_sha``: on its
+    #: task's first attempt the activity creates it without listing first.
+    first_write: bool = False
 
 
 class CheckRunResult(Result):

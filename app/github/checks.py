@@ -183,14 +183,20 @@ async def ensure_check_run(
     view: CheckRunView,
     *,
     app_id: int | None = None,
+    unwritten: bool = False,
 ) -> CheckRunResult:
     """Create or update the check run for ``op`` on ``head_sha`` so it shows ``view``.
 
-    ``app_id`` (ours) narrows the search to our App's runs.
+    ``app_id`` (ours) narrows the search to our App's runs. ``unwritten``:
+    the caller knows nothing has written ``op``'s check run on ``head_sha``
+    yet (its first write, on the first attempt of its task), so it is created
+    without listing the commit's check runs first; the listing after the
+    create still finds a racing twin's.
     """
-    found = await find_check_runs(gh, repo, head_sha, op, name=view.name, app_id=app_id)
-    if found:
-        return await _keep_oldest(gh, repo, found, view, created=False)
+    if not unwritten:
+        found = await find_check_runs(gh, repo, head_sha, op, name=view.name, app_id=app_id)
+        if found:
+            return await _keep_oldest(gh, repo, found, view, created=False)
     try:
         mine = await _create(gh, repo, head_sha, op, view)
     except GitHubException as exc:

@@ -105,6 +105,11 @@ class RunBase:
         #: Whether this run updates its check runs by id (None: not asked yet;
         #: runs recorded before that list the commit's check runs each time).
         self.checks_by_id: bool | None = None
+        #: Commits a check-run write of this run was scheduled for.
+        self.checks_written: set[str] = set()
+        #: Whether a first check-run write on a commit skips the listing
+        #: (None: not asked yet; runs recorded before that always list).
+        self.checks_first_unlisted: bool | None = None
         #: Publication effects whose result the run has not taken in yet.
         self.inflight: dict[str, WorkflowFuture] = {}
         ctx.set_query("status", lambda: self.state.summary().model_dump(mode="json"))
@@ -217,6 +222,12 @@ class RunBase:
             step=f"check-superseded-{n}",
         )
 
+    def checks_unlisted(self) -> bool:
+        """Asked once per run: one patch marker, however many commits."""
+        if self.checks_first_unlisted is None:
+            self.checks_first_unlisted = self.ctx.patched("check-first-write-unlisted")
+        return self.checks_first_unlisted
+
     async def write_check(
         self, sha: str, *, title: str, summary: str, conclusion: Conclusion | None, step: str
     ) -> None:
@@ -225,6 +236,11 @@ class RunBase:
         known = self.check_run_ids.get(sha)
         if known is not None and self.checks_by_id is None:
             self.checks_by_id = self.ctx.patched("check-run-by-id")
+        # No step before this one wrote our check run on ``sha``: its first
+        # attempt creates it without listing the commit's check runs. Runs
+        # recorded before this change listed them.
+        first = sha not in self.checks_written and self.checks_unlisted()
+        self.checks_written.add(sha)
         written = await call(
             self.ctx,
             github.check_run,
@@ -238,6 +254,7 @@ class RunBase:
                 summary=summary,
                 conclusion=conclusion,
                 check_run_id=known if self.checks_by_id else None,
+                first_write=first,
             ),
             step=step,
         )

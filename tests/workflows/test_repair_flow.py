@@ -155,3 +155,13 @@ async def test_only_the_first_status_write_is_marked_first(kit_db_url: str) -> N
     marked = [w.input.get("first_write", False) for w in fakes.calls_to("github.comment")]
     assert marked[0] is True
     assert not any(marked[1:])
+
+
+async def test_only_the_first_check_run_write_on_a_commit_is_marked_first(
+    kit_db_url: str,
+) -> None:
+    fakes = merged_fakes()
+    run = await run_approved(fakes, kit_db_url)
+    assert run.status == "completed", run.error
+    writes = [c.input for c in fakes.calls_to("github.check_run")]
+    assert [w.get("first_write", False) for w in writes] == [True, False]
