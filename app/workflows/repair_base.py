@@ -102,14 +102,11 @@ class RunBase:
         self.built_trees: dict[str, str] = {}
         #: Our check run's id on each commit, once a write returned it.
         self.check_run_ids: dict[str, int] = {}
-        #: Whether this run updates its check runs by id (None: not asked yet;
-        #: runs recorded before that list the commit's check runs each time).
-        self.checks_by_id: bool | None = None
         #: Commits a check-run write of this run was scheduled for.
         self.checks_written: set[str] = set()
-        #: Whether a first check-run write on a commit skips the listing
-        #: (None: not asked yet; runs recorded before that always list).
-        self.checks_first_unlisted: bool | None = None
+        #: Whether this run leaves out the GitHub reads of what it knows (None:
+        #: not asked yet): see :meth:`skips_known_reads`.
+        self.known_reads_skipped: bool | None = None
         #: Publication effects whose result the run has not taken in yet.
         self.inflight: dict[str, WorkflowFuture] = {}
         ctx.set_query("status", lambda: self.state.summary().model_dump(mode="json"))
@@ -170,6 +167,19 @@ class RunBase:
 
     # -- progress ----------------------------------------------------------------
 
+    def skips_known_reads(self) -> bool:
+        """Whether this run leaves out the GitHub reads of what it already knows:
+        the first status write and the first check run on a commit are made
+        without listing first, a check run is updated by its id, the fork's
+        parent is the run's repository id, the draft is marked ready by the
+        node the revalidating read named, the verified tree is the one its
+        build returned. One patch for all of them, asked where the first is
+        needed (one history event a run): runs recorded before this change
+        made those reads, and replay with them."""
+        if self.known_reads_skipped is None:
+            self.known_reads_skipped = self.ctx.patched("skip-reads-the-run-knows")
+        return self.known_reads_skipped
+
     async def report(self, phase: Phase | None = None, detail: str | None = None) -> None:
         """Rewrite the status comment (found by its marker, updated in place)."""
         if phase is not None:
@@ -182,8 +192,7 @@ class RunBase:
             self.status_by_id = self.ctx.patched("status-comment-by-id")
         # The run's first status write: no step before it wrote the comment, so
         # its first attempt creates it without listing the issue's comments.
-        # Runs recorded before this change listed them.
-        first = self.status_written == 1 and self.ctx.patched("status-first-write-unlisted")
+        first = self.status_written == 1 and self.skips_known_reads()
         written = await call(
             self.ctx,
             github.comment,
@@ -222,24 +231,17 @@ class RunBase:
             step=f"check-superseded-{n}",
         )
 
-    def checks_unlisted(self) -> bool:
-        """Asked once per run: one patch marker, however many commits."""
-        if self.checks_first_unlisted is None:
-            self.checks_first_unlisted = self.ctx.patched("check-first-write-unlisted")
-        return self.checks_first_unlisted
-
     async def write_check(
         self, sha: str, *, title: str, summary: str, conclusion: Conclusion | None, step: str
     ) -> None:
         """Create or update our check run on ``sha`` (found by its marker, or
         named by the id an earlier write on ``sha`` returned)."""
         known = self.check_run_ids.get(sha)
-        if known is not None and self.checks_by_id is None:
-            self.checks_by_id = self.ctx.patched("check-run-by-id")
+        if known is not None and not self.skips_known_reads():
+            known = None  # runs recorded before this change listed them again
         # No step before this one wrote our check run on ``sha``: its first
-        # attempt creates it without listing the commit's check runs. Runs
-        # recorded before this change listed them.
-        first = sha not in self.checks_written and self.checks_unlisted()
+        # attempt creates it without listing the commit's check runs.
+        first = sha not in self.checks_written and self.skips_known_reads()
         self.checks_written.add(sha)
         written = await call(
             self.ctx,
@@ -253,7 +255,7 @@ class RunBase:
                 title=title,
                 summary=summary,
                 conclusion=conclusion,
-                check_run_id=known if self.checks_by_id else None,
+                check_run_id=known,
                 first_write=first,
             ),
             step=step,

@@ -359,7 +359,7 @@ class ReviewPhases(RunBase):
             # the mutation needs no read of its own. Runs recorded before
             # this change (their reads carry no node id) read it again.
             node_id = seen.pull.node_id
-            if node_id is not None and not self.ctx.patched("ready-by-node-id"):
+            if node_id is not None and not self.skips_known_reads():
                 node_id = None
             await call(
                 self.ctx,
@@ -621,7 +621,7 @@ class ReviewPhases(RunBase):
         # commit's sha names it), so only the merge commit's is read. Runs
         # recorded before this change read both back.
         verified = self.built_trees.get(approval.commit)
-        if verified is not None and not self.ctx.patched("verified-tree-from-build"):
+        if verified is not None and not self.skips_known_reads():
             verified = None
         commits = [merged] if verified is not None else [approval.commit, merged]
         trees = await call(

@@ -385,7 +385,7 @@ class WorkPhases(RunBase):
         # the base repository to learn it. Runs recorded before this change
         # (and requests that carry no id) had the activity read it by name.
         repo_id = self.request.repo_id
-        if repo_id is not None and not self.ctx.patched("fork-parent-from-run"):
+        if repo_id is not None and not self.skips_known_reads():
             repo_id = None
         target = await call(
             self.ctx,
