@@ -46,12 +46,14 @@ from app.contracts.github import (
     PermissionResult,
     PolicyInput,
     PolicyResult,
+    ProposalRepoInput,
     ProposalRepoResult,
     PullInput,
     PullRequestInput,
     PullView,
     PushInput,
     PushResult,
+    ReadyInput,
     ReadyResult,
     RepoInput,
     RevertInput,
@@ -72,7 +74,7 @@ from app.engine import (
 )
 from app.evidence import EvidenceStore
 from app.github.branches import Deletion, delete_branch_if_at
-from app.github.checks import CheckRunView, ensure_check_run
+from app.github.checks import CheckRunView, ensure_check_run, update_check_run
 from app.github.client import GitHubClientFactory, InstallationGitHub
 from app.github.comments import ensure_comment, find_comments, rewrite_comment
 from app.github.conditional import revalidating
@@ -83,6 +85,7 @@ from app.github.markers import OpId
 from app.github.merge import HeadMoved, Merged, merge_pinned, read_pull
 from app.github.objcache import FetchAccess, ObjectCache, ObjectFetchError, borrow
 from app.github.publish import (
+    Built,
     Identity,
     Patch,
     PushStatus,
@@ -91,6 +94,7 @@ from app.github.publish import (
     publish_branch,
     remote_answers,
     remote_ref,
+    write_commit,
 )
 from app.github.pulls import (
     PullSnapshot,
@@ -147,6 +151,7 @@ def _pull_view(pull: PullSnapshot) -> PullView:
         head_sha=pull.head_sha,
         merge_commit_sha=pull.merge_commit_sha,
         created=pull.created,
+        node_id=pull.node_id,
     )
 
 
@@ -461,7 +466,14 @@ class GitHubActivities:
             )
         else:
             result = await ensure_comment(
-                gh, repo, request.issue_number, request.op, request.body, bot_login=bot_login
+                gh,
+                repo,
+                request.issue_number,
+                request.op,
+                request.body,
+                bot_login=bot_login,
+                # Attempt 1 is the task's first claim: no create of it can have landed.
+                unwritten=request.first_write and actx.attempt == 1,
             )
         return CommentResult(id=result.id, url=result.html_url, created=result.created)
 
@@ -474,7 +486,7 @@ class GitHubActivities:
         *,
         push: bool = False,
         whole: bool = False,
-    ) -> AsyncIterator[tuple[Path, str, str | None]]:
+    ) -> AsyncIterator[tuple[Path, Built, str | None]]:
         """Build the commit in a fresh bare repository (``push``: with a token that
         may push to the base; ``whole``: holding the base's whole history)."""
         access = self.access
@@ -485,7 +497,7 @@ class GitHubActivities:
             access, request.repo, request.base_sha, fetch, workdir, whole=whole
         ) as bare:
             patch = self.evidence.get(request.patch_sha)
-            sha = await build_commit(
+            built = await write_commit(
                 bare,
                 request.base_sha,
                 Patch(patch),
@@ -493,18 +505,19 @@ class GitHubActivities:
                 BOT,
                 datetime.fromisoformat(request.timestamp),
             )
-            yield bare, sha, fetch.token
+            yield bare, built, fetch.token
 
     @implements(github.build_intended_commit)
     @_git_suspension
     async def build_intended_commit(
         self, actx: ActivityContext, request: CommitInput
     ) -> CommitResult:
-        """The commit we mean to publish, built deterministically; recorded before any push."""
+        """The commit we mean to publish, built deterministically; recorded before any
+        push, with its tree (what the confirmation compares the merge commit's with)."""
         with tempfile.TemporaryDirectory(prefix="repairbot-commit-") as tmp:
-            async with self._intended_commit(actx, request, Path(tmp)) as (_, sha, _):
+            async with self._intended_commit(actx, request, Path(tmp)) as (_, built, _):
                 pass
-        return CommitResult(sha=sha)
+        return CommitResult(sha=built.sha, tree=built.tree)
 
     async def _branch_state(self, actx: ActivityContext, request: PushInput) -> ReconcileResult:
         access = self.access
@@ -531,7 +544,8 @@ class GitHubActivities:
             # whole at once: a shallow fetch deepened after cost a second one).
             async with self._intended_commit(
                 actx, request, Path(tmp), push=in_base, whole=not in_base
-            ) as (bare, sha, token):
+            ) as (bare, built, token):
+                sha = built.sha
                 if sha != request.sha:
                     raise PermanentError(
                         f"rebuilt commit {sha} differs from the recorded {request.sha}"
@@ -575,7 +589,9 @@ class GitHubActivities:
         return DeleteBranchResult(deleted=outcome.deleted, reason=reason)
 
     @implements(github.proposal_repo)
-    async def proposal_repo(self, actx: ActivityContext, request: RepoInput) -> ProposalRepoResult:
+    async def proposal_repo(
+        self, actx: ActivityContext, request: ProposalRepoInput
+    ) -> ProposalRepoResult:
         """Where the run's proposals are pushed: the proposal account's fork of the
         repository (made on first use), the repository itself only if the operator
         opted in, or nowhere (``refused`` says why and what to do)."""
@@ -594,7 +610,7 @@ class GitHubActivities:
         return ProposalRepoResult(repo=fork.full_name)
 
     async def _proposal_fork(
-        self, actx: ActivityContext, request: RepoInput, owner: str
+        self, actx: ActivityContext, request: ProposalRepoInput, owner: str
     ) -> RepoRef:
         access = self.access
         async with access.accounts.using(owner) as account:
@@ -604,6 +620,7 @@ class GitHubActivities:
                 RepoRef.parse(request.repo),
                 account,
                 ready=self._fork_ready(account),
+                parent_id=request.repo_id,
             )
 
     def _fork_ready(self, account: Account) -> Ready:
@@ -730,10 +747,10 @@ class GitHubActivities:
         return RevertResult(sha=sha, number=result.number, url=result.html_url)
 
     @implements(github.ready_for_review)
-    async def ready_for_review(self, actx: ActivityContext, request: PullInput) -> ReadyResult:
+    async def ready_for_review(self, actx: ActivityContext, request: ReadyInput) -> ReadyResult:
         """Take the approved draft out of draft so it can be merged (idempotent)."""
         gh, repo = self._client(request)
-        changed = await mark_ready_for_review(gh, repo, request.number)
+        changed = await mark_ready_for_review(gh, repo, request.number, node_id=request.node_id)
         return ReadyResult(changed=changed)
 
     @implements(github.close_pull)
@@ -756,7 +773,8 @@ class GitHubActivities:
 
     @implements(github.check_run)
     async def check_run(self, actx: ActivityContext, request: CheckRunInput) -> CheckRunResult:
-        """The run's check on its proposed commit (found by operation id, updated in place)."""
+        """The run's check on its proposed commit (found by operation id, updated in
+        place; by its id alone when an earlier call returned it)."""
         gh, repo = self._client(request)
         view = CheckRunView(
             name=request.name,
@@ -764,7 +782,20 @@ class GitHubActivities:
             summary=request.summary,
             conclusion=request.conclusion,
         )
-        result = await ensure_check_run(gh, repo, request.head_sha, request.op, view)
+        if request.check_run_id is not None:
+            result = await update_check_run(
+                gh, repo, request.check_run_id, request.head_sha, request.op, view
+            )
+        else:
+            result = await ensure_check_run(
+                gh,
+                repo,
+                request.head_sha,
+                request.op,
+                view,
+                # Attempt 1 is the task's first claim: no create of it can have landed.
+                unwritten=request.first_write and actx.attempt == 1,
+            )
         return CheckRunResult(id=result.id)
 
     async def _merged_already(self, actx: ActivityContext, request: MergeInput) -> ReconcileResult:

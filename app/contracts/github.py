@@ -137,16 +137,22 @@ class PullView(Result):
     merge_commit_sha: str | None = None
     #: ``github.pull_request`` created it (False: it existed).
     created: bool = False
+    #: GitHub's global id (``None``: recorded before results carried it).
+    node_id: str | None = None
 
 
 class CommentInput(Marked):
-    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("comment_id",)
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("comment_id", "first_write")
 
     issue_number: int
     body: str
     #: The comment an earlier call for this operation returned: edited by id,
     #: without listing the issue's comments (made again if it was deleted).
     comment_id: int | None = None
+    #: No earlier step wrote this operation's comment: on its task's first
+    #: attempt the activity creates it without listing the issue's comments
+    #: first (a later attempt lists them: its predecessor's create may have landed).
+    first_write: bool = False
 
 
 class CommentResult(Result):
@@ -164,6 +170,8 @@ class CommitInput(RepoInput):
 
 class CommitResult(Result):
     sha: str
+    #: The commit's tree (``None``: built before results carried it).
+    tree: str | None = None
 
 
 class PushInput(CommitInput):
@@ -208,6 +216,14 @@ class PullRequestInput(Marked):
     head_owner: str | None = None
 
 
+class ReadyInput(PullInput):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("node_id",)
+
+    #: The pull request's global id, from the read that just saw it a draft:
+    #: the mutation is sent without reading it again.
+    node_id: str | None = None
+
+
 class ReadyResult(Result):
     changed: bool
 
@@ -224,12 +240,20 @@ class ClosePullResult(Result):
 
 
 class CheckRunInput(Marked):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("check_run_id", "first_write")
+
     head_sha: str
     name: str
     title: str
     summary: str
     #: ``None``: in progress.
     conclusion: Conclusion | None = None
+    #: The check run an earlier call for this operation on ``head_sha``
+    #: returned: updated by id, without listing the commit's check runs.
+    check_run_id: int | None = None
+    #: No earlier step wrote this operation's check run on ``head_sha``: on its
+    #: task's first attempt the activity creates it without listing first.
+    first_write: bool = False
 
 
 class CheckRunResult(Result):
@@ -278,6 +302,14 @@ class ObserveInput(Marked):
     head_repo: str | None = None
     #: sha256 of the status comment's body as the run last wrote it (marker excluded).
     status_sha256: str | None = None
+
+
+class ProposalRepoInput(RepoInput):
+    LATE_FIELDS: ClassVar[tuple[str, ...]] = ("repo_id",)
+
+    #: The repository's id from the event that started the run (runs are keyed
+    #: by it): the parent a fork must name. ``None``: read by name from GitHub.
+    repo_id: int | None = None
 
 
 class ProposalRepoResult(Result):
@@ -392,7 +424,7 @@ delete_branch = activity_contract(
 )
 proposal_repo = activity_contract(
     "github.proposal_repo",
-    RepoInput,
+    ProposalRepoInput,
     ProposalRepoResult,
     retry=API,
     timeouts=GIT_TIMEOUTS,
@@ -414,7 +446,7 @@ propose_revert = activity_contract(
 )
 ready_for_review = activity_contract(
     "github.ready_for_review",
-    PullInput,
+    ReadyInput,
     ReadyResult,
     retry=API,
     timeouts=API_TIMEOUTS,

@@ -3,6 +3,11 @@
 Check runs cannot be deleted, so if two racing workers each created one, the
 oldest (lowest id) is kept and updated, and any younger copy is completed as
 ``skipped`` with a note pointing at the one that counts.
+
+Once a caller knows the check run's id (an earlier call for the same
+operation and commit returned it), the next update goes straight to it
+(:func:`update_check_run`): one request instead of listing the commit's check
+runs and updating.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from githubkit_schemas.v2026_03_10.models import (
 )
 
 from app.github.client import InstallationGitHub
-from app.github.errors import classified, classify, no_answer
+from app.github.errors import classified, classify, no_answer, status_of
 from app.github.markers import OpId
 from app.github.repos import RepoRef
 
@@ -121,28 +126,32 @@ async def _create(
     return response.parsed_data
 
 
-async def _update(gh: InstallationGitHub, repo: RepoRef, run_id: int, view: CheckRunView) -> None:
+async def _patch(gh: InstallationGitHub, repo: RepoRef, run_id: int, view: CheckRunView) -> None:
     url: Missing[str] = view.details_url or UNSET
+    if view.conclusion is None:
+        await gh.rest.checks.async_update(
+            repo.owner,
+            repo.name,
+            run_id,
+            details_url=url,
+            status="in_progress",
+            output={"title": view.title, "summary": view.summary},
+        )
+    else:
+        await gh.rest.checks.async_update(
+            repo.owner,
+            repo.name,
+            run_id,
+            details_url=url,
+            status="completed",
+            conclusion=view.conclusion,
+            output={"title": view.title, "summary": view.summary},
+        )
+
+
+async def _update(gh: InstallationGitHub, repo: RepoRef, run_id: int, view: CheckRunView) -> None:
     with classified(mutation=True):
-        if view.conclusion is None:
-            await gh.rest.checks.async_update(
-                repo.owner,
-                repo.name,
-                run_id,
-                details_url=url,
-                status="in_progress",
-                output={"title": view.title, "summary": view.summary},
-            )
-        else:
-            await gh.rest.checks.async_update(
-                repo.owner,
-                repo.name,
-                run_id,
-                details_url=url,
-                status="completed",
-                conclusion=view.conclusion,
-                output={"title": view.title, "summary": view.summary},
-            )
+        await _patch(gh, repo, run_id, view)
 
 
 async def _keep_oldest(
@@ -174,14 +183,20 @@ async def ensure_check_run(
     view: CheckRunView,
     *,
     app_id: int | None = None,
+    unwritten: bool = False,
 ) -> CheckRunResult:
     """Create or update the check run for ``op`` on ``head_sha`` so it shows ``view``.
 
-    ``app_id`` (ours) narrows the search to our App's runs.
+    ``app_id`` (ours) narrows the search to our App's runs. ``unwritten``:
+    the caller knows nothing has written ``op``'s check run on ``head_sha``
+    yet (its first write, on the first attempt of its task), so it is created
+    without listing the commit's check runs first; the listing after the
+    create still finds a racing twin's.
     """
-    found = await find_check_runs(gh, repo, head_sha, op, name=view.name, app_id=app_id)
-    if found:
-        return await _keep_oldest(gh, repo, found, view, created=False)
+    if not unwritten:
+        found = await find_check_runs(gh, repo, head_sha, op, name=view.name, app_id=app_id)
+        if found:
+            return await _keep_oldest(gh, repo, found, view, created=False)
     try:
         mine = await _create(gh, repo, head_sha, op, view)
     except GitHubException as exc:
@@ -196,3 +211,30 @@ async def ensure_check_run(
         return CheckRunResult(mine.id, mine.html_url, created=True)
     # A twin may have raced us; the oldest run counts, younger ones are marked skipped.
     return await _keep_oldest(gh, repo, found, view, created=found[0].id == mine.id)
+
+
+async def update_check_run(
+    gh: InstallationGitHub,
+    repo: RepoRef,
+    run_id: int,
+    head_sha: str,
+    op: OpId,
+    view: CheckRunView,
+    *,
+    app_id: int | None = None,
+) -> CheckRunResult:
+    """Make the check run ``run_id``, which an earlier call for ``op`` on
+    ``head_sha`` returned, show ``view`` in one request. GitHub never deletes a
+    check run, but should the id be unknown to it (404) the run is found or
+    made as :func:`ensure_check_run` does.
+
+    A repeated update (a retry after a lost answer or a crash) writes the same
+    view again: nothing doubles, so this needs no read before it.
+    """
+    try:
+        await _patch(gh, repo, run_id, view)
+    except GitHubException as exc:
+        if status_of(exc) != 404:
+            raise classify(exc, mutation=True) from exc
+        return await ensure_check_run(gh, repo, head_sha, op, view, app_id=app_id)
+    return CheckRunResult(run_id, None, created=False)

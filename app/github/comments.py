@@ -103,17 +103,25 @@ async def ensure_comment(
     *,
     fields: Mapping[str, str] | None = None,
     bot_login: str | None,
+    unwritten: bool = False,
 ) -> CommentResult:
     """Make the issue carry exactly one comment for ``op`` with ``body`` (plus marker).
 
     ``bot_login`` is the App's account (``GitHubClientFactory.bot_login()``):
     only its comments can be ours. ``None`` trusts any author, for tests and
     tools that know the issue holds no forged markers.
+
+    ``unwritten``: the caller knows nothing has written ``op``'s marker yet
+    (the operation's first write, on the first attempt of its task: an
+    earlier attempt, whose create may have landed, makes the next one a
+    second), so the comment is created without listing the issue's comments
+    first. The listing after the create still finds a racing twin's.
     """
     text = with_marker(body, Marker(op, dict(fields or {})))
-    found = await find_comments(gh, repo, issue_number, op, bot_login=bot_login)
-    if found:
-        return await _converge(gh, repo, found, text, created=False)
+    if not unwritten:
+        found = await find_comments(gh, repo, issue_number, op, bot_login=bot_login)
+        if found:
+            return await _converge(gh, repo, found, text, created=False)
     try:
         response = await gh.rest.issues.async_create_comment(
             repo.owner, repo.name, issue_number, body=text

@@ -154,12 +154,19 @@ async def ensure_fork(
     account: Account,
     *,
     ready: Ready,
+    parent_id: int | None = None,
     polls: int = DEFAULT_POLLS,
     pause: Pause = asyncio.sleep,
 ) -> RepoRef:
     """The proposal account's fork of ``base``, made if there is none, once it
-    can be pushed to (``ready``: git answers for it)."""
-    parent_id = await base_id(base_gh, base)
+    can be pushed to (``ready``: git answers for it).
+
+    ``parent_id``: the base repository's id as the run knows it (from the
+    signed event that started it, which runs are keyed by); ``None``: read
+    from GitHub by name. Only a fork whose parent has this id is ours.
+    """
+    if parent_id is None:
+        parent_id = await base_id(base_gh, base)
     gh = factory.for_installation(account.installation_id)
     named = RepoRef(account.login, base.name)
     if await _fork_of(gh, named, parent_id) and await ready(named):

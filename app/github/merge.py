@@ -111,6 +111,7 @@ async def read_pull(gh: InstallationGitHub, repo: RepoRef, number: int) -> PullS
         head_sha=pr.head.sha,
         merge_commit_sha=merge_sha,
         mergeable=pr.mergeable,
+        node_id=pr.node_id,
     )
 
 

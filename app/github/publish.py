@@ -146,6 +146,15 @@ async def _git_ok(
     return result.stdout.strip()
 
 
+@dataclass(frozen=True)
+class Built:
+    """A commit :func:`write_commit` made: its sha and its tree's (the tree
+    is what the commit's sha names, so whoever knows the one knows the other)."""
+
+    sha: str
+    tree: str
+
+
 async def build_commit(
     repo_dir: Path,
     base_sha: str,
@@ -156,7 +165,24 @@ async def build_commit(
     *,
     committer: Identity | None = None,
 ) -> str:
-    """Write the commit (``base_sha`` + ``change``) into ``repo_dir`` and return its sha.
+    """:func:`write_commit`'s sha."""
+    built = await write_commit(
+        repo_dir, base_sha, change, message, identity, timestamp, committer=committer
+    )
+    return built.sha
+
+
+async def write_commit(
+    repo_dir: Path,
+    base_sha: str,
+    change: Change,
+    message: str,
+    identity: Identity,
+    timestamp: datetime,
+    *,
+    committer: Identity | None = None,
+) -> Built:
+    """Write the commit (``base_sha`` + ``change``) into ``repo_dir``; its sha and tree.
 
     Same inputs, same sha: identity and dates come from the caller, the
     message is normalized to end in one newline, signing and encoding
@@ -209,12 +235,13 @@ async def build_commit(
             )
             tree = await _git_ok(["write-tree"], repo_dir, index_env)
     text = message.strip("\n") + "\n"
-    return await _git_ok(
+    sha = await _git_ok(
         ["commit-tree", "--no-gpg-sign", tree, "-p", base, "-F", "-"],
         repo_dir,
         env,
         input=text.encode(),
     )
+    return Built(sha, tree)
 
 
 def git_auth_config(remote_url: str, token: str | None) -> list[tuple[str, str]]:

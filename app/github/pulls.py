@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from githubkit.exception import GitHubException, RequestFailed
+from githubkit.exception import GitHubException, GraphQLFailed, RequestFailed
 from githubkit.rest.paginator import Paginator
 from githubkit_schemas.v2026_03_10.models import PullRequest, PullRequestSimple
 
@@ -59,6 +59,8 @@ class PullSnapshot:
     mergeable: bool | None = None
     #: This call created it.
     created: bool = False
+    #: GitHub's global id (what GraphQL mutations name it by).
+    node_id: str | None = None
 
 
 def _result(pr: PullRequest | PullRequestSimple, *, created: bool) -> PullSnapshot:
@@ -71,6 +73,7 @@ def _result(pr: PullRequest | PullRequestSimple, *, created: bool) -> PullSnapsh
         draft=pr.draft is True,
         merged=merged,
         created=created,
+        node_id=pr.node_id,
     )
 
 
@@ -204,11 +207,25 @@ mutation($id: ID!) {
 """
 
 
-async def mark_ready_for_review(gh: InstallationGitHub, repo: RepoRef, number: int) -> bool:
+async def mark_ready_for_review(
+    gh: InstallationGitHub, repo: RepoRef, number: int, *, node_id: str | None = None
+) -> bool:
     """Take the pull request out of draft (GraphQL: REST has no way); idempotent.
 
-    Returns whether this call changed it.
+    ``node_id``: the pull request's, from a read the caller just made that saw
+    it a draft: the mutation goes first, and the pull request is read only if
+    GitHub refuses it (a retry after an earlier attempt's mutation landed
+    finds it ready already). Without it, read first. Returns whether this
+    call asked GitHub to change it.
     """
+    if node_id is not None:
+        try:
+            await gh.async_graphql(_READY, {"id": node_id})
+        except GraphQLFailed:
+            return await mark_ready_for_review(gh, repo, number)
+        except GitHubException as exc:
+            raise classify(exc, mutation=True) from exc
+        return True
     with classified(mutation=False):
         pr = (await gh.rest.pulls.async_get(repo.owner, repo.name, number)).parsed_data
     if not pr.draft:

@@ -78,7 +78,7 @@ async def onboard(ctx: WorkflowContext, request: OnboardRequest) -> OnboardResul
         await call(
             ctx,
             github.ready_for_review,
-            github.PullInput(**where, number=pull.number),
+            github.ReadyInput(**where, number=pull.number),
             step="ready",
         )
     return OnboardResult(outcome="proposed", pull_number=pull.number)

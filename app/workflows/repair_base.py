@@ -19,6 +19,7 @@ from app.contracts.triage_inputs import REPOSITORY_MOVED, RepositoryMovedSignal
 from app.contracts.workspace import WorkspaceSpec
 from app.engine import ActivityError, TypedActivity, WorkflowContext, WorkflowFuture
 from app.evidence import EvidenceRef
+from app.github.checks import Conclusion
 from app.repo_config import CheckoutConfig, Command, RepoConfig
 from app.workflows.calls import again, call, first, schedule, unsuspended, waits_out
 from app.workflows.report import check_conclusion, check_summary, check_title, status_comment
@@ -96,6 +97,16 @@ class RunBase:
         self.publications = 0
         #: Commits with a check run of ours still in progress.
         self.checks_open: list[str] = []
+        #: The tree of each commit the run built (``github.build_commit``
+        #: results that carry it): a commit's sha names its tree.
+        self.built_trees: dict[str, str] = {}
+        #: Our check run's id on each commit, once a write returned it.
+        self.check_run_ids: dict[str, int] = {}
+        #: Commits a check-run write of this run was scheduled for.
+        self.checks_written: set[str] = set()
+        #: Whether this run leaves out the GitHub reads of what it knows (None:
+        #: not asked yet): see :meth:`skips_known_reads`.
+        self.known_reads_skipped: bool | None = None
         #: Publication effects whose result the run has not taken in yet.
         self.inflight: dict[str, WorkflowFuture] = {}
         ctx.set_query("status", lambda: self.state.summary().model_dump(mode="json"))
@@ -142,6 +153,11 @@ class RunBase:
             time_limit_seconds=self.config.budgets.time_limit_seconds,
         )
 
+    def keep_tree(self, built: github.CommitResult) -> None:
+        """What the confirmation compares the merge commit's tree with."""
+        if built.tree is not None:
+            self.built_trees[built.sha] = built.tree
+
     def keep_verification(self, verdict: VerifyResult, what: str) -> None:
         """A verification's logs as evidence items ("reproduction with <what>", ...)."""
         if verdict.reproduction is not None:
@@ -150,6 +166,19 @@ class RunBase:
             self.state.add_evidence(f"tests with {what}", verdict.tests.log)
 
     # -- progress ----------------------------------------------------------------
+
+    def skips_known_reads(self) -> bool:
+        """Whether this run leaves out the GitHub reads of what it already knows:
+        the first status write and the first check run on a commit are made
+        without listing first, a check run is updated by its id, the fork's
+        parent is the run's repository id, the draft is marked ready by the
+        node the revalidating read named, the verified tree is the one its
+        build returned. One patch for all of them, asked where the first is
+        needed (one history event a run): runs recorded before this change
+        made those reads, and replay with them."""
+        if self.known_reads_skipped is None:
+            self.known_reads_skipped = self.ctx.patched("skip-reads-the-run-knows")
+        return self.known_reads_skipped
 
     async def report(self, phase: Phase | None = None, detail: str | None = None) -> None:
         """Rewrite the status comment (found by its marker, updated in place)."""
@@ -161,6 +190,9 @@ class RunBase:
         body = status_comment(self.state)
         if self.status_comment_id is not None and self.status_by_id is None:
             self.status_by_id = self.ctx.patched("status-comment-by-id")
+        # The run's first status write: no step before it wrote the comment, so
+        # its first attempt creates it without listing the issue's comments.
+        first = self.status_written == 1 and self.skips_known_reads()
         written = await call(
             self.ctx,
             github.comment,
@@ -171,6 +203,7 @@ class RunBase:
                 op_step="status",
                 body=body,
                 comment_id=self.status_comment_id if self.status_by_id else None,
+                first_write=first,
             ),
             step=f"status-{self.status_written}",
         )
@@ -180,7 +213,37 @@ class RunBase:
     async def check(self, sha: str, *, final: bool, step: str) -> None:
         """Our check run on ``sha``: in progress while a review is awaited, completed
         with the run's conclusion at its end."""
-        await call(
+        await self.write_check(
+            sha,
+            title=check_title(self.state),
+            summary=check_summary(self.state),
+            conclusion=check_conclusion(self.state) if final else None,
+            step=step,
+        )
+
+    async def check_superseded(self, sha: str, n: int | str, summary: str = "") -> None:
+        """Complete our check run on a commit a newer proposal replaced."""
+        await self.write_check(
+            sha,
+            title="Superseded by a newer proposal",
+            summary=summary or f"Replaced by the commit of publication {n}.",
+            conclusion="neutral",
+            step=f"check-superseded-{n}",
+        )
+
+    async def write_check(
+        self, sha: str, *, title: str, summary: str, conclusion: Conclusion | None, step: str
+    ) -> None:
+        """Create or update our check run on ``sha`` (found by its marker, or
+        named by the id an earlier write on ``sha`` returned)."""
+        known = self.check_run_ids.get(sha)
+        if known is not None and not self.skips_known_reads():
+            known = None  # runs recorded before this change listed them again
+        # No step before this one wrote our check run on ``sha``: its first
+        # attempt creates it without listing the commit's check runs.
+        first = sha not in self.checks_written and self.skips_known_reads()
+        self.checks_written.add(sha)
+        written = await call(
             self.ctx,
             github.check_run,
             github.CheckRunInput(
@@ -189,30 +252,15 @@ class RunBase:
                 op_run=self.ctx.run_id,
                 op_step="check",
                 name=CHECK_NAME,
-                title=check_title(self.state),
-                summary=check_summary(self.state),
-                conclusion=check_conclusion(self.state) if final else None,
+                title=title,
+                summary=summary,
+                conclusion=conclusion,
+                check_run_id=known,
+                first_write=first,
             ),
             step=step,
         )
-
-    async def check_superseded(self, sha: str, n: int | str, summary: str = "") -> None:
-        """Complete our check run on a commit a newer proposal replaced."""
-        await call(
-            self.ctx,
-            github.check_run,
-            github.CheckRunInput(
-                **self.repo_fields(),
-                head_sha=sha,
-                op_run=self.ctx.run_id,
-                op_step="check",
-                name="repairbot",
-                title="Superseded by a newer proposal",
-                summary=summary or f"Replaced by the commit of publication {n}.",
-                conclusion="neutral",
-            ),
-            step=f"check-superseded-{n}",
-        )
+        self.check_run_ids[sha] = written.id
 
     # -- the working time budget --------------------------------------------------
 

@@ -355,10 +355,18 @@ class ReviewPhases(RunBase):
                     "The pull request was turned back into a draft after repairbot marked it "
                     "ready: approve again to have it merged."
                 )
+            # The revalidating read above saw it a draft and named its node:
+            # the mutation needs no read of its own. Runs recorded before
+            # this change (their reads carry no node id) read it again.
+            node_id = seen.pull.node_id
+            if node_id is not None and not self.skips_known_reads():
+                node_id = None
             await call(
                 self.ctx,
                 github.ready_for_review,
-                github.PullInput(**self.repo_fields(), number=self.state.pull.number),
+                github.ReadyInput(
+                    **self.repo_fields(), number=self.state.pull.number, node_id=node_id
+                ),
                 step=f"ready-{n}",
             )
             self.state.pull.draft = False
@@ -563,6 +571,7 @@ class ReviewPhases(RunBase):
             commit,
             step=f"commit-{label}",
         )
+        self.keep_tree(built)
         expected = self.state.pushed[-1]
         pushed = await call(
             self.ctx,
@@ -608,13 +617,21 @@ class ReviewPhases(RunBase):
                 "GitHub did not say which commit the merge made, so repairbot cannot confirm "
                 "that what landed is what was verified: check the base branch by hand.",
             )
+        # The verified commit is one the run built: its tree came with it (the
+        # commit's sha names it), so only the merge commit's is read. Runs
+        # recorded before this change read both back.
+        verified = self.built_trees.get(approval.commit)
+        if verified is not None and not self.skips_known_reads():
+            verified = None
+        commits = [merged] if verified is not None else [approval.commit, merged]
         trees = await call(
             self.ctx,
             github.commit_trees,
-            github.TreesInput(**self.repo_fields(), commits=[approval.commit, merged]),
+            github.TreesInput(**self.repo_fields(), commits=commits),
             step="confirm-trees",
         )
-        landed, verified = trees.trees.get(merged), trees.trees.get(approval.commit)
+        landed = trees.trees.get(merged)
+        verified = verified or trees.trees.get(approval.commit)
         if landed is None or landed != verified:
             raise Finished(
                 "needs-human",

@@ -324,6 +324,7 @@ class WorkPhases(RunBase):
             # Runs recorded before this change pushed to the base repository.
             await self.choose_proposal_repo(n)
         built = await self.timed(github.build_intended_commit, commit, step=f"commit-{n}")
+        self.keep_tree(built)
         branch = self.state.branch or run_branch(request.issue_number, self.ctx.run_id)
         expected = self.state.pushed[-1] if self.state.pushed else None
         self.state.branch = branch
@@ -380,10 +381,16 @@ class WorkPhases(RunBase):
         """Where the proposal goes: the proposal account's fork, or (the operator's
         opt-in) the base repository; with neither configured, the run parks
         with a status comment that says how to configure it."""
+        # The fork's parent is known by the id the run is keyed by: no read of
+        # the base repository to learn it. Runs recorded before this change
+        # (and requests that carry no id) had the activity read it by name.
+        repo_id = self.request.repo_id
+        if repo_id is not None and not self.skips_known_reads():
+            repo_id = None
         target = await call(
             self.ctx,
             github.proposal_repo,
-            github.RepoInput(**self.repo_fields()),
+            github.ProposalRepoInput(**self.repo_fields(), repo_id=repo_id),
             step=f"proposal-repo-{n}",
         )
         if target.repo is None:

@@ -8,8 +8,9 @@ Counted: subprocesses started (``subprocess.Popen`` audit events, by program;
 git by subcommand) and the CPU each used with the descendants it waited for
 (milliseconds, from ``wait4``'s resource usage), SQL statements (by verb and
 table), HTTP requests sent by httpx clients (GitHub's REST API, by method
-and path with ids masked), calls handed to the store's threads (by function)
-and reconciler passes. Written
+and path with ids masked, and again by the activity sending it: ``via``),
+calls handed to the store's threads (by function) and reconciler passes.
+Written
 to ``<dir>/<pid>.json`` every two seconds and at exit; when ``<dir>/START``
 appears (the benchmark's first label) the counts so far are kept in
 ``<dir>/<pid>.base.json``, so start-up is left out.
@@ -133,6 +134,17 @@ def _token_scope(body: bytes) -> str:
     return f"{where}, {permissions or 'its permissions'}"
 
 
+def _activity() -> str:
+    """The activity (or workflow) sending a request, from the log context the
+    worker binds at the top of every job; ``-`` outside one (token mints for
+    git, the App's own requests made before an activity binds)."""
+    logs = sys.modules.get("app.logs")
+    fields = logs._context.get() if logs is not None else None
+    if not fields:
+        return "-"
+    return str(fields.get("activity") or fields.get("workflow") or "-")
+
+
 def _hook_libraries() -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -150,6 +162,7 @@ def _hook_libraries() -> None:
 
     async def counted(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> Any:
         _bump(f"http {request.method} {_endpoint(request.url.path)}")
+        _bump(f"via {_activity()} {request.method} {_endpoint(request.url.path)}")
         if request.url.path.endswith("/access_tokens"):
             _bump(f"token {_token_scope(request.content)}")
         return await send(self, request, **kwargs)

@@ -83,6 +83,10 @@ async def test_proposal_lives_in_the_fork_until_the_approved_merge(stack: LocalS
         {"repo": stack.proposal_repo, "refused": None}
     ]
     record_history(stack, number, "repair_v2_fork_proposal_merged")
+    # The same run, kept again once it skipped the reads it knows the answer
+    # to (patch ``skip-reads-the-run-knows``): the file above stays as it was
+    # recorded before, for runs of that time.
+    record_history(stack, number, "repair_v2_fork_proposal_merged_known_reads")
 
 
 async def parks_without_publishing(stack: LocalStack, number: int) -> None:

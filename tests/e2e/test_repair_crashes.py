@@ -19,6 +19,7 @@ from app.demo.stack import LocalStack
 from app.engine._runtime import Runtime
 from tests.e2e.scenario import (
     file_on_branch,
+    final_check,
     github_state,
     run_through_a_kill,
     wait_for,
@@ -41,7 +42,10 @@ FAULTS = [
     "activity.before_complete:github.push_branch",  # the branch moved; we don't know yet
     "activity.before_complete:github.pull_request",  # the PR exists; we don't know yet
     "activity.before_complete:github.check_run",
+    "activity.before_complete:github.check_run@2",  # the final one, updated by id
+    "activity.before_complete:github.comment",  # the status comment made; we don't know yet
     "activity.before_complete:github.comment@2",  # a status comment update
+    "activity.before_complete:github.ready_for_review",  # marked by node id; we don't know yet
     "activity.before_complete:github.merge",  # merged; we don't know yet
     "workflow_task.mid_commit@6",
 ]
@@ -109,6 +113,7 @@ async def crash_and_finish(stack: LocalStack, fault: str, tmp_path: Path) -> int
     state = await github_state(stack, number)
     assert len(state["status_comments"]) == 1
     assert [p["merged_at"] is not None for p in state["pulls"]] == [True]
+    assert (await final_check(stack, state["pulls"][0]["head"]["sha"]))["conclusion"] == "success"
     assert state["branches"] == ["main"]  # deleted after the merge
     assert FIXED_LINE in file_on_branch(stack, "main", "slugify/__init__.py")
     return number

@@ -104,3 +104,14 @@ class LocalGit:
     work: Path
     remote: Path
     base: str
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """The in-process emulator, with every request's method and path kept."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner, self.seen = inner, []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(f"{request.method} {request.url.path}")
+        return await self.inner.handle_async_request(request)

@@ -5,12 +5,19 @@ from typing import Any
 
 import httpx
 import pytest
-from gh_scene import Scene
+from gh_scene import Recording, Scene
+from sqlalchemy import Engine
 
+from activities.github import GitHubAccess, GitHubActivities
+from app.config import Settings
+from app.contracts.github import CommentInput
 from app.engine._errors import AmbiguousError, PermanentError, TransientError
+from app.engine._registry import ActivityDefn
+from app.evidence.database import DatabaseEvidenceStore
 from app.github.client import InstallationGitHub
 from app.github.comments import CommentResult, ensure_comment, rewrite_comment
 from app.github.markers import Marker, OpId, parse_marker
+from tests.activities.support import Dependencies, RecordingContext, body
 
 OP = OpId("run-1", "status")
 CREATE = "POST /repos/{owner}/{repo}/issues/{issue_number}/comments"
@@ -140,17 +147,6 @@ async def test_timeout_with_nothing_to_read_back_is_ambiguous(
     assert [c[0] for c in comments_on(scene, issue)] == [result.id]
 
 
-class Recording(httpx.AsyncBaseTransport):
-    """The in-process emulator, with every request's method and path kept."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner, self.seen = inner, []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append(f"{request.method} {request.url.path}")
-        return await self.inner.handle_async_request(request)
-
-
 async def test_a_known_comment_is_rewritten_in_one_request(scene: Scene, issue: int) -> None:
     """An id an earlier call returned: one edit, no listing of the issue's comments."""
     first = await ensure(scene, issue, "Running")
@@ -179,3 +175,66 @@ async def test_a_known_comment_deleted_since_is_made_again(scene: Scene, issue: 
     assert result.created and result.id != first.id
     [(comment_id, _, body)] = comments_on(scene, issue)
     assert comment_id == result.id and body.startswith("Done")
+
+
+async def test_a_write_known_to_be_the_first_creates_without_listing(
+    scene: Scene, issue: int
+) -> None:
+    """Nothing can carry the marker yet: the create, then the listing that
+    finds a racing twin's; no listing before it."""
+    recording = Recording(httpx.ASGITransport(app=scene.emulator.asgi()))
+    gh = scene.new_factory(transport=recording).for_installation(scene.installation_id)
+    await gh.rest.repos.async_get("octo", "demo")  # the token minted before counting
+    recording.seen.clear()
+    result = await ensure(scene, issue, "Running", gh=gh, unwritten=True)
+    assert [line.split()[0] for line in recording.seen] == ["POST", "GET"]
+    assert result.created
+    assert [c[0] for c in comments_on(scene, issue)] == [result.id]
+
+
+async def test_racing_first_writes_converge_on_one_comment(scene: Scene, issue: int) -> None:
+    results = await asyncio.gather(
+        *(ensure(scene, issue, "Running", unwritten=True) for _ in range(2))
+    )
+    [(kept, _, _)] = comments_on(scene, issue)
+    assert {r.id for r in results} == {kept}
+
+
+def comment_activity(scene: Scene, recording: Recording, db_engine: Engine) -> ActivityDefn:
+    """The ``github.comment`` activity of a worker whose requests ``recording`` keeps."""
+    factory = scene.new_factory(transport=recording)
+    access = GitHubAccess(factory, "http://git.invalid")
+    activities = GitHubActivities(access, DatabaseEvidenceStore(db_engine), Settings())
+    return body(activities, "github.comment")
+
+
+def first_status_write(scene: Scene, issue: int) -> dict[str, Any]:
+    return CommentInput(
+        repo="octo/demo",
+        installation_id=scene.installation_id,
+        issue_number=issue,
+        op_run=OP.run,
+        op_step=OP.step,
+        body="Running",
+        first_write=True,
+    ).model_dump(mode="json")
+
+
+async def test_a_later_attempt_of_a_first_write_finds_the_earlier_attempts_comment(
+    scene: Scene, issue: int, db_engine: Engine
+) -> None:
+    """The first attempt created the comment and died before its result was
+    recorded: the next attempt lists the issue's comments first and creates
+    nothing."""
+    recording = Recording(httpx.ASGITransport(app=scene.emulator.asgi()))
+    write = comment_activity(scene, recording, db_engine)
+    first = await write.fn(
+        RecordingContext(Dependencies(), attempt=1), first_status_write(scene, issue)
+    )
+    recording.seen.clear()
+    again = await write.fn(
+        RecordingContext(Dependencies(), attempt=2), first_status_write(scene, issue)
+    )
+    assert not [line for line in recording.seen if line.startswith("POST")]
+    assert again["id"] == first["id"]
+    assert [c[0] for c in comments_on(scene, issue)] == [first["id"]]

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from gh_scene import Scene
+from gh_scene import Recording, Scene
 from sqlalchemy import Engine
 
 from activities.github import GitHubAccess, GitHubActivities
@@ -253,3 +254,42 @@ async def test_a_push_to_the_fork_carries_the_bases_newer_history_in_one_fetch(
     at = scene.emulator.store.repo(ORG, "demo")
     assert at is not None and open_git(at).resolve("refs/heads/repairbot/issue-1") == built["sha"]
     assert len(fetches) == 1 and "--depth=1" not in fetches[0]
+
+
+async def test_a_fork_is_checked_against_the_parent_id_the_run_knows(scene: Scene) -> None:
+    """The base repository's id given (the run's, from the signed event): the
+    base is not read to learn it, and the fork found is checked against it."""
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    recording = Recording(httpx.ASGITransport(app=scene.emulator.asgi()))
+    factory = scene.new_factory(transport=recording)
+    fork = await ensure_fork(
+        factory,
+        factory.for_installation(scene.installation_id),
+        scene.repo,
+        account,
+        ready=always,
+        parent_id=scene.state().id,
+    )
+    assert fork == RepoRef(ORG, "demo")
+    reads = [line for line in recording.seen if line.startswith("GET /api/v3/repos/")]
+    assert reads == [f"GET /api/v3/repos/{ORG}/demo"]
+
+
+async def test_a_fork_of_another_parent_id_is_never_used(scene: Scene) -> None:
+    """An id that is not the fork's parent (the name now another repository's):
+    the existing fork is not taken, and GitHub's answer to a fork request,
+    naming that other parent, is refused."""
+    account = await _org(scene)
+    await scene.client.fork_pending(0)
+    await ensure_fork(scene.factory, scene.gh, scene.repo, account, ready=always)
+    with pytest.raises(ForkRefused, match="not a fork of"):
+        await ensure_fork(
+            scene.factory,
+            scene.gh,
+            scene.repo,
+            account,
+            ready=always,
+            parent_id=scene.state().id + 1000,
+        )

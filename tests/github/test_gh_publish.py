@@ -23,6 +23,7 @@ from app.github.publish import (
     build_commit,
     publish_branch,
     remote_ref,
+    write_commit,
 )
 
 FIX = b"""diff --git a/calc.py b/calc.py
@@ -66,6 +67,17 @@ async def test_commit_content_parent_and_identity(local_git: LocalGit) -> None:
     # The workspace's own index and files are untouched.
     assert git("status", "--porcelain", cwd=local_git.work) == ""
     assert "a - b" in (local_git.work / "calc.py").read_text()
+
+
+async def test_the_commit_built_comes_with_its_tree(local_git: LocalGit) -> None:
+    """What the confirmation compares the merge commit's tree with."""
+    built = await write_commit(local_git.work, local_git.base, Patch(FIX), "Fix add", BOT, WHEN)
+    assert built.sha == await fix_commit(local_git.work, local_git.base)
+    assert built.tree == git("rev-parse", f"{built.sha}^{{tree}}", cwd=local_git.work)
+    again = await write_commit(
+        local_git.work, local_git.base, Tree(built.tree), "Fix add", BOT, WHEN
+    )
+    assert again == built
 
 
 async def test_any_input_change_changes_the_sha(local_git: LocalGit) -> None:

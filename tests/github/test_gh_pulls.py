@@ -3,12 +3,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import httpx
 import pytest
-from gh_scene import Scene
+from gh_scene import Recording, Scene
 
 from app.engine._errors import PermanentError, TransientError
 from app.github.markers import Marker, OpId, parse_marker
-from app.github.pulls import PullSnapshot, ensure_pull_request
+from app.github.merge import read_pull
+from app.github.pulls import PullSnapshot, ensure_pull_request, mark_ready_for_review
 
 OP = OpId("run-1", "pull-request")
 CREATE = "POST /repos/{owner}/{repo}/pulls"
@@ -129,3 +131,51 @@ async def test_a_plan_without_drafts_gets_a_ready_pull_request(scene: Scene, bra
     assert first.created and not first.draft and not again.created
     [(number, head, state, draft, _)] = pulls_in(scene)
     assert (number, head, state, draft) == (first.number, "repairbot/issue-1", "open", False)
+
+
+# -- out of draft ------------------------------------------------------------------------
+
+
+async def test_a_draft_is_marked_ready_by_the_node_a_read_named_in_one_request(
+    scene: Scene, branch: str
+) -> None:
+    """The caller's read just saw it a draft and named its node: the
+    mutation alone, no read of the pull request before it."""
+    opened = await ensure(scene)
+    seen = await read_pull(scene.gh, scene.repo, opened.number)
+    assert seen.draft and seen.node_id
+    recording = Recording(httpx.ASGITransport(app=scene.emulator.asgi()))
+    gh = scene.new_factory(transport=recording).for_installation(scene.installation_id)
+    await gh.rest.repos.async_get("octo", "demo")  # the token minted before counting
+    recording.seen.clear()
+    assert await mark_ready_for_review(gh, scene.repo, opened.number, node_id=seen.node_id)
+    assert recording.seen == ["POST /api/graphql"]
+    assert [draft for _, _, _, draft, _ in pulls_in(scene)] == [False]
+
+
+async def test_marking_ready_again_changes_nothing(scene: Scene, branch: str) -> None:
+    """A retry after the mutation landed (its answer lost, or the worker
+    crashed before the result was recorded) leaves it ready."""
+    opened = await ensure(scene)
+    seen = await read_pull(scene.gh, scene.repo, opened.number)
+    for _ in range(2):
+        await mark_ready_for_review(scene.gh, scene.repo, opened.number, node_id=seen.node_id)
+    assert [draft for _, _, _, draft, _ in pulls_in(scene)] == [False]
+
+
+async def test_a_mutation_github_refuses_reads_the_pull_request_and_goes_on(
+    scene: Scene, branch: str
+) -> None:
+    """GitHub's GraphQL error for the node (real GitHub may refuse a pull
+    request that is no longer a draft): the pull request is read, and
+    marked ready if it still is a draft."""
+    opened = await ensure(scene)
+    changed = await mark_ready_for_review(
+        scene.gh, scene.repo, opened.number, node_id="PR_not-a-node"
+    )
+    assert changed
+    assert [draft for _, _, _, draft, _ in pulls_in(scene)] == [False]
+    # Ready already: the read says so, and nothing is sent.
+    assert not await mark_ready_for_review(
+        scene.gh, scene.repo, opened.number, node_id="PR_not-a-node"
+    )
