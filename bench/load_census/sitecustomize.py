@@ -164,8 +164,21 @@ def _notifier(frame: Any) -> str:
     while frame is not None and frame.f_globals.get("__name__") == "threading":
         frame = frame.f_back
     if frame is None:
-        return "?"
+        return "threading (a new thread's start)"
     return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"
+
+
+def _function(fn: Any, args: tuple[Any, ...]) -> str:
+    """The function ``asyncio.to_thread`` or ``run_in_executor`` handed over
+    (``to_thread`` wraps it in ``functools.partial(Context.run, func, ...)``)."""
+    while hasattr(fn, "func"):
+        args, fn = tuple(fn.args), fn.func
+    if getattr(fn, "__qualname__", "") == "Context.run" and args:
+        fn = args[0]
+        while hasattr(fn, "func"):
+            fn = fn.func
+    module = getattr(fn, "__module__", None) or "?"
+    return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def _hook_threads() -> None:
@@ -191,7 +204,10 @@ def _hook_threads() -> None:
         return _thread_kind(getattr(pool, "_thread_name_prefix", "") or "ThreadPoolExecutor")
 
     def counted_submit(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _bump(f"handoff submit {executor(self)}")
+        pool = executor(self)
+        _bump(f"handoff submit {pool}")
+        if pool == "asyncio":  # the loop's default executor: what was handed over
+            _bump(f"handoff to-thread {_function(fn, args)}")
         return submit(self, fn, *args, **kwargs)
 
     def counted_shutdown(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> Any:
