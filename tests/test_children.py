@@ -106,21 +106,25 @@ async def test_a_child_without_a_pidfd_is_waited_for_on_a_thread(
 def test_a_loop_in_another_thread_watches_its_own_children(
     pidfd_watcher: PidfdWatcher,
 ) -> None:
-    """Each child is watched by the loop that started it (3.12's design; 3.11's
-    own pidfd watcher registers every child on the main thread's loop)."""
+    """Each child is watched by the loop that started it (3.12's design), with
+    or without a loop running on the main thread. 3.11's own pidfd watcher
+    serves the main thread's loop only: with none running it refuses."""
     answers: list[int] = []
 
     def other_loop() -> None:
         answers.append(asyncio.run(_exit_code("sh", "-c", "exit 7")))
 
+    alone = threading.Thread(target=other_loop)
+    alone.start()
+    alone.join(30)
+
     async def main_loop() -> None:
-        # The main thread's loop runs meanwhile and owns nothing of the child.
-        thread = threading.Thread(target=other_loop)
-        thread.start()
-        await asyncio.to_thread(thread.join, 30)
+        beside = threading.Thread(target=other_loop)
+        beside.start()
+        await asyncio.to_thread(beside.join, 30)
 
     asyncio.run(main_loop())
-    assert answers == [7]
+    assert answers == [7, 7]
 
 
 def test_it_is_installed_only_where_pidfd_open_works(monkeypatch: pytest.MonkeyPatch) -> None:
