@@ -34,9 +34,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,15 +149,50 @@ class NamespaceProbe:
         process.stdout.close()
 
 
+class _Walkers:
+    """The watches' threads, kept between commands: a watch borrows one for
+    its life and it goes back once the watch's last walk (and its probe's
+    end) is over, so a command starts no thread of its own once the process
+    has run as many at once. Each is a one-thread executor: a watch's walks
+    and its probe's end run one after the other, on the same thread, and
+    never wait for another watch's walk.
+    """
+
+    def __init__(self) -> None:
+        self._idle: list[ThreadPoolExecutor] = []
+        self._lock = threading.Lock()
+
+    def borrow(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
+
+    def give_back(self, thread: ThreadPoolExecutor) -> None:
+        """Called on ``thread`` itself, after the watch's last work there."""
+        with self._lock:
+            self._idle.append(thread)
+
+    def idle(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+
+#: This process's watch threads (threads are per process: nothing to share
+#: across a fork, and the worker starts its commands without forking itself).
+WALKERS = _Walkers()
+
+
 class QuotaWatch:
     """Measures ``paths`` in a thread until stopped; ``exceeded`` is set (and
     awaitable) once they hold more than ``quota`` allows.
 
     The pause between walks is at least ``quota.interval`` and at least four
     times the last walk's duration, so the watcher uses at most a fifth of a
-    core however large the tree is. Walks run on a thread of the watch's own:
-    a long walk must never hold a thread of the loop's default executor,
-    which starts and cleans up every other command.
+    core however large the tree is. Walks run on a thread of the watch's own
+    (borrowed from :data:`WALKERS` for the watch's life): a long walk must
+    never hold a thread of the loop's default executor, which starts and
+    cleans up every other command, nor wait behind another command's walk.
 
     ``userns_fd``: the command's user namespace when the worker is not the
     sandbox user; the walks then run in a :class:`NamespaceProbe`.
@@ -174,7 +210,9 @@ class QuotaWatch:
         self.reason: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._walked = asyncio.Event()
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
+        self._thread = WALKERS.borrow()
+        #: Done once the watch's thread went back to :data:`WALKERS` (after stop).
+        self.released: Future[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._watch())
@@ -192,10 +230,17 @@ class QuotaWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         # A walk under way finishes by itself (it stops at the quota); the
-        # probe is ended after it, on the same thread.
-        if self._probe is not None:
-            self._thread.submit(self._probe.close)
-        self._thread.shutdown(wait=False)
+        # probe is ended after it, on the same thread, and only then does the
+        # thread go back for another command's watch.
+        self.released = self._thread.submit(self._release)
+
+    def _release(self) -> None:
+        """On the watch's thread, after its last walk: end the probe, give the thread back."""
+        try:
+            if self._probe is not None:
+                self._probe.close()
+        finally:
+            WALKERS.give_back(self._thread)
 
     async def _watch(self) -> None:
         while True:
