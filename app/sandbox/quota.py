@@ -173,9 +173,10 @@ class _Walkers:
         with self._lock:
             self._idle.append(thread)
 
-    def idle(self) -> int:
+    def holds(self, thread: ThreadPoolExecutor) -> bool:
+        """``thread`` is back, free for the next watch."""
         with self._lock:
-            return len(self._idle)
+            return thread in self._idle
 
 
 #: This process's watch threads (threads are per process: nothing to share
@@ -211,6 +212,8 @@ class QuotaWatch:
         self._task: asyncio.Task[None] | None = None
         self._walked = asyncio.Event()
         self._thread = WALKERS.borrow()
+        #: The last walk handed to ``_thread`` (it may outlive ``stop``).
+        self._walk: Future[Usage] | None = None
         #: Done once the watch's thread went back to :data:`WALKERS` (after stop).
         self.released: Future[None] | None = None
 
@@ -231,8 +234,15 @@ class QuotaWatch:
                 await self._task
         # A walk under way finishes by itself (it stops at the quota); the
         # probe is ended after it, on the same thread, and only then does the
-        # thread go back for another command's watch.
-        self.released = self._thread.submit(self._release)
+        # thread go back for another command's watch. With neither (the
+        # watch was sleeping between walks) it goes back at once, with no
+        # hand-off to it.
+        if self._probe is None and (self._walk is None or self._walk.done()):
+            WALKERS.give_back(self._thread)
+            self.released = Future()
+            self.released.set_result(None)
+        else:
+            self.released = self._thread.submit(self._release)
 
     def _release(self) -> None:
         """On the watch's thread, after its last walk: end the probe, give the thread back."""
@@ -245,8 +255,8 @@ class QuotaWatch:
     async def _watch(self) -> None:
         while True:
             started = time.monotonic()
-            loop = asyncio.get_running_loop()
-            usage = await loop.run_in_executor(self._thread, self._measure)
+            self._walk = self._thread.submit(self._measure)
+            usage = await asyncio.wrap_future(self._walk)
             self.reason = self.quota.exceeded_by(usage)
             self._walked.set()
             if self.reason is not None:

@@ -27,7 +27,7 @@ from app.agent import AgentRequest, CommandAgent
 from app.agent.base import ProposalRefused
 from app.repo_config import Command
 from app.sandbox import Isolation, quota_walk
-from app.sandbox.quota import DiskQuota, NamespaceProbe, QuotaWatch, Usage, measure
+from app.sandbox.quota import WALKERS, DiskQuota, NamespaceProbe, QuotaWatch, Usage, measure
 from app.sandbox.runner import CommandRun, ResourceLimits, Sandbox, run_command
 from app.workspace import Workspace
 from tests.sandbox.conftest import Worker
@@ -254,6 +254,7 @@ async def test_the_next_command_watches_on_the_thread_the_last_one_gave_back(
     await first.stop()
     assert first.released is not None
     await asyncio.wrap_future(first.released)
+    assert WALKERS.holds(first._thread)
     started: list[str] = []
     start = threading.Thread.start
 
@@ -302,6 +303,7 @@ async def test_a_walk_still_under_way_holds_up_no_other_commands_watch(tmp_path:
         await second.stop()
     assert first.released is not None
     await asyncio.wrap_future(first.released)
+    assert WALKERS.holds(first._thread)  # back once its walk was over
 
 
 @pytest.fixture
