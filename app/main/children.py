@@ -5,8 +5,9 @@ starts a thread per subprocess to sit in ``waitpid``: a repair run starts
 about 41 (git, bwrap), each a thread created, started and handed its result
 back to the loop. :class:`PidfdWatcher` asks the kernel for a descriptor of
 the child (``pidfd_open``, Linux 5.3) and lets the event loop that started
-the child wait for it to become readable: no thread at all (measured in a
-worker-sized process: 0.16 ms of CPU per spawn against 0.21-0.31 ms).
+the child wait for it to become readable: no thread at all (0.19 ms of CPU
+per spawn against 0.30 ms in a worker-sized process: ``python -m
+bench.handoffs``, docs/benchmarks.md).
 
 It is Python 3.12's ``PidfdChildWatcher``: each child is watched by the loop
 that started it, so it is safe in a process that runs loops in other

@@ -169,7 +169,8 @@ class _Walkers:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
 
     def give_back(self, thread: ThreadPoolExecutor) -> None:
-        """Called on ``thread`` itself, after the watch's last work there."""
+        """Once nothing of the watch runs or waits on ``thread`` (on the
+        thread itself, as its last work, when a walk was under way)."""
         with self._lock:
             self._idle.append(thread)
 
@@ -178,10 +179,16 @@ class _Walkers:
         with self._lock:
             return thread in self._idle
 
+    def forget(self) -> None:
+        """In a forked child: the threads stayed in the parent, and an
+        executor whose thread is gone never runs what it is handed."""
+        self._idle = []
+        self._lock = threading.Lock()
 
-#: This process's watch threads (threads are per process: nothing to share
-#: across a fork, and the worker starts its commands without forking itself).
+
+#: This process's watch threads.
 WALKERS = _Walkers()
+os.register_at_fork(after_in_child=WALKERS.forget)
 
 
 class QuotaWatch:

@@ -306,6 +306,19 @@ async def test_a_walk_still_under_way_holds_up_no_other_commands_watch(tmp_path:
     assert WALKERS.holds(first._thread)  # back once its walk was over
 
 
+def test_a_forked_child_keeps_none_of_the_parents_watch_threads() -> None:
+    """Threads stay in the parent: a child handed one of its kept executors
+    would queue walks that never run (no quota enforced)."""
+    kept = WALKERS.borrow()
+    kept.submit(int).result()  # its thread runs
+    WALKERS.give_back(kept)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if not WALKERS.holds(kept) and WALKERS.borrow() is not kept else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 @pytest.fixture
 def user_namespace() -> Iterator[int]:
     """A descriptor of a user namespace this (root) process may enter."""
