@@ -5,18 +5,22 @@ process's :class:`~app.main.children.PidfdWatcher` (app/main/children.py)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 
 import pytest
 
-from app.main.children import PidfdWatcher
+from app.main import children
+
+#: Python 3.12 watches children through pidfds itself (children.py).
+WATCHERS = ["asyncio's default", "pidfd"] if sys.version_info < (3, 12) else ["asyncio's default"]
 
 
-@pytest.fixture(params=["asyncio's default", "pidfd"])
+@pytest.fixture(params=WATCHERS)
 def child_watcher(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "pidfd":
         previous = asyncio.get_child_watcher()
-        asyncio.set_child_watcher(PidfdWatcher())
+        asyncio.set_child_watcher(children.PidfdWatcher())
         try:
             yield request.param
         finally:

@@ -1,4 +1,4 @@
-"""``python tests/children_probe.py worker|web TMP``: run ``run_worker`` or
+"""``python -m tests.children_probe worker|web TMP``: run ``run_worker`` or
 ``run_web`` as ``repairbot worker`` / ``repairbot web`` do (``asyncio.run``
 on the main thread of a fresh process), with its serving part replaced by a
 probe that runs git through the product's runner, and print one JSON line:
@@ -20,7 +20,12 @@ from app.github.gitcmd import GitTimeout, git_env, run_git_bytes
 from app.main import web_process, worker_process
 from app.operations.migrate import upgrade
 
+for _name in ("activities", "handlers"):
+    __import__(_name)
+
 found: dict[str, Any] = {}
+#: Top-level packages whose modules the worker and web processes import.
+LAYERS = ("app", "activities", "handlers")
 
 
 def _alive(pid: int) -> bool:
@@ -87,6 +92,11 @@ async def probe(tmp: Path) -> None:
 
 
 def main(role: str, tmp: Path) -> int:
+    # Which checkout's code this process runs (the venv's editable install
+    # names another one).
+    found["checkouts"] = sorted(
+        {str(Path(sys.modules[name].__file__ or "").resolve().parents[1]) for name in LAYERS}
+    )
     settings = Settings.from_env(dict(os.environ))
     upgrade(settings.database_url)
 

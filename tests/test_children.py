@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
+# PidfdWatcher is defined on Python < 3.12 only: named through the module.
 from app.main import children
-from app.main.children import PidfdWatcher, watch_children_without_threads
+from app.main.children import watch_children_without_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,9 +33,9 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def pidfd_watcher() -> Iterator[PidfdWatcher]:
+def pidfd_watcher() -> Iterator[children.PidfdWatcher]:
     previous = asyncio.get_child_watcher()
-    watcher = PidfdWatcher()
+    watcher = children.PidfdWatcher()
     asyncio.set_child_watcher(watcher)
     try:
         yield watcher
@@ -62,7 +63,7 @@ async def _exit_code(*argv: str) -> int:
 
 
 async def test_exit_codes_come_through_without_a_thread(
-    pidfd_watcher: PidfdWatcher, threads_started: list[str]
+    pidfd_watcher: children.PidfdWatcher, threads_started: list[str]
 ) -> None:
     assert await _exit_code("sh", "-c", "exit 0") == 0
     assert await _exit_code("sh", "-c", "exit 3") == 3
@@ -76,7 +77,7 @@ async def test_exit_codes_come_through_without_a_thread(
 
 
 async def test_a_killed_child_is_reaped_after_its_waiter_was_cancelled(
-    pidfd_watcher: PidfdWatcher,
+    pidfd_watcher: children.PidfdWatcher,
 ) -> None:
     proc = await asyncio.create_subprocess_exec("sleep", "60")
     waiting = asyncio.ensure_future(proc.wait())
@@ -90,7 +91,9 @@ async def test_a_killed_child_is_reaped_after_its_waiter_was_cancelled(
 
 
 async def test_a_child_without_a_pidfd_is_waited_for_on_a_thread(
-    pidfd_watcher: PidfdWatcher, threads_started: list[str], monkeypatch: pytest.MonkeyPatch
+    pidfd_watcher: children.PidfdWatcher,
+    threads_started: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``pidfd_open`` can fail once the child runs (out of descriptors): the
     child must still be reaped and its exit reported."""
@@ -104,7 +107,7 @@ async def test_a_child_without_a_pidfd_is_waited_for_on_a_thread(
 
 
 def test_a_loop_in_another_thread_watches_its_own_children(
-    pidfd_watcher: PidfdWatcher,
+    pidfd_watcher: children.PidfdWatcher,
 ) -> None:
     """Each child is watched by the loop that started it (3.12's design), with
     or without a loop running on the main thread. 3.11's own pidfd watcher
@@ -139,7 +142,7 @@ def test_it_is_installed_only_where_pidfd_open_works(monkeypatch: pytest.MonkeyP
         assert asyncio.get_child_watcher() is previous
         monkeypatch.undo()
         assert watch_children_without_threads() is True
-        assert isinstance(asyncio.get_child_watcher(), PidfdWatcher)
+        assert isinstance(asyncio.get_child_watcher(), children.PidfdWatcher)
     finally:
         asyncio.set_child_watcher(previous)
 
@@ -154,7 +157,10 @@ def _probe(role: str, tmp_path: Path) -> dict[str, Any]:
         "REPAIRBOT_SANDBOX": "none",
     }
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "children_probe.py"), role, str(tmp_path)],
+        # As a module from the checkout's root: run as a script, its folder
+        # (tests/) would come first on the path, ahead of the checkout.
+        [sys.executable, "-m", "tests.children_probe", role, str(tmp_path)],
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -174,6 +180,7 @@ def test_the_worker_and_web_processes_watch_children_without_threads(
     their own: git's exit codes, a git that outlives its time limit and a
     cancelled git come through, and no thread waited for any of them."""
     found = _probe(role, tmp_path)
+    assert found.pop("checkouts") == [str(ROOT)]
     assert found == {
         "watcher": "PidfdWatcher",
         "version": 0,
