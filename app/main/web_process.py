@@ -13,6 +13,7 @@ from app.config import Settings
 from app.engine import ArqDispatcher, RuntimeClient, freeze_startup_heap, make_engine
 from app.engine import connect_redis as connect
 from app.main.catalog import build_registry
+from app.main.children import watch_children_without_threads
 from app.main.startup_line import log_startup
 from app.main.worker_process import background, build_runtime, delivery_reconciler
 from app.operations.migrate import upgrade
@@ -48,6 +49,8 @@ async def run_web(settings: Settings, *, host: str, port: int, with_worker: bool
     Otherwise the web process only records and enqueues through arq: it
     builds the runtime's client, and none of the worker's clients (agent
     HTTP, GitHub App tokens)."""
+    # Before anything starts a subprocess: no thread per git or sandbox command.
+    watch_children_without_threads()
     runtime: RuntimeClient
     pool = None
     if with_worker:

@@ -50,6 +50,7 @@ from app.github.client import GitHubClientFactory
 from app.github.objcache import ObjectCache, sweep_dead_caches
 from app.intake.reconciler import DeliveryReconciler
 from app.main.catalog import build_registry
+from app.main.children import watch_children_without_threads
 from app.main.startup_line import log_startup
 from app.operations.metrics import metered_transport
 from app.repo_config import AgentConfig, Command
@@ -265,6 +266,8 @@ async def background(name: str, work: Coroutine[Any, Any, None] | None) -> Async
 
 
 async def run_worker(settings: Settings) -> int:
+    # Before anything starts a subprocess: no thread per git or sandbox command.
+    watch_children_without_threads()
     log_startup(settings, role="worker")
     sweeper = asyncio.create_task(sweep_orphan_workspaces(settings), name="workspace-sweeper")
     collector: asyncio.Task[None] | None = None

@@ -34,9 +34,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,15 +149,58 @@ class NamespaceProbe:
         process.stdout.close()
 
 
+class _Walkers:
+    """The watches' threads, kept between commands: a watch borrows one for
+    its life and it goes back once the watch's last walk (and its probe's
+    end) is over, so a command starts no thread of its own once the process
+    has run as many at once. Each is a one-thread executor: a watch's walks
+    and its probe's end run one after the other, on the same thread, and
+    never wait for another watch's walk.
+    """
+
+    def __init__(self) -> None:
+        self._idle: list[ThreadPoolExecutor] = []
+        self._lock = threading.Lock()
+
+    def borrow(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
+
+    def give_back(self, thread: ThreadPoolExecutor) -> None:
+        """Once nothing of the watch runs or waits on ``thread`` (on the
+        thread itself, as its last work, when a walk was under way)."""
+        with self._lock:
+            self._idle.append(thread)
+
+    def holds(self, thread: ThreadPoolExecutor) -> bool:
+        """``thread`` is back, free for the next watch."""
+        with self._lock:
+            return thread in self._idle
+
+    def forget(self) -> None:
+        """In a forked child: the threads stayed in the parent, and an
+        executor whose thread is gone never runs what it is handed."""
+        self._idle = []
+        self._lock = threading.Lock()
+
+
+#: This process's watch threads.
+WALKERS = _Walkers()
+os.register_at_fork(after_in_child=WALKERS.forget)
+
+
 class QuotaWatch:
     """Measures ``paths`` in a thread until stopped; ``exceeded`` is set (and
     awaitable) once they hold more than ``quota`` allows.
 
     The pause between walks is at least ``quota.interval`` and at least four
     times the last walk's duration, so the watcher uses at most a fifth of a
-    core however large the tree is. Walks run on a thread of the watch's own:
-    a long walk must never hold a thread of the loop's default executor,
-    which starts and cleans up every other command.
+    core however large the tree is. Walks run on a thread of the watch's own
+    (borrowed from :data:`WALKERS` for the watch's life): a long walk must
+    never hold a thread of the loop's default executor, which starts and
+    cleans up every other command, nor wait behind another command's walk.
 
     ``userns_fd``: the command's user namespace when the worker is not the
     sandbox user; the walks then run in a :class:`NamespaceProbe`.
@@ -174,7 +218,11 @@ class QuotaWatch:
         self.reason: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._walked = asyncio.Event()
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
+        self._thread = WALKERS.borrow()
+        #: The last walk handed to ``_thread`` (it may outlive ``stop``).
+        self._walk: Future[Usage] | None = None
+        #: Done once the watch's thread went back to :data:`WALKERS` (after stop).
+        self.released: Future[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._watch())
@@ -192,16 +240,30 @@ class QuotaWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         # A walk under way finishes by itself (it stops at the quota); the
-        # probe is ended after it, on the same thread.
-        if self._probe is not None:
-            self._thread.submit(self._probe.close)
-        self._thread.shutdown(wait=False)
+        # probe is ended after it, on the same thread, and only then does the
+        # thread go back for another command's watch. With neither (the
+        # watch was sleeping between walks) it goes back at once, with no
+        # hand-off to it.
+        if self._probe is None and (self._walk is None or self._walk.done()):
+            WALKERS.give_back(self._thread)
+            self.released = Future()
+            self.released.set_result(None)
+        else:
+            self.released = self._thread.submit(self._release)
+
+    def _release(self) -> None:
+        """On the watch's thread, after its last walk: end the probe, give the thread back."""
+        try:
+            if self._probe is not None:
+                self._probe.close()
+        finally:
+            WALKERS.give_back(self._thread)
 
     async def _watch(self) -> None:
         while True:
             started = time.monotonic()
-            loop = asyncio.get_running_loop()
-            usage = await loop.run_in_executor(self._thread, self._measure)
+            self._walk = self._thread.submit(self._measure)
+            usage = await asyncio.wrap_future(self._walk)
             self.reason = self.quota.exceeded_by(usage)
             self._walked.set()
             if self.reason is not None:

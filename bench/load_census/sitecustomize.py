@@ -9,8 +9,12 @@ git by subcommand) and the CPU each used with the descendants it waited for
 (milliseconds, from ``wait4``'s resource usage), SQL statements (by verb and
 table), HTTP requests sent by httpx clients (GitHub's REST API, by method
 and path with ids masked, and again by the activity sending it: ``via``),
-calls handed to the store's threads (by function) and reconciler passes.
-Written
+calls handed to the store's threads (by function), reconciler passes, and
+hand-offs between threads: threads started (by
+name, numbers masked), work submitted to and shutdowns of
+``ThreadPoolExecutor``s (by thread name prefix; ``asyncio`` is the loop's
+default executor) and ``Condition.notify`` calls (by the first caller
+outside ``threading``: a future's result, a queue, a thread's start). Written
 to ``<dir>/<pid>.json`` every two seconds and at exit; when ``<dir>/START``
 appears (the benchmark's first label) the counts so far are kept in
 ``<dir>/<pid>.base.json``, so start-up is left out.
@@ -145,6 +149,77 @@ def _activity() -> str:
     return str(fields.get("activity") or fields.get("workflow") or "-")
 
 
+_DIGITS = re.compile(r"\d+")
+
+
+def _thread_kind(name: str) -> str:
+    """A thread's name without its numbers (``asyncio_3`` -> ``asyncio_N``,
+    ``waitpid-1234`` -> ``waitpid-N``, ``Thread-7 (relay)`` -> ``Thread-N (relay)``)."""
+    return _DIGITS.sub("N", name)
+
+
+def _notifier(frame: Any) -> str:
+    """Who notified: the first caller outside ``threading`` (``Event.set``
+    and ``notify_all`` notify on a caller's behalf), as module.function."""
+    while frame is not None and frame.f_globals.get("__name__") == "threading":
+        frame = frame.f_back
+    if frame is None:
+        return "threading (a new thread's start)"
+    return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"
+
+
+def _function(fn: Any, args: tuple[Any, ...]) -> str:
+    """The function ``asyncio.to_thread`` or ``run_in_executor`` handed over
+    (``to_thread`` wraps it in ``functools.partial(Context.run, func, ...)``)."""
+    while hasattr(fn, "func"):
+        args, fn = tuple(fn.args), fn.func
+    if getattr(fn, "__qualname__", "") == "Context.run" and args:
+        fn = args[0]
+        while hasattr(fn, "func"):
+            fn = fn.func
+    module = getattr(fn, "__module__", None) or "?"
+    return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _hook_threads() -> None:
+    """Count threads started, work handed to executors, executors shut down
+    and condition notifications (every ``concurrent.futures`` result and
+    every ``Event.set`` notifies)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    start = threading.Thread.start
+    notify = threading.Condition.notify
+    submit = ThreadPoolExecutor.submit
+    shutdown = ThreadPoolExecutor.shutdown
+
+    def counted_start(self: threading.Thread) -> None:
+        _bump(f"thread {_thread_kind(self.name)}")
+        start(self)
+
+    def counted_notify(self: threading.Condition, n: int = 1) -> None:
+        _bump(f"handoff notify {_notifier(sys._getframe(1))}")
+        notify(self, n)
+
+    def executor(pool: ThreadPoolExecutor) -> str:
+        return _thread_kind(getattr(pool, "_thread_name_prefix", "") or "ThreadPoolExecutor")
+
+    def counted_submit(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        pool = executor(self)
+        _bump(f"handoff submit {pool}")
+        if pool == "asyncio":  # the loop's default executor: what was handed over
+            _bump(f"handoff to-thread {_function(fn, args)}")
+        return submit(self, fn, *args, **kwargs)
+
+    def counted_shutdown(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> Any:
+        _bump(f"handoff shutdown {executor(self)}")
+        return shutdown(self, *args, **kwargs)
+
+    threading.Thread.start = counted_start  # type: ignore[method-assign]
+    threading.Condition.notify = counted_notify  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = counted_submit  # type: ignore[method-assign]
+    ThreadPoolExecutor.shutdown = counted_shutdown  # type: ignore[method-assign]
+
+
 def _hook_libraries() -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -232,6 +307,7 @@ def _start(directory: str) -> None:
     sys.addaudithook(_audit)
     _hook_children()
     _hook_libraries()
+    _hook_threads()
     threading.Thread(target=_hook_engine, daemon=True).start()
     threading.Thread(target=_keep_writing, args=(directory,), daemon=True).start()
     atexit.register(_write, os.path.join(directory, f"{os.getpid()}.json"))

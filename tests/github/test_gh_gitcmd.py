@@ -1,5 +1,7 @@
 """The one git runner (app/github/gitcmd.py): bytes as git wrote them, text
-with secrets redacted, and a git that hangs killed with its helpers."""
+with secrets redacted, and a git that hangs killed with its helpers; each
+under asyncio's default child watcher and the worker's pidfd watcher
+(app/main/children.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from typing import Any
 import pytest
 
 from app.github.gitcmd import GitTimeout, git_env, run_git, run_git_bytes
+from tests.child_watchers import child_watcher  # noqa: F401 (a fixture)
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.usefixtures("child_watcher")
 
 
 async def test_bytes_come_back_as_git_wrote_them(tmp_path: Path) -> None:

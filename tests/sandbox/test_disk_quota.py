@@ -27,7 +27,7 @@ from app.agent import AgentRequest, CommandAgent
 from app.agent.base import ProposalRefused
 from app.repo_config import Command
 from app.sandbox import Isolation, quota_walk
-from app.sandbox.quota import DiskQuota, NamespaceProbe, QuotaWatch, measure
+from app.sandbox.quota import WALKERS, DiskQuota, NamespaceProbe, QuotaWatch, Usage, measure
 from app.sandbox.runner import CommandRun, ResourceLimits, Sandbox, run_command
 from app.workspace import Workspace
 from tests.sandbox.conftest import Worker
@@ -243,6 +243,80 @@ async def test_the_watcher_needs_no_thread_of_the_default_executor(tmp_path: Pat
         busy.set()
         await blocked
         executor.shutdown()
+
+
+async def test_the_next_command_watches_on_the_thread_the_last_one_gave_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch's thread is kept for the next command: no thread per command."""
+    first = QuotaWatch([tmp_path], DiskQuota(bytes=1 << 40, interval=0.01))
+    first.start()
+    await first.stop()
+    assert first.released is not None
+    await asyncio.wrap_future(first.released)
+    assert WALKERS.holds(first._thread)
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    (tmp_path / "big").write_bytes(bytes(2 * MiB))
+    second = QuotaWatch([tmp_path], DiskQuota(bytes=MiB, interval=0.01))
+    second.start()
+    try:
+        await asyncio.wait_for(second.exceeded.wait(), 10)
+    finally:
+        await second.stop()
+    assert started == []
+
+
+async def test_a_walk_still_under_way_holds_up_no_other_commands_watch(tmp_path: Path) -> None:
+    """A watch stopped during a long walk (a big tree) keeps its thread until
+    that walk is over; a command starting meanwhile gets a thread of its own
+    and is measured at once."""
+    slow_walk, walk_over = threading.Event(), threading.Event()
+    first = QuotaWatch([tmp_path], DiskQuota(bytes=1 << 40, interval=0.01))
+    walks = 0
+
+    def long_second_walk() -> Usage:
+        nonlocal walks
+        walks += 1
+        if walks == 2:
+            slow_walk.set()
+            walk_over.wait(30)
+        return Usage(0, 0)
+
+    first._measure = long_second_walk
+    first.start()
+    await asyncio.to_thread(slow_walk.wait, 10)
+    await first.stop()
+    (tmp_path / "big").write_bytes(bytes(2 * MiB))
+    second = QuotaWatch([tmp_path], DiskQuota(bytes=MiB, interval=0.01))
+    second.start()
+    try:
+        await asyncio.wait_for(second.exceeded.wait(), 10)
+    finally:
+        walk_over.set()
+        await second.stop()
+    assert first.released is not None
+    await asyncio.wrap_future(first.released)
+    assert WALKERS.holds(first._thread)  # back once its walk was over
+
+
+def test_a_forked_child_keeps_none_of_the_parents_watch_threads() -> None:
+    """Threads stay in the parent: a child handed one of its kept executors
+    would queue walks that never run (no quota enforced)."""
+    kept = WALKERS.borrow()
+    kept.submit(int).result()  # its thread runs
+    WALKERS.give_back(kept)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if not WALKERS.holds(kept) and WALKERS.borrow() is not kept else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 @pytest.fixture
