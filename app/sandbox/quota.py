@@ -161,11 +161,17 @@ class _Walkers:
     def __init__(self) -> None:
         self._idle: list[ThreadPoolExecutor] = []
         self._lock = threading.Lock()
+        self._forgotten_at_fork = False
 
     def borrow(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
+            if not self._forgotten_at_fork:
+                # With the first thread, not at import (nothing happens at
+                # import): a forked child must not inherit the kept executors.
+                os.register_at_fork(after_in_child=self.forget)
+                self._forgotten_at_fork = True
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="quota-watch")
 
     def give_back(self, thread: ThreadPoolExecutor) -> None:
@@ -188,7 +194,6 @@ class _Walkers:
 
 #: This process's watch threads.
 WALKERS = _Walkers()
-os.register_at_fork(after_in_child=WALKERS.forget)
 
 
 class QuotaWatch:
