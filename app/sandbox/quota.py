@@ -19,21 +19,18 @@ Three mechanisms, each for what the others cannot see (docs/security.md):
 
 An unprivileged worker is not the sandbox user (:mod:`app.sandbox.userns`),
 so a ``0700`` directory the command makes (``mktemp -d``, pytest's
-``tmp_path``) is closed to it. There the walks run in a probe inside the
-command's user namespace, as its root, whose ``CAP_DAC_READ_SEARCH`` reads
-every file of a user the namespace maps: :mod:`app.sandbox.quota_walk` run
-as a script (the light part of the standard library only, like
-:mod:`app.sandbox.userns_helper`).
+``tmp_path``) is closed to it. There the walks run inside the command's
+user namespace, as its root, whose ``CAP_DAC_READ_SEARCH`` reads every file
+of a user the namespace maps: in the helper process that made the namespace
+(:mod:`app.sandbox.userns_helper`, which loads :mod:`app.sandbox.quota_walk`:
+the light part of the standard library only).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,8 +38,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.sandbox import quota_walk
 from app.sandbox.quota_walk import walk
+from app.sandbox.userns import UserNamespace
 
 _MiB = 1024 * 1024
 
@@ -92,70 +89,35 @@ def measure(paths: Sequence[Path], quota: DiskQuota) -> Usage:
 
 
 class NamespaceProbe:
-    """Measures inside the user namespace ``userns_fd`` names: a process of
-    its own (``nsenter`` into it, then this module as a script) that walks
-    once per request and answers with one JSON line.
+    """Measures inside a command's user namespace: its helper process walks
+    once per request (:meth:`app.sandbox.userns.UserNamespace.measure`).
 
-    Anything other than an answer (the probe could not start, died, or said
-    something else) counts as unmeasurable, so over the quota (fail closed).
-    Blocking: call it from the watch's thread.
+    Anything other than an answer (the helper died, or said something else)
+    counts as unmeasurable, so over the quota (fail closed). Blocking: call
+    it from the watch's thread.
     """
 
-    def __init__(self, userns_fd: int, paths: Sequence[Path], quota: DiskQuota) -> None:
-        argv = ["nsenter", f"--user=/proc/self/fd/{userns_fd}", "--"]
-        argv += [sys.executable, "-I", "-S", quota_walk.__file__]
-        argv += [str(quota.bytes), str(quota.entries)]
-        self._argv = [*argv, *(str(p) for p in paths)]
-        self._userns_fd = userns_fd
-        self._process: subprocess.Popen[bytes] | None = None
+    def __init__(self, userns: UserNamespace, paths: Sequence[Path], quota: DiskQuota) -> None:
+        self._userns = userns
+        self._paths = list(paths)
+        self._quota = quota
 
     def __call__(self) -> Usage:
         try:
-            process = self._started()
-            assert process.stdin is not None and process.stdout is not None
-            process.stdin.write(b"measure\n")
-            process.stdin.flush()
-            answer = process.stdout.readline()
-            used, entries, why = json.loads(answer)
+            used, entries, why = self._userns.measure(
+                self._paths, self._quota.bytes, self._quota.entries
+            )
             return Usage(int(used), int(entries), unmeasurable=why and str(why))
         except (OSError, ValueError, TypeError) as exc:
             return Usage(0, 0, unmeasurable=f"a tree its disk quota could not measure ({exc})")
 
-    def _started(self) -> subprocess.Popen[bytes]:
-        if self._process is None:
-            self._process = subprocess.Popen(
-                self._argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                pass_fds=[self._userns_fd],
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-            )
-        return self._process
-
-    def close(self) -> None:
-        """End the probe (it exits when its input closes)."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        assert process.stdin is not None and process.stdout is not None
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
-
 
 class _Walkers:
     """The watches' threads, kept between commands: a watch borrows one for
-    its life and it goes back once the watch's last walk (and its probe's
-    end) is over, so a command starts no thread of its own once the process
-    has run as many at once. Each is a one-thread executor: a watch's walks
-    and its probe's end run one after the other, on the same thread, and
-    never wait for another watch's walk.
+    its life and it goes back once the watch's last walk is over, so a
+    command starts no thread of its own once the process has run as many at
+    once. Each is a one-thread executor: a watch's walks run one after the
+    other, on the same thread, and never wait for another watch's walk.
     """
 
     def __init__(self) -> None:
@@ -207,17 +169,20 @@ class QuotaWatch:
     never hold a thread of the loop's default executor, which starts and
     cleans up every other command, nor wait behind another command's walk.
 
-    ``userns_fd``: the command's user namespace when the worker is not the
-    sandbox user; the walks then run in a :class:`NamespaceProbe`.
+    ``userns``: the command's user namespace when the worker is not the
+    sandbox user; the walks then run in its helper (:class:`NamespaceProbe`).
     """
 
     def __init__(
-        self, paths: Sequence[Path], quota: DiskQuota, *, userns_fd: int | None = None
+        self, paths: Sequence[Path], quota: DiskQuota, *, userns: UserNamespace | None = None
     ) -> None:
         self.paths = list(paths)
         self.quota = quota
-        self._probe = NamespaceProbe(userns_fd, paths, quota) if userns_fd is not None else None
-        self._measure: Callable[[], Usage] = self._probe or (lambda: measure(self.paths, quota))
+        self._measure: Callable[[], Usage] = (
+            NamespaceProbe(userns, paths, quota)
+            if userns is not None
+            else (lambda: measure(self.paths, quota))
+        )
         self.exceeded = asyncio.Event()
         #: Why, once ``exceeded`` is set.
         self.reason: str | None = None
@@ -244,25 +209,17 @@ class QuotaWatch:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        # A walk under way finishes by itself (it stops at the quota); the
-        # probe is ended after it, on the same thread, and only then does the
-        # thread go back for another command's watch. With neither (the
-        # watch was sleeping between walks) it goes back at once, with no
-        # hand-off to it.
-        if self._probe is None and (self._walk is None or self._walk.done()):
+        # A walk under way finishes by itself (it stops at the quota), and
+        # only then does the thread go back for another command's watch;
+        # with none (the watch was sleeping between walks) it goes back at
+        # once, with no hand-off to it. (An unprivileged worker's walks run
+        # in the namespace's helper, which the namespace's release ends.)
+        if self._walk is None or self._walk.done():
             WALKERS.give_back(self._thread)
             self.released = Future()
             self.released.set_result(None)
         else:
-            self.released = self._thread.submit(self._release)
-
-    def _release(self) -> None:
-        """On the watch's thread, after its last walk: end the probe, give the thread back."""
-        try:
-            if self._probe is not None:
-                self._probe.close()
-        finally:
-            WALKERS.give_back(self._thread)
+            self.released = self._thread.submit(WALKERS.give_back, self._thread)
 
     async def _watch(self) -> None:
         while True:

@@ -1,24 +1,19 @@
 """The disk quota's walk: blocks used and entries under the writable paths.
 
-Standard library only, and only its light modules (``errno``, ``json``,
-``os``, ``stat``, ``sys``), because an unprivileged worker runs this file as
-a probe inside each command's user namespace (``python -I -S``, see
-:class:`app.sandbox.quota.NamespaceProbe`): a probe that imported
-:mod:`app.sandbox.quota` itself (asyncio, concurrent.futures, subprocess,
-pathlib, dataclasses) spent about 40 ms of CPU per command importing them
-(docs/benchmarks.md, ``bench/sandbox_commands.py``).
-
-As a script: ``<bytes> <entries> <path>...``, then one walk per line read
-on stdin and one JSON answer per walk: ``[bytes, entries, unmeasurable]``.
+Standard library only, and only its light modules (``errno``, ``os``,
+``stat``), because an unprivileged worker's namespace helper
+(:mod:`app.sandbox.userns_helper`, ``python -I -S``) loads this file for
+every command: a probe that imported :mod:`app.sandbox.quota` itself
+(asyncio, concurrent.futures, subprocess, pathlib, dataclasses) spent about
+40 ms of CPU per command importing them (docs/benchmarks.md,
+``bench/sandbox_commands.py``).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
-import sys
 
 #: Errors that make part of a tree unmeasurable, and what the quota says then.
 UNMEASURABLE = {
@@ -74,14 +69,3 @@ def walk(paths: list[str], max_bytes: int, max_entries: int) -> tuple[int, int, 
                 if used > max_bytes or entries > max_entries:
                     return used, entries, None
     return used, entries, None
-
-
-def serve(argv: list[str]) -> None:
-    """The probe: ``<bytes> <entries> <path>...``, one walk per line read."""
-    max_bytes, max_entries, paths = int(argv[0]), int(argv[1]), argv[2:]
-    for _ in sys.stdin:
-        print(json.dumps(walk(paths, max_bytes, max_entries)), flush=True)
-
-
-if __name__ == "__main__":
-    serve(sys.argv[1:])

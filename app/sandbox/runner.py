@@ -461,8 +461,7 @@ async def _run(
     quota = sandbox.limits.disk_quota
     watch = None
     if quota is not None:
-        userns_fd = launch.userns.fd if launch.userns is not None else None
-        watch = QuotaWatch(writable, quota, userns_fd=userns_fd)
+        watch = QuotaWatch(writable, quota, userns=launch.userns)
     timed_out = False
     try:
         if watch is not None:

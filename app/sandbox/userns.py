@@ -24,14 +24,19 @@ docs/security.md.
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import pwd
+import select
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.sandbox.policy import NOBODY, SandboxUnavailable
 
@@ -39,6 +44,8 @@ HELPER = Path(__file__).with_name("userns_helper.py")
 SUBUID, SUBGID = Path("/etc/subuid"), Path("/etc/subgid")
 #: Long enough for a slow machine, short enough that a stuck helper is noticed.
 _TIMEOUT = 30
+#: Handing a large tree back walks all of it.
+_HAND_BACK_TIMEOUT = 300
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,10 @@ class Subordinate:
 
     uid: int
     gid: int
+
+
+#: Writes a fresh namespace's id maps: ``(the helper's pid, the worker's ids)``.
+Mapper = Callable[[int, Subordinate], None]
 
 
 def _first_id(table: Path, user: str, own_id: int) -> int | None:
@@ -89,20 +100,32 @@ def subordinate() -> Subordinate | str:
 
 
 class UserNamespace:
-    """One command's user namespace (see the module docstring).
+    """One command's user namespace (see the module docstring), and the
+    helper process that made it: kept for the command's life, it answers the
+    disk quota's walks (:meth:`measure`) and hands the paths back after the
+    command (:meth:`hand_back`), so a command costs one interpreter in the
+    namespace, not three.
 
-    ``fd`` names it for bubblewrap (``--userns``) and ``nsenter``; the
-    caller must call :meth:`release` after the command.
+    ``fd`` names the namespace for bubblewrap (``--userns``) and ``nsenter``;
+    the caller must call :meth:`release` after the command.
     """
 
-    def __init__(self, fd: int, writable: Sequence[Path]) -> None:
+    def __init__(self, fd: int, writable: Sequence[Path], helper: subprocess.Popen[bytes]) -> None:
         self.fd = fd
         self.writable = [str(p) for p in writable]
+        self._helper = helper
+        # The quota's walks come from the watch's thread, the hand-back from
+        # another: one request and its answer at a time.
+        self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, ids: Subordinate, writable: Sequence[Path]) -> UserNamespace:
+    def create(
+        cls, ids: Subordinate, writable: Sequence[Path], *, mapper: Mapper | None = None
+    ) -> UserNamespace:
         """Map a fresh namespace and hand ``writable`` to the sandbox user;
-        raises SandboxUnavailable (nothing handed over) when that fails."""
+        raises SandboxUnavailable (nothing handed over) when that fails.
+        ``mapper`` writes the namespace's id maps (default: ``newuidmap`` and
+        ``newgidmap``)."""
         argv = [sys.executable, "-I", "-S", str(HELPER), "create", str(NOBODY), str(NOBODY)]
         helper = subprocess.Popen(
             [*argv, *(str(p) for p in writable)],
@@ -115,53 +138,66 @@ class UserNamespace:
         try:
             if helper.stdout.readline().strip() != b"unshared":
                 raise SandboxUnavailable(_why(helper, "could not create a user namespace"))
-            _map(helper.pid, ids)
+            (mapper or _map)(helper.pid, ids)
             helper.stdin.write(b"mapped\n")
             helper.stdin.flush()
             if helper.stdout.readline().strip() != b"ready":
                 raise SandboxUnavailable(_why(helper, "could not prepare the user namespace"))
             fd = os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-        finally:
-            helper.stdin.close()
-            try:
-                helper.wait(_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                helper.kill()
-                helper.wait()
-            helper.stdout.close()
-            if helper.stderr is not None:
-                helper.stderr.close()
-        return cls(fd, writable)
+        except BaseException:
+            _end(helper)
+            raise
+        return cls(fd, writable, helper)
+
+    def measure(self, paths: Sequence[Path], max_bytes: int, max_entries: int) -> list[Any]:
+        """The disk quota's walk of ``paths`` inside the namespace: ``[bytes,
+        entries, unmeasurable]``; OSError or ValueError when the helper does
+        not answer so. Blocking."""
+        request = {"do": "measure", "paths": [str(p) for p in paths]}
+        answer = self._ask({**request, "bytes": max_bytes, "entries": max_entries}, None)
+        if not isinstance(answer, list) or len(answer) != 3:
+            raise ValueError(f"the namespace's helper answered {answer!r}")
+        return answer
 
     def hand_back(self) -> str | None:
         """Give the worker everything the sandbox user owns under the writable
         paths; ``None``, or why it failed."""
-        argv = ["nsenter", f"--user=/proc/self/fd/{self.fd}", "--"]
-        argv += [sys.executable, "-I", "-S", str(HELPER), "back", str(NOBODY), str(NOBODY)]
         try:
-            done = subprocess.run(
-                [*argv, *self.writable],
-                capture_output=True,
-                timeout=300,
-                check=False,
-                pass_fds=[self.fd],
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            answer = self._ask({"do": "back", "paths": self.writable}, _HAND_BACK_TIMEOUT)
+        except (OSError, ValueError) as exc:
             return f"handing the workspace back failed: {exc}"
-        if done.returncode != 0:
-            return (
-                f"handing the workspace back failed: {done.stderr.decode(errors='replace')[:300]}"
-            )
+        if answer != "done":
+            why = answer.get("error") if isinstance(answer, dict) else answer
+            return f"handing the workspace back failed: {str(why)[:300]}"
         return None
 
     def release(self) -> str | None:
-        """Hand the writable paths back, then let the namespace go."""
+        """Hand the writable paths back, then let the namespace and its helper go."""
         try:
             return self.hand_back()
         finally:
+            _end(self._helper)
             with contextlib.suppress(OSError):
                 os.close(self.fd)
+
+    def _ask(self, request: dict[str, Any], timeout: float | None) -> Any:
+        """One request to the helper and its one-line JSON answer; OSError when
+        it cannot be sent, the helper ended, or ``timeout`` passed (then the
+        helper is killed: a later request fails at once)."""
+        helper = self._helper
+        assert helper.stdin is not None and helper.stdout is not None
+        with self._lock:
+            helper.stdin.write(json.dumps(request).encode() + b"\n")
+            helper.stdin.flush()
+            # One answer per request, read whole: nothing waits in the buffer.
+            ready, _, _ = select.select([helper.stdout], [], [], timeout)
+            if not ready:
+                helper.kill()
+                raise OSError(errno.ETIMEDOUT, f"no answer in {timeout} s")
+            line = helper.stdout.readline()
+        if not line:
+            raise OSError(errno.EPIPE, "the namespace's helper ended")
+        return json.loads(line)
 
 
 def reclaim(paths: Sequence[Path]) -> str | None:
@@ -194,6 +230,19 @@ def _map(pid: int, ids: Subordinate) -> None:
         if done.returncode != 0:
             message = done.stderr.decode(errors="replace").strip()[:300]
             raise SandboxUnavailable(f"{helper} refused the worker's subordinate ids: {message}")
+
+
+def _end(helper: subprocess.Popen[bytes]) -> None:
+    """Close the helper's input (it exits when its input closes) and reap it."""
+    for stream in (helper.stdin, helper.stdout, helper.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    try:
+        helper.wait(_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+        helper.wait()
 
 
 def _why(helper: subprocess.Popen[bytes], what: str) -> str:

@@ -11,14 +11,21 @@ worker's environment is imported).
     worker's first subordinate id. Then, as root of the namespace: forbid
     user namespaces below it (``user.max_user_namespaces`` = 0 here; the
     sandboxed command, without capabilities in this namespace, cannot raise
-    it again), hand the paths over to ``uid``/``gid`` (the sandbox user),
-    say ``ready`` and wait for stdin to close, so that the worker can open
-    ``/proc/<pid>/ns/user`` meanwhile.
-``back``
-    Run inside that namespace (``nsenter``) after the command: everything
-    under the paths the sandbox user owns becomes the worker's again, with
-    owner read and write (and search on directories), so the worker can
-    read and remove what the command wrote, whatever modes it chose.
+    it again), hand the paths over to ``uid``/``gid`` (the sandbox user) and
+    say ``ready``. Then serve the worker, one JSON request per line on stdin
+    and one JSON answer per line, until stdin closes (the worker keeps this
+    process for the command's life, so one interpreter per command does all
+    three jobs):
+
+    ``{"do": "measure", "paths": [...], "bytes": n, "entries": n}``
+        The disk quota's walk (:mod:`quota_walk`, beside this file), as
+        root of the namespace, whose ``CAP_DAC_READ_SEARCH`` reads every
+        file of a user the namespace maps: ``[bytes, entries, unmeasurable]``.
+    ``{"do": "back", "paths": [...]}``
+        After the command: everything under the paths the sandbox user owns
+        becomes the worker's again, with owner read and write (and search
+        on directories), so the worker can read and remove what the command
+        wrote, whatever modes it chose: ``"done"``, or ``{"error": why}``.
 
 Never follows a symbolic link. A file owned by anyone else (a user not
 mapped here) is left alone: root of this namespace has no power over it.
@@ -28,9 +35,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import stat
 import sys
+from collections.abc import Callable
 
 CLONE_NEWUSER = 0x10000000
 
@@ -82,7 +91,46 @@ def create(uid: int, gid: int, paths: list[str]) -> None:
         fh.write("0")
     _chown_all(paths, uid, gid, only_owner=None)
     print("ready", flush=True)
-    sys.stdin.read()  # until the worker has opened our namespace and closes stdin
+    serve(uid)
+
+
+Walk = Callable[[list[str], int, int], "tuple[int, int, str | None]"]
+
+
+def _quota_walk() -> Walk:
+    """:func:`quota_walk.walk`, from the file beside this one (``-I`` keeps
+    this script's directory off ``sys.path``); loaded at the first walk."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quota_walk.py")
+    spec = importlib.util.spec_from_file_location("quota_walk", path)
+    if spec is None or spec.loader is None:
+        raise OSError(errno.ENOENT, "the quota's walk is missing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    walk: Walk = module.walk
+    return walk
+
+
+def serve(uid: int) -> None:
+    """Answer the worker's requests (see the module docstring) until stdin closes."""
+    walk: Walk | None = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        paths = [str(p) for p in request["paths"]]
+        answer: object
+        if request["do"] == "measure":
+            walk = walk or _quota_walk()
+            answer = list(walk(paths, int(request["bytes"]), int(request["entries"])))
+        elif request["do"] == "back":
+            try:
+                _chown_all(paths, 0, 0, only_owner=uid)
+                answer = "done"
+            except OSError as exc:
+                answer = {"error": str(exc)}
+        else:
+            answer = {"error": f"unknown request {request['do']!r}"}
+        print(json.dumps(answer), flush=True)
 
 
 def main() -> None:
@@ -90,8 +138,6 @@ def main() -> None:
     try:
         if mode == "create":
             create(uid, gid, paths)
-        elif mode == "back":
-            _chown_all(paths, 0, 0, only_owner=uid)
         else:
             raise SystemExit(f"unknown mode {mode!r}")
     except OSError as exc:

@@ -11,7 +11,6 @@ succeeds.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -20,15 +19,18 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from app.agent import AgentRequest, CommandAgent
 from app.agent.base import ProposalRefused
 from app.repo_config import Command
-from app.sandbox import Isolation, quota_walk
+from app.sandbox import Isolation, quota_walk, userns_helper
+from app.sandbox.policy import NOBODY
 from app.sandbox.quota import WALKERS, DiskQuota, NamespaceProbe, QuotaWatch, Usage, measure
 from app.sandbox.runner import CommandRun, ResourceLimits, Sandbox, run_command
+from app.sandbox.userns import Subordinate, UserNamespace
 from app.workspace import Workspace
 from tests.sandbox.conftest import Worker
 
@@ -319,69 +321,90 @@ def test_a_forked_child_keeps_none_of_the_parents_watch_threads() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+def _root_maps(pid: int, ids: Subordinate) -> None:
+    """What ``newuidmap``/``newgidmap`` write for an unprivileged worker,
+    written here by root: 0 is the worker, the sandbox user ``ids``."""
+    for name, sub in (("uid_map", ids.uid), ("gid_map", ids.gid)):
+        Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n{NOBODY} {sub} 1\n")
+
+
 @pytest.fixture
-def user_namespace() -> Iterator[int]:
-    """A descriptor of a user namespace this (root) process may enter."""
-    holder = subprocess.Popen(
-        ["unshare", "--user", "--map-root-user", "sh", "-c", "echo in; exec cat"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert holder.stdout is not None and holder.stdin is not None
-    assert holder.stdout.readline() == b"in\n"  # unshared and mapped
-    fd = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY)
+def user_namespace() -> Iterator[UserNamespace]:
+    """A command's user namespace and its helper, as an unprivileged worker
+    makes them (the maps written by this root process)."""
+    userns = UserNamespace.create(Subordinate(uid=100000, gid=100000), [], mapper=_root_maps)
     try:
-        yield fd
+        yield userns
     finally:
-        os.close(fd)
-        holder.stdin.close()
-        holder.wait(10)
+        assert userns.release() is None
 
 
 def test_the_namespace_probe_measures_as_the_worker_would(
-    tmp_path: Path, user_namespace: int
+    tmp_path: Path, user_namespace: UserNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe (an unprivileged worker's watcher) answers walk after walk,
-    each seeing the tree as it is then."""
+    each seeing the tree as it is then, from the helper that made the
+    namespace: no process of its own."""
+
+    def no_process(*_: object, **__: object) -> None:
+        raise AssertionError("the quota's walk started a process")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
     quota = DiskQuota(bytes=1 << 40)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "data").write_bytes(bytes(MiB))
     probe = NamespaceProbe(user_namespace, [tmp_path], quota)
-    try:
-        assert probe() == measure([tmp_path], quota)
-        (tmp_path / "more").write_bytes(bytes(2 * MiB))
-        second = probe()
-        assert second == measure([tmp_path], quota)
-        assert second.bytes >= 3 * MiB and second.entries == 3
-    finally:
-        probe.close()
+    assert probe() == measure([tmp_path], quota)
+    (tmp_path / "more").write_bytes(bytes(2 * MiB))
+    second = probe()
+    assert second == measure([tmp_path], quota)
+    assert second.bytes >= 3 * MiB and second.entries == 3
 
 
 async def test_a_probe_that_cannot_measure_stops_the_command(tmp_path: Path) -> None:
-    """Fail closed: a probe that cannot enter the namespace (here the
-    descriptor names a plain file) reads as a tree over the quota."""
-    with open(tmp_path / "not-a-namespace", "w") as plain:
-        watch = QuotaWatch([tmp_path], DiskQuota(bytes=1 << 40), userns_fd=plain.fileno())
-        watch.start()
-        try:
-            await asyncio.wait_for(watch.exceeded.wait(), 10)
-        finally:
-            await watch.stop()
+    """Fail closed: a namespace whose helper is gone (here it never ran)
+    reads as a tree over the quota."""
+    helper = subprocess.Popen(
+        ["true"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    helper.wait()
+    fd = os.open(tmp_path, os.O_RDONLY)
+    gone = UserNamespace(fd, [], helper)
+    watch = QuotaWatch([tmp_path], DiskQuota(bytes=1 << 40), userns=gone)
+    watch.start()
+    try:
+        await asyncio.wait_for(watch.exceeded.wait(), 10)
+    finally:
+        await watch.stop()
+        assert gone.release() is not None  # nothing answered the hand-back either
     assert watch.reason is not None
     assert watch.reason.startswith("the workspace holds a tree its disk quota could not measure")
 
 
-def test_the_namespace_probe_imports_only_light_standard_modules(tmp_path: Path) -> None:
-    """An unprivileged worker starts the probe for every command: importing
-    asyncio, subprocess and the like there cost about 40 ms of CPU each time."""
-    (tmp_path / "file").write_bytes(b"x" * 5000)
-    probe = [sys.executable, "-I", "-S", "-X", "importtime", quota_walk.__file__]
+@pytest.mark.parametrize("module", [quota_walk, userns_helper], ids=lambda m: m.__name__)
+def test_the_namespace_helper_imports_only_light_standard_modules(
+    tmp_path: Path, module: ModuleType
+) -> None:
+    """An unprivileged worker starts the namespace's helper, which loads the
+    quota's walk, for every command: importing asyncio, subprocess and the
+    like there cost about 40 ms of CPU each time."""
+    load = (
+        "import importlib.util, sys; "
+        "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); "
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))"
+    )
+    assert module.__file__ is not None
     done = subprocess.run(
-        [*probe, "1000000", "1000", str(tmp_path)], input=b"measure\n", capture_output=True
+        [sys.executable, "-I", "-S", "-X", "importtime", "-c", load, module.__file__],
+        capture_output=True,
     )
     assert done.returncode == 0, done.stderr.decode()
-    used, entries, unmeasurable = json.loads(done.stdout)
-    assert used >= 5000 and entries == 1 and unmeasurable is None
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()}
     heavy = {"asyncio", "concurrent", "subprocess", "pathlib", "dataclasses", "app"}
     assert not imported & heavy, imported & heavy
+
+
+def test_the_helper_loads_the_walk_the_worker_uses(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x" * 5000)
+    walk = userns_helper._quota_walk()
+    assert walk([str(tmp_path)], 1 << 40, 1000) == quota_walk.walk([str(tmp_path)], 1 << 40, 1000)
