@@ -512,6 +512,8 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             result.outcomes[key] = result.outcomes.get(key, 0) + 1
     finally:
         load_profile.stop(spies)
+        if census is not None:
+            flush_census(census, fleet)
         fleet.stop()
         if census is not None:
             result.census = census_per_run(census, engine, args.runs)
@@ -567,6 +569,21 @@ async def idle_cpu(fleet: Fleet, seconds: float) -> tuple[dict[str, float], floa
         m.name: round((m.cpu_seconds + m.children_cpu_seconds - before[m.name]) / took, 4)
         for m in fleet.machines
     }, took
+
+
+def flush_census(directory: Path, fleet: Fleet, timeout: float = 10.0) -> None:
+    """Have every running process of the fleet write its counts now (its
+    ``atexit`` write may not happen if stopping it takes a kill)."""
+    flush = directory / "FLUSH"
+    flush.touch()
+    asked = flush.stat().st_mtime
+    pids = [m.pid for m in fleet.machines if m.alive()]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        written = [directory / f"{pid}.json" for pid in pids]
+        if all(p.exists() and p.stat().st_mtime >= asked for p in written):
+            return
+        time.sleep(0.05)
 
 
 def census_per_run(directory: Path, engine: Engine, runs: int) -> dict[str, dict[str, float]]:

@@ -291,15 +291,27 @@ def _write(path: str) -> None:
 
 
 def _keep_writing(directory: str) -> None:
+    """The counts at ``START`` (the base), then every 2 s, and at once when
+    the benchmark asks (``FLUSH`` newer than the last write): a process
+    stopped before its ``atexit`` ran leaves its counts as of that moment."""
     path = os.path.join(directory, f"{os.getpid()}.json")
     start = os.path.join(directory, "START")
+    flush = os.path.join(directory, "FLUSH")
     based = False
+    written = 0.0
     while True:
-        time.sleep(0.05 if not based else 2.0)
-        if not based and os.path.exists(start):
-            _write(os.path.join(directory, f"{os.getpid()}.base.json"))
-            based = True
-        if based:
+        time.sleep(0.05)
+        if not based:
+            if os.path.exists(start):
+                _write(os.path.join(directory, f"{os.getpid()}.base.json"))
+                based = True
+            continue
+        try:
+            asked = os.stat(flush).st_mtime > written
+        except FileNotFoundError:
+            asked = False
+        if asked or time.time() - written >= 2.0:
+            written = time.time()
             _write(path)
 
 
