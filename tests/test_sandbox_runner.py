@@ -220,6 +220,21 @@ async def test_a_command_that_cannot_be_put_under_its_limits_never_runs(
     assert running_with(mark) == []
 
 
+async def test_any_failure_to_limit_leaves_no_held_command_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object) -> None:
+        raise ValueError("an rlimit out of range")
+
+    monkeypatch.setattr(hold, "limit", broken)
+    mark = sleeper()
+    with pytest.raises(ValueError, match="out of range"):
+        await run(tmp_path, Command(shell=f"touch ran; sleep {mark}"))
+    assert not (tmp_path / "ran").exists()
+    # The held shell was stopped and reaped too (its argv holds the command's).
+    assert running_with(mark) == []
+
+
 async def test_process_and_file_limits_are_set_in_the_child(tmp_path: Path) -> None:
     # RLIMIT_NPROC is not enforced for root, so check the limit the child got.
     limits = ResourceLimits(processes=77, open_files=99)

@@ -524,13 +524,15 @@ async def _let_go(
     assert isinstance(go, asyncio.WriteTransport)
     try:
         launch.limit(transport.get_pid())
-    except OSError as exc:
+    except BaseException as exc:
         go.close()
         _kill_group(transport.get_pid())
         await _settle(transport, protocol)
-        raise SandboxUnavailable(
-            f"could not put the command under its limits ({exc}). Repository code was not run."
-        ) from exc
+        if isinstance(exc, OSError):
+            raise SandboxUnavailable(
+                f"could not put the command under its limits ({exc}). Repository code was not run."
+            ) from exc
+        raise
     go.write(GO)
     go.close()
 
