@@ -163,7 +163,8 @@ class LoadResult:
     #: CPU seconds of this process (the pollers, the approvals) meanwhile.
     bench_cpu_seconds: float = 0.0
     #: CPU seconds of the emulated GitHub's process and its reaped children
-    #: (git's smart HTTP) meanwhile: (own, children).
+    #: (git: its smart HTTP and the plumbing behind its REST API) meanwhile:
+    #: (own, children).
     emulator_cpu_seconds: tuple[float, float] = (0.0, 0.0)
     #: CPU seconds of PostgreSQL's processes meanwhile (at least: a backend
     #: that ended before the last sample is not counted).
@@ -713,7 +714,7 @@ def report(result: LoadResult) -> str:
         f"{', '.join(f'{k} x{v}' for k, v in result.restarts.items()) or 'none'} |",
         f"| CPU seconds per run: repairbot processes (own + their children: git, "
         f"sandbox, agent) | {cpu_per_run(result)} |",
-        f"| CPU seconds per run: the emulated GitHub (own + git's smart HTTP) | "
+        f"| CPU seconds per run: the emulated GitHub (own + its git processes) | "
         f"{result.emulator_cpu_seconds[0] / max(1, result.runs):.2f} + "
         f"{result.emulator_cpu_seconds[1] / max(1, result.runs):.2f} |",
         f"| CPU seconds per run: PostgreSQL (every process; at least) | "
