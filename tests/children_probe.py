@@ -19,6 +19,7 @@ from app.config import Settings
 from app.github.gitcmd import GitTimeout, git_env, run_git_bytes
 from app.main import web_process, worker_process
 from app.operations.migrate import upgrade
+from tests.processes import alive
 
 for _name in ("activities", "handlers"):
     __import__(_name)
@@ -26,14 +27,6 @@ for _name in ("activities", "handlers"):
 found: dict[str, Any] = {}
 #: Top-level packages whose modules the worker and web processes import.
 LAYERS = ("app", "activities", "handlers")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 async def _until(check: Any) -> None:
@@ -84,8 +77,8 @@ async def probe(tmp: Path) -> None:
         helpers.append(int(pid_file.read_text()))
         # Killed with their process group: gone, or zombies of a killed sh.
         for pid in helpers:
-            await _until(lambda pid=pid: not _alive(pid))
-        found["helpers_alive"] = [pid for pid in helpers if _alive(pid)]
+            await _until(lambda pid=pid: not alive(pid))
+        found["helpers_alive"] = [pid for pid in helpers if alive(pid)]
     finally:
         threading.Thread.start = start  # type: ignore[method-assign]
     found["waitpid_threads"] = [name for name in started if "waitpid" in name]

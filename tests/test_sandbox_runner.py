@@ -27,6 +27,7 @@ from app.sandbox.runner import (
     run_command,
     scrubbed_env,
 )
+from tests.processes import alive
 
 PY = sys.executable
 FAST = Sandbox(heartbeat_interval=0.05)
@@ -38,15 +39,6 @@ async def run(tmp_path: Path, command: Command, **kwargs: Any) -> CommandRun:
     return await run_command(
         command, cwd=tmp_path, home=tmp_path / ".home", tmpdir=tmp_path / ".tmp", **kwargs
     )
-
-
-def alive(pid: int) -> bool:
-    """Running and not a zombie (orphans in a container may wait for a reaper)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def sleeper() -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from app.github.gitcmd import GitTimeout, git_env, run_git, run_git_bytes
 from tests.child_watchers import child_watcher  # noqa: F401 (a fixture)
+from tests.processes import alive
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("child_watcher")
@@ -55,7 +56,7 @@ async def test_a_git_that_hangs_is_killed_with_its_process_group(tmp_path: Path)
         )
     helper = int(pid_file.read_text())
     # Killed at once; gone (reaped, or a zombie: state Z) a moment later.
-    await wait_until(f"the helper {helper} to die", lambda: not _alive(helper), timeout=10)
+    await wait_until(f"the helper {helper} to die", lambda: not alive(helper), timeout=10)
 
 
 async def test_a_cancel_during_the_spawn_kills_the_process_group(
@@ -87,12 +88,4 @@ async def test_a_cancel_during_the_spawn_kills_the_process_group(
     with pytest.raises(asyncio.CancelledError):
         await running
     helper = int(pid_file.read_text())
-    await wait_until(f"the helper {helper} to die", lambda: not _alive(helper), timeout=10)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
+    await wait_until(f"the helper {helper} to die", lambda: not alive(helper), timeout=10)
