@@ -27,12 +27,12 @@ from app.agent import AgentRequest, CommandAgent
 from app.agent.base import ProposalRefused
 from app.repo_config import Command
 from app.sandbox import Isolation, quota_walk, userns_helper
-from app.sandbox.policy import NOBODY
 from app.sandbox.quota import WALKERS, DiskQuota, NamespaceProbe, QuotaWatch, Usage, measure
 from app.sandbox.runner import CommandRun, ResourceLimits, Sandbox, run_command
-from app.sandbox.userns import Subordinate, UserNamespace
+from app.sandbox.userns import UserNamespace
 from app.workspace import Workspace
 from tests.sandbox.conftest import Worker
+from tests.sandbox.namespaces import AS_ROOT, SANDBOX_USER, root_maps
 
 PY = sys.executable
 MiB = 1024 * 1024
@@ -321,24 +321,18 @@ def test_a_forked_child_keeps_none_of_the_parents_watch_threads() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def _root_maps(pid: int, ids: Subordinate) -> None:
-    """What ``newuidmap``/``newgidmap`` write for an unprivileged worker,
-    written here by root: 0 is the worker, the sandbox user ``ids``."""
-    for name, sub in (("uid_map", ids.uid), ("gid_map", ids.gid)):
-        Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n{NOBODY} {sub} 1\n")
-
-
 @pytest.fixture
 def user_namespace() -> Iterator[UserNamespace]:
     """A command's user namespace and its helper, as an unprivileged worker
     makes them (the maps written by this root process)."""
-    userns = UserNamespace.create(Subordinate(uid=100000, gid=100000), [], mapper=_root_maps)
+    userns = UserNamespace.create(SANDBOX_USER, [], mapper=root_maps)
     try:
         yield userns
     finally:
         assert userns.release() is None
 
 
+@AS_ROOT
 def test_the_namespace_probe_measures_as_the_worker_would(
     tmp_path: Path, user_namespace: UserNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,17 +13,10 @@ from pathlib import Path
 import pytest
 
 from app.sandbox import userns
-from app.sandbox.policy import NOBODY
-from app.sandbox.userns import Subordinate, UserNamespace
+from app.sandbox.userns import UserNamespace
+from tests.sandbox.namespaces import AS_ROOT, SANDBOX_USER, root_maps
 
-SANDBOX_USER = Subordinate(uid=100000, gid=100000)
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writes id maps as root")
-
-
-def root_maps(pid: int, ids: Subordinate) -> None:
-    for name, sub in (("uid_map", ids.uid), ("gid_map", ids.gid)):
-        Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n{NOBODY} {sub} 1\n")
+pytestmark = AS_ROOT
 
 
 def test_the_paths_go_over_and_come_back_through_one_helper(tmp_path: Path) -> None:
