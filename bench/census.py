@@ -43,9 +43,15 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU of a process and all its threads so far."""
+    return cpu_with_children(pid)[0]
+
+
+def cpu_with_children(pid: int) -> tuple[float, float]:
+    """:func:`cpu_seconds`, and that of the children the process has reaped."""
     # The command name (field 2) may hold spaces: split after its ')'.
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    own = (int(fields[11]) + int(fields[12])) / _TICK
+    return own, (int(fields[13]) + int(fields[14])) / _TICK
 
 
 # -- the worker process's side --------------------------------------------------

@@ -58,6 +58,7 @@ from app.engine._db import make_engine
 from app.operations.migrate import upgrade
 from app.webhooks.signature import sign
 from bench.bare_webhook import SECRET_ENV
+from bench.census import cpu_seconds
 from bench.databases import fresh_database
 from bench.environment import ROOT, at_start, heading, load
 from bench.fleet_setup import add_service_args, empty_redis, run_with_logs
@@ -215,12 +216,6 @@ async def open_loop(sender: Sender, rate: float, seconds: float) -> list[float]:
 
     await asyncio.gather(*(one(k) for k in range(count)))
     return latencies
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time process ``pid`` has used so far (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(

@@ -61,6 +61,7 @@ from app.engine._tables import ActivityAttempt, ActivityTask, HistoryEvent, Work
 from app.main.catalog import build_registry
 from app.operations.migrate import upgrade
 from bench import load_profile
+from bench.census import cpu_seconds, cpu_with_children
 from bench.databases import fresh_database
 from bench.environment import load, machine, revision
 from bench.spec import POSTGRES
@@ -531,11 +532,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
 
 def process_cpu(pid: int | None) -> tuple[float, float]:
     """CPU seconds process ``pid`` used so far: its own, and its reaped children's."""
-    if pid is None:
-        return 0.0, 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+    return (0.0, 0.0) if pid is None else cpu_with_children(pid)
 
 
 def postgres_cpu() -> dict[int, float]:
@@ -548,7 +545,7 @@ def postgres_cpu() -> dict[int, float]:
         try:
             if (entry / "comm").read_text().strip() != "postgres":
                 continue
-            found[int(entry.name)] = process_cpu(int(entry.name))[0]
+            found[int(entry.name)] = cpu_seconds(int(entry.name))
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return found
