@@ -82,9 +82,11 @@ def test_tiny_load_run_reports_every_figure(
     # commit is fetched for the confirmation (1) and the fork push fetches
     # the base's whole history (1): 9 a run without the cache.
     assert workers["process git fetch"] <= 4
-    # Each worker removed its cache when it stopped.
+    # Each worker removed its cache when it stopped. A worker makes its cache
+    # on its first fetch, so one that two runs never sent a workspace to has
+    # none: at least one cache, and every cache empty.
     caches = sorted((tmp_path / "kept" / "machines").glob("worker-*/git-cache"))
-    assert len(caches) == 2 and all(list(cache.iterdir()) == [] for cache in caches)
+    assert 1 <= len(caches) <= 2 and all(list(cache.iterdir()) == [] for cache in caches)
     assert any(
         key.startswith("http POST /api/v3/app/installations/{n}/access_tokens") for key in workers
     )
