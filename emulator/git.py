@@ -34,6 +34,8 @@ History = dict[tuple[str, ...], Any]
 _T = TypeVar("_T")
 
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
+#: A loose ref file holding a sha: 40 hex digits and a newline.
+_LOOSE_REF = re.compile(rb"([0-9a-f]{40})\n")
 #: Characters and sequences that turn a name into revision syntax or are
 #: forbidden in ref names (see git-check-ref-format(1)).
 _UNSAFE_REV = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
@@ -301,9 +303,10 @@ class BareRepo:
     between threads; concurrent writers are arbitrated by git's ref locks.
 
     ``history``, when given, remembers answers that depend on commits alone
-    (a comparison, an ancestry, a commit, a merge's cleanness): a commit's sha
-    names its whole history, so such an answer never changes, while refs are
-    read from git at every call. Its owner (the emulator's repository) drops
+    (a comparison, an ancestry, a commit, a merge's cleanness, that a sha is a
+    commit): a commit's sha names its whole history, so such an answer never
+    changes, while refs are read at every call (a loose ref file without a git
+    process, see :meth:`_loose_ref`). Its owner (the emulator's repository) drops
     it with the repository, so a repository made again at the same path starts
     empty."""
 
@@ -427,9 +430,16 @@ class BareRepo:
         return self._peel_commits(refs)
 
     def _peel_commits(self, revs: Sequence[str]) -> list[str | None]:
-        """Resolve several names to commit shas in one ``cat-file --batch-check``."""
+        """Resolve several names to commit shas: those :meth:`_known_commit` answers
+        without git, the others in one ``cat-file --batch-check``."""
         results: list[str | None] = [None] * len(revs)
-        queries = [(i, rev) for i, rev in enumerate(revs) if rev and not _is_unsafe_rev(rev)]
+        queries = []
+        for i, rev in enumerate(revs):
+            if not rev or _is_unsafe_rev(rev):
+                continue
+            results[i] = self._known_commit(rev)
+            if results[i] is None:
+                queries.append((i, rev))
         if not queries:
             return results
         payload = "".join(f"{rev}^{{commit}}\n" for _, rev in queries).encode()
@@ -438,7 +448,37 @@ class BareRepo:
             sha, _, kind = line.rpartition(" ")
             if kind == "commit":
                 results[i] = sha
+                if self._history is not None:
+                    self._history[("is-commit", sha)] = True
         return results
+
+    def _known_commit(self, rev: str) -> str | None:
+        """The commit ``rev`` names, when that is known without running git: a full
+        sha, or a branch's loose ref file, whose sha was found to be a commit before
+        (git never drops an object here: ``gc.auto=0``). None: ask git."""
+        if self._history is None:
+            return None
+        sha = rev if _FULL_SHA.fullmatch(rev) else None
+        if sha is None and rev.startswith("refs/heads/"):
+            sha = self._loose_ref(rev)
+        return sha if sha is not None and ("is-commit", sha) in self._history else None
+
+    def _loose_ref(self, name: str) -> str | None:
+        """The sha in the loose ref file of ``name`` (a full ``refs/`` name), read as
+        git reads it, without a git process: a loose ref file is the files backend's
+        record of that ref (it wins over ``packed-refs``), and git replaces it whole
+        by a rename, so a read sees the old value or the new one. None where git
+        must answer: no loose file (a packed ref, or no ref), a symbolic ref, or
+        anything but one sha in it."""
+        try:
+            check_ref_name(name)
+            with open(self.path / name, "rb") as ref_file:
+                # One byte more than a sha and its newline: a longer file never matches.
+                content = ref_file.read(42)
+        except (InvalidRefName, OSError):
+            return None
+        found = _LOOSE_REF.fullmatch(content)
+        return found[1].decode("ascii") if found else None
 
     def _require_commits(self, *revs: str) -> list[str]:
         shas = self._peel_commits(revs)
@@ -461,6 +501,9 @@ class BareRepo:
     def ref_sha(self, ref: str) -> str | None:
         """Where exactly this ref (qualified with :func:`qualify_ref`) points, or None."""
         name = qualify_ref(ref)
+        loose = self._loose_ref(name)
+        if loose is not None:
+            return loose
         out = self._text("for-each-ref", "--format=%(objectname) %(refname)", name)
         for line in out.splitlines():
             sha, _, found = line.partition(" ")

@@ -1,6 +1,7 @@
 """What git says about pull requests, and what happens when refs move.
 
-REST reads of refs and pull request shas go to git on every call, so they
+REST reads of refs and pull request shas read the repository's refs on every
+call (a branch's loose ref file directly, anything else through git), so they
 agree with pushes at every moment. Every ref change, whichever way it came
 (smart HTTP push, REST ``git/refs``, a merge, the scripting API), goes
 through :func:`refs_updated`, which announces it like GitHub does: ``push``,
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from emulator.git import BareRepo, CommitInfo
+from emulator.git import BareRepo, CommitInfo, InvalidRefName
 from emulator.render import base, pulls
 from emulator.render.pulls import PullGit
 from emulator.state import PullRequest, Repo, User
@@ -32,6 +33,15 @@ class RefChange:
 
 def open_git(repo: Repo) -> BareRepo:
     return BareRepo(repo.path, repo.git_history)
+
+
+def exact_ref(repo: Repo, name: str) -> str | None:
+    """Where the ref named exactly ``name`` points; None for no such ref, and for a
+    name git would refuse (no ref can have it)."""
+    try:
+        return open_git(repo).ref_sha(name)
+    except InvalidRefName:
+        return None
 
 
 def pull_git(repo: Repo, pr: PullRequest, *, mergeable: bool = True) -> PullGit:

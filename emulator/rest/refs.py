@@ -1,13 +1,13 @@
 """Git references over REST, read from and written to the bare repository.
 
-Nothing is cached: every read asks git, so REST and ``git ls-remote`` agree at
-every moment. Writes are compare-and-swap in git and announced like pushes.
+Nothing is cached: every read reads the refs (a loose ref file itself, else
+through git), so REST and ``git ls-remote`` agree at every moment. Writes are compare-and-swap in git and announced like pushes.
 """
 
 from __future__ import annotations
 
 from emulator.git import GitError, NotFastForward, ObjectNotFound, RefConflict
-from emulator.gitview import RefChange, open_git, refs_updated
+from emulator.gitview import RefChange, exact_ref, open_git, refs_updated
 from emulator.render import repos as render
 from emulator.rest.http import ApiError, Ctx, Reply, Spec, not_found, paginate
 from emulator.state import Repo
@@ -33,7 +33,7 @@ def get_ref(ctx: Ctx) -> Reply:
     repo = ctx.repo(permission="contents")
     _empty_check(repo)
     name = "refs/" + ctx.params["ref"]
-    sha = _refs(repo, name).get(name)
+    sha = exact_ref(repo, name)
     if sha is None:
         raise not_found()
     return Reply(200, render.git_ref(ctx.urls, repo, name, sha))

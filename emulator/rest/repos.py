@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from emulator.gitview import open_git
+from emulator.gitview import exact_ref, open_git
 from emulator.moves import rename_repo, transfer_repo
 from emulator.render import base
 from emulator.render import repos as render
@@ -78,7 +78,7 @@ def get_branch(ctx: Ctx) -> Reply:
     repo = ctx.repo(permission="contents")
     git = open_git(repo)
     name = ctx.params["branch"]
-    sha = git.list_refs(f"refs/heads/{name}").get(f"refs/heads/{name}")
+    sha = exact_ref(repo, f"refs/heads/{name}")
     if sha is None:
         raise ApiError(404, "Branch not found")
     return Reply(200, render.branch(ctx.urls, repo, name, git.commit_info(sha)))

@@ -4,6 +4,7 @@ so a push is seen by the next read and changes its ``ETag``."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ async def test_a_push_to_the_head_is_seen_by_the_next_pull_request_read(
     assert after.json()["head"]["sha"] == pushed["sha"] and after.json()["commits"] == 2
 
 
-async def test_a_pull_request_read_runs_one_git_command_once_its_commits_are_known(
+async def test_a_pull_request_read_runs_no_git_once_its_commits_are_known(
     world: World, make_branch: Any, git_runs: list[list[str]]
 ) -> None:
     number = await _open_pull(world, make_branch)
@@ -95,8 +96,96 @@ async def test_a_pull_request_read_runs_one_git_command_once_its_commits_are_kno
         git_runs.clear()
         again = await http.get(f"/repos/octo/demo/pulls/{number}")
     assert again.status_code == 200
-    # Head and base, read together: nothing else about the commits is asked again.
-    assert len(git_runs) == 1 and "cat-file" in git_runs[0]
+    # Head and base are read from their loose ref files, and their commits are
+    # known: nothing is asked of git again.
+    assert git_runs == []
+
+
+def _two_commits(tmp_path: Path) -> tuple[BareRepo, str, str]:
+    """A repository whose ``main`` is ``root`` and ``feature`` is ``tip`` (one ahead)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "a.txt").write_text("one\n")
+    repo = BareRepo.create(tmp_path / "repo.git", source=source)
+    root = repo.resolve("main")
+    assert root is not None
+    tip = repo.write_commit(root, {"b.txt": b"two\n"}, "Add b", ALICE)
+    repo.create_ref("refs/heads/feature", tip)
+    return repo, root, tip
+
+
+def _git(repo: BareRepo, *args: str) -> str:
+    """Git run on the repository behind the emulator's back (as another push would)."""
+    done = subprocess.run(
+        ["git", "--git-dir", str(repo.path), *args], capture_output=True, check=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def test_a_branch_moved_behind_the_emulators_back_is_seen_by_the_next_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, root, tip = _two_commits(tmp_path)
+    remembering = BareRepo(repo.path, history={})
+    assert remembering.resolve_all(["refs/heads/feature", root]) == [tip, root]
+    _git(repo, "update-ref", "refs/heads/feature", root)
+    _no_git(monkeypatch)
+    # Where a branch points is never remembered: its ref file is read again.
+    assert remembering.resolve("refs/heads/feature") == root
+    assert remembering.ref_sha("refs/heads/feature") == root
+
+
+def test_a_packed_branch_is_asked_of_git(tmp_path: Path, git_runs: list[list[str]]) -> None:
+    repo, _, tip = _two_commits(tmp_path)
+    remembering = BareRepo(repo.path, history={})
+    assert remembering.resolve("refs/heads/feature") == tip
+    _git(repo, "pack-refs", "--all", "--prune")
+    _git(repo, "update-ref", "refs/heads/main", tip)  # loose again, over its packed value
+    git_runs.clear()
+    assert remembering.ref_sha("refs/heads/feature") == tip
+    assert [run for run in git_runs if "for-each-ref" in run]
+    git_runs.clear()
+    assert remembering.resolve("refs/heads/main") == tip  # the loose file wins, as in git
+    assert remembering.ref_sha("refs/heads/main") == tip
+    assert git_runs == []
+
+
+def test_a_symbolic_ref_is_asked_of_git(tmp_path: Path) -> None:
+    repo, _, tip = _two_commits(tmp_path)
+    _git(repo, "symbolic-ref", "refs/heads/alias", "refs/heads/feature")
+    remembering = BareRepo(repo.path, history={})
+    assert remembering.ref_sha("refs/heads/alias") == tip
+    assert remembering.resolve("refs/heads/alias") == tip
+
+
+def test_only_commits_are_remembered(tmp_path: Path, git_runs: list[list[str]]) -> None:
+    repo, _, tip = _two_commits(tmp_path)
+    tree = _git(repo, "rev-parse", f"{tip}^{{tree}}")
+    remembering = BareRepo(repo.path, history={})
+    git_runs.clear()
+    for _ in range(2):
+        assert remembering.resolve(tree) is None
+    assert len([run for run in git_runs if "cat-file" in run]) == 2
+    git_runs.clear()
+    for _ in range(2):
+        assert remembering.resolve(tip) == tip
+    assert len([run for run in git_runs if "cat-file" in run]) == 1
+
+
+def test_a_ref_file_is_read_only_under_a_valid_ref_name(tmp_path: Path) -> None:
+    repo, root, _ = _two_commits(tmp_path)
+    (repo.path / "evil").write_text(f"{root}\n")
+    assert repo._loose_ref("refs/heads/../../evil") is None
+    assert repo._loose_ref("refs/heads/main") == root
+
+
+async def test_a_ref_name_git_would_refuse_is_not_found(world: World) -> None:
+    async with _http(world) as http:
+        ref = await http.get("/repos/octo/demo/git/ref/heads/a..b")
+        branch = await http.get("/repos/octo/demo/branches/a..b")
+        found = await http.get("/repos/octo/demo/branches/main")
+    assert ref.status_code == 404 and branch.status_code == 404
+    assert found.status_code == 200 and found.json()["name"] == "main"
 
 
 async def test_creating_a_ref_lists_no_branches_when_the_default_branch_exists(
