@@ -4,7 +4,7 @@ data directory of its own), PostgreSQL and Redis (arq).
 
     python -m bench.load [--runs 100] [--workers 3] [--concurrency 8]
                          [--timeout 1200] [--json results.json] [--census]
-                         [--profile DIR] [--idle SECONDS]
+                         [--profile DIR] [--idle SECONDS] [--warmup RUNS]
 
 Every run has a repository of its own (a copy of the demo project with its
 bug), so runs are independent: each must end merged with exactly one pull
@@ -138,6 +138,8 @@ class LoadResult:
     machine: str
     load_before: str
     load_after: str = ""
+    #: Whole runs before the measured ones (``--warmup``), in no figure.
+    warmup: int = 0
     elapsed: float = 0.0
     runs_per_minute: float = 0.0
     completed: int = 0
@@ -305,6 +307,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         runs=args.runs,
         workers=args.workers,
         concurrency=args.concurrency,
+        warmup=args.warmup,
         revision=revision(),
         machine=machine(),
         load_before=load(),
@@ -319,7 +322,8 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     stack = LocalStack(root=root / "stack", emulator_process=True)
     settings = await stack.start_github(project, database_url=database_url)
     names = [stack.repo_name] + [f"{stack.repo_name}-{i}" for i in range(2, args.runs + 1)]
-    for name in names[1:]:
+    warm_names = [f"{stack.repo_name}-warm-{i}" for i in range(1, args.warmup + 1)]
+    for name in names[1:] + warm_names:
         await stack.add_repo(name, project)
     settings = settings.with_overrides(
         redis_url=args.redis,
@@ -358,7 +362,6 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     reader = Runtime(engine, build_registry())
     database = engine.url.database or ""
     sampler = Sampler(engine, database, fleet)
-    people = stack.people
     figs: dict[str, RunFigures] = {}
     numbers: dict[str, int] = {}
     spies: list[subprocess.Popen[bytes]] = []
@@ -366,18 +369,9 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         # Generous: on a loaded machine a cold start of the web process is slow.
         wait_healthy(f"{app_url}/healthz", web, timeout=300)
         print(f"  web up; {len(names)} repositories ready; labelling", file=sys.stderr)
-        for name in names:
-            issue = await stack.gh.create_issue(
-                people.owner, name, as_user=people.owner, title=ISSUE_TITLE, body=ISSUE_BODY
-            )
-            numbers[name] = int(issue["number"])
-
-        async def label(name: str) -> None:
-            figs[name] = RunFigures(repo=name, status="not started", label_at=time.time())
-            await stack.gh.add_label(
-                people.owner, name, numbers[name], "repairbot", as_user=people.maintainer
-            )
-
+        numbers.update(await open_issues(stack, names + warm_names))
+        if warm_names:
+            await warm_up(stack, engine, reader, sampler, fleet, warm_names, numbers, args.timeout)
         if args.idle:
             idle_spies: list[subprocess.Popen[bytes]] = []
             if args.profile is not None:
@@ -398,59 +392,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         postgres_at_start = postgres_cpu()
         bench_cpu_at_start = time.process_time()
         started = time.time()
-        await asyncio.gather(*(label(name) for name in names))
-        ids = {
-            n: repair_workflow_id(stack.gh.repo_id(f"{people.owner}/{n}"), numbers[n])
-            for n in names
-        }
-        approved: set[str] = set()
-        deadline = time.monotonic() + args.timeout
-        last_report = 0.0
-        while time.monotonic() < deadline:
-            for name in fleet.revive():
-                print(f"  {name} exited by itself; restarted", file=sys.stderr)
-            sampler.sample()
-            with engine.connect() as conn:
-                rows = conn.execute(
-                    select(runs_table.c.workflow_id, runs_table.c.run_id, runs_table.c.status)
-                ).all()
-                with_pr = set(
-                    conn.execute(
-                        select(tasks.c.run_id).where(
-                            tasks.c.activity == "github.pull_request",
-                            tasks.c.status == "completed",
-                        )
-                    ).scalars()
-                )
-            by_id = {r.workflow_id: r for r in rows}
-            settled = sum(1 for r in rows if r.status in SETTLED)
-            if time.monotonic() - last_report > 10:
-                last_report = time.monotonic()
-                print(
-                    f"  {time.time() - started:6.1f}s  {len(rows)} runs, {settled} ended, "
-                    f"{len(with_pr)} with a PR, {len(approved)} approved",
-                    file=sys.stderr,
-                )
-            if len(rows) >= len(names) and settled == len(rows):
-                break
-            for name, wid in ids.items():
-                row = by_id.get(wid)
-                if name in approved or row is None or row.run_id not in with_pr:
-                    continue
-                try:
-                    status = reader.query(row.run_id, "status")
-                except Exception:
-                    continue  # history mid-write; ask again
-                if status.get("phase") == "awaiting-review" and status.get("pull_number"):
-                    approved.add(name)
-                    await stack.gh.review(
-                        people.owner,
-                        name,
-                        int(status["pull_number"]),
-                        as_user=people.maintainer,
-                        event="APPROVE",
-                    )
-            await asyncio.sleep(0.25)
+        ids = await drive(stack, engine, reader, sampler, fleet, names, numbers, figs, args.timeout)
         sampler.sample()
         load_profile.stop(spies)
         result.bench_cpu_seconds = time.process_time() - bench_cpu_at_start
@@ -518,7 +460,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
             flush_census(census, fleet)
         fleet.stop()
         if census is not None:
-            result.census = census_per_run(census, engine, args.runs)
+            result.census = census_per_run(census, engine, args.runs, args.runs + args.warmup)
         result.peak_rss_mib = {m.name: round(m.peak_rss_kib / 1024, 1) for m in fleet.machines}
         result.restarts = {m.name: m.restarts for m in fleet.machines if m.restarts}
         result.peak_connections = sampler.peak
@@ -584,9 +526,140 @@ def flush_census(directory: Path, fleet: Fleet, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def census_per_run(directory: Path, engine: Engine, runs: int) -> dict[str, dict[str, float]]:
-    """Counts per run: each process's counters since the first label (by
-    process kind), and the database's activities and workflow runs by name."""
+async def open_issues(stack: LocalStack, names: Sequence[str]) -> dict[str, int]:
+    """The benchmark's issue in each repository, by repository: its number."""
+    people, numbers = stack.people, {}
+    for name in names:
+        issue = await stack.gh.create_issue(
+            people.owner, name, as_user=people.owner, title=ISSUE_TITLE, body=ISSUE_BODY
+        )
+        numbers[name] = int(issue["number"])
+    return numbers
+
+
+async def warm_up(
+    stack: LocalStack,
+    engine: Engine,
+    reader: Runtime,
+    sampler: Sampler,
+    fleet: Fleet,
+    names: Sequence[str],
+    numbers: dict[str, int],
+    timeout: float,
+) -> None:
+    """``--warmup``: whole runs before the measured ones, left out of every
+    figure, so each process has done its once-only work first (imports,
+    connections, compiled statements): the figures are then a long-running
+    fleet's. An error if one does not end merged."""
+    print(f"  warming up with {len(names)} runs", file=sys.stderr)
+    figs: dict[str, RunFigures] = {}
+    ids = await drive(stack, engine, reader, sampler, fleet, names, numbers, figs, timeout)
+    with engine.connect() as conn:
+        statuses = dict(
+            conn.execute(
+                select(runs_table.c.workflow_id, runs_table.c.status).where(
+                    runs_table.c.workflow_id.in_(list(ids.values()))
+                )
+            ).all()
+        )
+    unfinished = [name for name, wid in ids.items() if statuses.get(wid) != "completed"]
+    if unfinished:
+        raise SystemExit(f"--warmup: runs did not end: {', '.join(unfinished)}")
+
+
+async def drive(
+    stack: LocalStack,
+    engine: Engine,
+    reader: Runtime,
+    sampler: Sampler,
+    fleet: Fleet,
+    names: Sequence[str],
+    numbers: dict[str, int],
+    figs: dict[str, RunFigures],
+    timeout: float,
+) -> dict[str, str]:
+    """Label every issue of ``names`` at once and approve each draft pull
+    request as soon as it is open, until every run ended (or ``timeout``);
+    the workflow id of each repository's run."""
+    people = stack.people
+    started = time.time()
+    with engine.connect() as conn:  # the runs of an earlier batch (--warmup) are not waited for
+        earlier = set(conn.execute(select(runs_table.c.run_id)).scalars())
+
+    async def label(name: str) -> None:
+        figs[name] = RunFigures(repo=name, status="not started", label_at=time.time())
+        await stack.gh.add_label(
+            people.owner, name, numbers[name], "repairbot", as_user=people.maintainer
+        )
+
+    await asyncio.gather(*(label(name) for name in names))
+    ids = {
+        n: repair_workflow_id(stack.gh.repo_id(f"{people.owner}/{n}"), numbers[n]) for n in names
+    }
+    approved: set[str] = set()
+    deadline = time.monotonic() + timeout
+    last_report = 0.0
+    while time.monotonic() < deadline:
+        for name in fleet.revive():
+            print(f"  {name} exited by itself; restarted", file=sys.stderr)
+        sampler.sample()
+        with engine.connect() as conn:
+            rows = [
+                row
+                for row in conn.execute(
+                    select(runs_table.c.workflow_id, runs_table.c.run_id, runs_table.c.status)
+                ).all()
+                if row.run_id not in earlier
+            ]
+            with_pr = (
+                set(
+                    conn.execute(
+                        select(tasks.c.run_id).where(
+                            tasks.c.activity == "github.pull_request",
+                            tasks.c.status == "completed",
+                        )
+                    ).scalars()
+                )
+                - earlier
+            )
+        by_id = {r.workflow_id: r for r in rows}
+        settled = sum(1 for r in rows if r.status in SETTLED)
+        if time.monotonic() - last_report > 10:
+            last_report = time.monotonic()
+            print(
+                f"  {time.time() - started:6.1f}s  {len(rows)} runs, {settled} ended, "
+                f"{len(with_pr)} with a PR, {len(approved)} approved",
+                file=sys.stderr,
+            )
+        if len(rows) >= len(names) and settled == len(rows):
+            break
+        for name, wid in ids.items():
+            row = by_id.get(wid)
+            if name in approved or row is None or row.run_id not in with_pr:
+                continue
+            try:
+                status = reader.query(row.run_id, "status")
+            except Exception:
+                continue  # history mid-write; ask again
+            if status.get("phase") == "awaiting-review" and status.get("pull_number"):
+                approved.add(name)
+                await stack.gh.review(
+                    people.owner,
+                    name,
+                    int(status["pull_number"]),
+                    as_user=people.maintainer,
+                    event="APPROVE",
+                )
+        await asyncio.sleep(0.25)
+    return ids
+
+
+def census_per_run(
+    directory: Path, engine: Engine, runs: int, runs_in_database: int
+) -> dict[str, dict[str, float]]:
+    """Counts per run: each process's counters since the first measured label
+    (by process kind), and the database's activities and workflow runs by
+    name (over every run it holds, ``--warmup``'s too: all are alike)."""
     totals: dict[str, Counter[str]] = {}
     for path in directory.glob("*.json"):
         if path.name.endswith(".base.json"):
@@ -623,8 +696,9 @@ def census_per_run(directory: Path, engine: Engine, runs: int) -> dict[str, dict
                 or 0,
             }
         )
+    per_run = {kind: runs_in_database if kind == "database" else runs for kind in totals}
     return {
-        kind: {key: round(n / max(1, runs), 2) for key, n in counts.most_common() if n}
+        kind: {key: round(n / max(1, per_run[kind]), 2) for key, n in counts.most_common() if n}
         for kind, counts in totals.items()
     }
 
@@ -682,7 +756,8 @@ def report(result: LoadResult) -> str:
         f"revision {result.revision}; {result.machine}; load {result.load_before} -> "
         f"{result.load_after}",
         f"{result.runs} runs, {result.workers} worker processes x {result.concurrency} jobs, "
-        "PostgreSQL + Redis (arq)",
+        "PostgreSQL + Redis (arq)"
+        + (f"; measured after {result.warmup} warm-up runs" if result.warmup else ""),
         "",
         "| figure | value |",
         "|---|---|",
@@ -772,6 +847,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         help="sample the workers with py-spy from the first label on, write their "
         "stacks here and print where their CPU went (bench/load_profile.py)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="first run RUNS whole runs, left out of every figure, so the figures are "
+        "those of processes past their once-only work (imports, connections, "
+        "compiled statements)",
     )
     parser.add_argument(
         "--idle",

@@ -46,6 +46,7 @@ def test_tiny_load_run_reports_every_figure(
 ) -> None:
     out = tmp_path / "load.json"
     argv = ["--runs", "2", "--workers", "2", "--timeout", "300", "--census", "--idle", "1"]
+    argv += ["--warmup", "1"]
     argv += ["--postgres", PG_ADMIN_URL, "--redis", REDIS_URL, "--json", str(out)]
     argv += ["--keep", str(tmp_path / "kept")]
     assert main(argv) == 0, capsys.readouterr().out
@@ -55,6 +56,8 @@ def test_tiny_load_run_reports_every_figure(
     assert "load_census" not in os.environ.get("PYTHONPATH", "")
 
     result = json.loads(out.read_text())
+    # --warmup: its run is in no figure (two measured runs, each counted once).
+    assert result["warmup"] == 1 and len(result["per_run"]) == 2
     assert result["exact"] == result["completed"] == 2
     assert result["lost"] == [] and result["duplicated"] == []
     assert result["overhead_p95"] is not None and result["overhead_p50"] is not None
