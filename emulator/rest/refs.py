@@ -1,7 +1,8 @@
 """Git references over REST, read from and written to the bare repository.
 
 Nothing is cached: every read reads the refs (a loose ref file itself, else
-through git), so REST and ``git ls-remote`` agree at every moment. Writes are compare-and-swap in git and announced like pushes.
+through git), so REST and ``git ls-remote`` agree at every moment. Writes are
+compare-and-swap in git and announced like pushes.
 """
 
 from __future__ import annotations
