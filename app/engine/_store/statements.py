@@ -45,21 +45,21 @@ def _per_dialect(pg: Any, sqlite: Any) -> dict[str, Any]:
     return {"postgresql": pg, "sqlite": sqlite}
 
 
-def one_of(column: ColumnElement[Any], values: Iterable[Any], *, negate: bool = False) -> Any:
-    """``column IN (...)`` (``NOT IN`` with ``negate``) over constants, rendered
-    once, when the statement is compiled.
+def one_of(column: ColumnElement[Any], values: Iterable[Any]) -> Any:
+    """``column IN (...)`` over constants, rendered once, when the statement is
+    compiled.
 
     ``column.in_(values)`` binds the values as one *expanding* parameter: the
     compiled SQL keeps a placeholder that SQLAlchemy rewrites on **every**
-    execution, even when the compiled form came from its cache (a pass over
-    the whole SQL string and the parameters: 14-57 us per call for the
-    one-statement steps and closes, which hold two to four of them). A list
-    of bound literals is rendered into the compiled SQL instead; what is sent
-    is the same, one bound parameter per value. Only for a fixed list: a
-    caller-sized one (``p_can_run``) stays expanding, one cache entry for
-    any length."""
+    execution, even when the compiled form came from its cache: a pass over
+    the whole SQL string and the parameters, for the guard, the one-statement
+    steps and closes and ``LOAD_TASK`` (docs/benchmarks.md, "Compiled
+    statements"). A list of bound literals is rendered into the compiled SQL
+    instead; what is sent is the same, one bound parameter per value. Only
+    for a fixed list: a caller-sized one (``p_can_run``) stays expanding, one
+    cache entry for any length."""
     items = [literal(value, column.type) for value in values]
-    return column.not_in(items) if negate else column.in_(items)
+    return column.in_(items)
 
 
 # -- outbox ---------------------------------------------------------------------
