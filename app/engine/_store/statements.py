@@ -13,9 +13,11 @@ name for the value of that column in INSERT/UPDATE.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Delete,
     Float,
     Insert,
@@ -28,6 +30,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
 )
 from sqlalchemy.dialects.postgresql import aggregate_order_by
@@ -40,6 +43,23 @@ from app.engine._tables import OPEN_STATUSES
 
 def _per_dialect(pg: Any, sqlite: Any) -> dict[str, Any]:
     return {"postgresql": pg, "sqlite": sqlite}
+
+
+def one_of(column: ColumnElement[Any], values: Iterable[Any]) -> Any:
+    """``column IN (...)`` over constants, rendered once, when the statement is
+    compiled.
+
+    ``column.in_(values)`` binds the values as one *expanding* parameter: the
+    compiled SQL keeps a placeholder that SQLAlchemy rewrites on **every**
+    execution, even when the compiled form came from its cache: a pass over
+    the whole SQL string and the parameters, for the guard, the one-statement
+    steps and closes and ``LOAD_TASK`` (docs/benchmarks.md, "Compiled
+    statements"). A list of bound literals is rendered into the compiled SQL
+    instead; what is sent is the same, one bound parameter per value. Only
+    for a fixed list: a caller-sized one (``p_can_run``) stays expanding, one
+    cache entry for any length."""
+    items = [literal(value, column.type) for value in values]
+    return column.in_(items)
 
 
 # -- outbox ---------------------------------------------------------------------
@@ -68,7 +88,7 @@ INSERT_EVENT: Insert = insert(events)
 #: the workflow task, and mark a workflow task due.
 BUMP_HISTORY: Update = (
     runs.update()
-    .where(runs.c.run_id == bindparam("p_run"), runs.c.status.in_(OPEN_STATUSES))
+    .where(runs.c.run_id == bindparam("p_run"), one_of(runs.c.status, OPEN_STATUSES))
     .values(
         history_length=runs.c.history_length + 1,
         pending_task=True,
@@ -137,7 +157,7 @@ def _load_task() -> Select[Any]:
             events.c.run_id == runs.c.run_id,
             events.c.seq > bindparam("p_after"),
             events.c.seq <= runs.c.history_length,
-            runs.c.status.in_(OPEN_STATUSES),
+            one_of(runs.c.status, OPEN_STATUSES),
         )
         .scalar_subquery()
     )
@@ -163,7 +183,7 @@ _scheduled = tasks.c.status == "scheduled"
 #: ones are asked to stop (their next heartbeat reads it).
 STOP_RUN_TASKS: Update = (
     tasks.update()
-    .where(tasks.c.run_id == bindparam("p_run"), tasks.c.status.in_(("scheduled", "running")))
+    .where(tasks.c.run_id == bindparam("p_run"), one_of(tasks.c.status, ("scheduled", "running")))
     .values(
         status=case((_scheduled, "cancelled"), else_=tasks.c.status),
         closed_at=case((_scheduled, bindparam("p_now", type_=Float)), else_=tasks.c.closed_at),
@@ -184,7 +204,7 @@ CANCEL_RUN_TIMERS: Update = (
 _GUARDED: Update = runs.update().where(
     runs.c.run_id == bindparam("p_run"),
     runs.c.history_length == bindparam("p_expected"),
-    runs.c.status.in_(OPEN_STATUSES),
+    one_of(runs.c.status, OPEN_STATUSES),
 )
 
 GUARDED_COMMIT: Update = _GUARDED.values(

@@ -21,6 +21,7 @@ from app.engine._store.statements import (
     INSERT_EVENT,
     START_RUN,
     STOP_RUN_TASKS,
+    one_of,
 )
 from app.engine._tables import (
     OPEN_STATUSES,
@@ -308,7 +309,7 @@ class Tx:
         self.conn.execute(STOP_RUN_TASKS, params)
         cancelled_timers = self.conn.execute(CANCEL_RUN_TIMERS, params).scalars()
         closed_tasks = select(cast(tasks.c.id, String)).where(
-            tasks.c.run_id == run_id, tasks.c.status.in_(("cancelled", "failed", "completed"))
+            tasks.c.run_id == run_id, one_of(tasks.c.status, ("cancelled", "failed", "completed"))
         )
         left = ((outbox.c.kind == "workflow_task") & (outbox.c.ref == run_id)) | (
             (outbox.c.kind == "activity") & outbox.c.ref.in_(closed_tasks)
