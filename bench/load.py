@@ -363,15 +363,15 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
     database = engine.url.database or ""
     sampler = Sampler(engine, database, fleet)
     figs: dict[str, RunFigures] = {}
-    numbers: dict[str, int] = {}
     spies: list[subprocess.Popen[bytes]] = []
     try:
         # Generous: on a loaded machine a cold start of the web process is slow.
         wait_healthy(f"{app_url}/healthz", web, timeout=300)
         print(f"  web up; {len(names)} repositories ready; labelling", file=sys.stderr)
-        numbers.update(await open_issues(stack, names + warm_names))
+        numbers = await open_issues(stack, names + warm_names)
+        driver = Driver(stack, engine, reader, sampler, fleet, numbers, args.timeout)
         if warm_names:
-            await warm_up(stack, engine, reader, sampler, fleet, warm_names, numbers, args.timeout)
+            await driver.warm_up(warm_names)
         if args.idle:
             idle_spies: list[subprocess.Popen[bytes]] = []
             if args.profile is not None:
@@ -392,7 +392,7 @@ async def run_load(args: argparse.Namespace, database_url: str, root: Path) -> L
         postgres_at_start = postgres_cpu()
         bench_cpu_at_start = time.process_time()
         started = time.time()
-        ids = await drive(stack, engine, reader, sampler, fleet, names, numbers, figs, args.timeout)
+        ids = await driver.drive(names, figs)
         sampler.sample()
         load_profile.stop(spies)
         result.bench_cpu_seconds = time.process_time() - bench_cpu_at_start
@@ -537,121 +537,107 @@ async def open_issues(stack: LocalStack, names: Sequence[str]) -> dict[str, int]
     return numbers
 
 
-async def warm_up(
-    stack: LocalStack,
-    engine: Engine,
-    reader: Runtime,
-    sampler: Sampler,
-    fleet: Fleet,
-    names: Sequence[str],
-    numbers: dict[str, int],
-    timeout: float,
-) -> None:
-    """``--warmup``: whole runs before the measured ones, left out of every
-    figure, so each process has done its once-only work first (imports,
-    connections, compiled statements): the figures are then a long-running
-    fleet's. An error if one does not end merged."""
-    print(f"  warming up with {len(names)} runs", file=sys.stderr)
-    figs: dict[str, RunFigures] = {}
-    ids = await drive(stack, engine, reader, sampler, fleet, names, numbers, figs, timeout)
-    with engine.connect() as conn:
-        statuses = dict(
-            conn.execute(
-                select(runs_table.c.workflow_id, runs_table.c.status).where(
-                    runs_table.c.workflow_id.in_(list(ids.values()))
-                )
-            ).all()
-        )
-    unfinished = [name for name, wid in ids.items() if statuses.get(wid) != "completed"]
-    if unfinished:
-        raise SystemExit(f"--warmup: runs did not end: {', '.join(unfinished)}")
+@dataclass
+class Driver:
+    """What drives a batch of runs: it labels their issues, approves their
+    draft pull requests and waits for them to end."""
 
+    stack: LocalStack
+    engine: Engine
+    reader: Runtime
+    sampler: Sampler
+    fleet: Fleet
+    #: The benchmark's issue in each repository, by repository.
+    numbers: dict[str, int]
+    timeout: float
 
-async def drive(
-    stack: LocalStack,
-    engine: Engine,
-    reader: Runtime,
-    sampler: Sampler,
-    fleet: Fleet,
-    names: Sequence[str],
-    numbers: dict[str, int],
-    figs: dict[str, RunFigures],
-    timeout: float,
-) -> dict[str, str]:
-    """Label every issue of ``names`` at once and approve each draft pull
-    request as soon as it is open, until every run ended (or ``timeout``);
-    the workflow id of each repository's run."""
-    people = stack.people
-    started = time.time()
-    with engine.connect() as conn:  # the runs of an earlier batch (--warmup) are not waited for
-        earlier = set(conn.execute(select(runs_table.c.run_id)).scalars())
-
-    async def label(name: str) -> None:
-        figs[name] = RunFigures(repo=name, status="not started", label_at=time.time())
-        await stack.gh.add_label(
-            people.owner, name, numbers[name], "repairbot", as_user=people.maintainer
-        )
-
-    await asyncio.gather(*(label(name) for name in names))
-    ids = {
-        n: repair_workflow_id(stack.gh.repo_id(f"{people.owner}/{n}"), numbers[n]) for n in names
-    }
-    approved: set[str] = set()
-    deadline = time.monotonic() + timeout
-    last_report = 0.0
-    while time.monotonic() < deadline:
-        for name in fleet.revive():
-            print(f"  {name} exited by itself; restarted", file=sys.stderr)
-        sampler.sample()
-        with engine.connect() as conn:
-            rows = [
-                row
-                for row in conn.execute(
-                    select(runs_table.c.workflow_id, runs_table.c.run_id, runs_table.c.status)
+    async def warm_up(self, names: Sequence[str]) -> None:
+        """``--warmup``: whole runs before the measured ones, left out of every
+        figure, so each process has done its once-only work first (imports,
+        connections, compiled statements): the figures are then a long-running
+        fleet's. An error if one does not end merged."""
+        print(f"  warming up with {len(names)} runs", file=sys.stderr)
+        figs: dict[str, RunFigures] = {}
+        ids = await self.drive(names, figs)
+        with self.engine.connect() as conn:
+            statuses = dict(
+                conn.execute(
+                    select(runs_table.c.workflow_id, runs_table.c.status).where(
+                        runs_table.c.workflow_id.in_(list(ids.values()))
+                    )
                 ).all()
-                if row.run_id not in earlier
-            ]
-            with_pr = (
-                set(
-                    conn.execute(
-                        select(tasks.c.run_id).where(
-                            tasks.c.activity == "github.pull_request",
-                            tasks.c.status == "completed",
-                        )
-                    ).scalars()
-                )
-                - earlier
             )
-        by_id = {r.workflow_id: r for r in rows}
-        settled = sum(1 for r in rows if r.status in SETTLED)
-        if time.monotonic() - last_report > 10:
-            last_report = time.monotonic()
-            print(
-                f"  {time.time() - started:6.1f}s  {len(rows)} runs, {settled} ended, "
-                f"{len(with_pr)} with a PR, {len(approved)} approved",
-                file=sys.stderr,
+        unfinished = [name for name, wid in ids.items() if statuses.get(wid) != "completed"]
+        if unfinished:
+            raise SystemExit(f"--warmup: runs did not end: {', '.join(unfinished)}")
+
+    async def drive(self, names: Sequence[str], figs: dict[str, RunFigures]) -> dict[str, str]:
+        """Label every issue of ``names`` at once and approve each draft pull
+        request as soon as it is open, until every run ended (or ``timeout``);
+        the workflow id of each repository's run."""
+        stack, reader, fleet = self.stack, self.reader, self.fleet
+        people = stack.people
+        started = time.time()
+        # The runs of an earlier batch (--warmup) are not waited for.
+        with self.engine.connect() as conn:
+            earlier = set(conn.execute(select(runs_table.c.run_id)).scalars())
+
+        async def label(name: str) -> None:
+            figs[name] = RunFigures(repo=name, status="not started", label_at=time.time())
+            await stack.gh.add_label(
+                people.owner, name, self.numbers[name], "repairbot", as_user=people.maintainer
             )
-        if len(rows) >= len(names) and settled == len(rows):
-            break
-        for name, wid in ids.items():
-            row = by_id.get(wid)
-            if name in approved or row is None or row.run_id not in with_pr:
-                continue
-            try:
-                status = reader.query(row.run_id, "status")
-            except Exception:
-                continue  # history mid-write; ask again
-            if status.get("phase") == "awaiting-review" and status.get("pull_number"):
-                approved.add(name)
-                await stack.gh.review(
-                    people.owner,
-                    name,
-                    int(status["pull_number"]),
-                    as_user=people.maintainer,
-                    event="APPROVE",
+
+        await asyncio.gather(*(label(name) for name in names))
+        ids = {
+            n: repair_workflow_id(stack.gh.repo_id(f"{people.owner}/{n}"), self.numbers[n])
+            for n in names
+        }
+        approved: set[str] = set()
+        deadline = time.monotonic() + self.timeout
+        last_report = 0.0
+        while time.monotonic() < deadline:
+            for name in fleet.revive():
+                print(f"  {name} exited by itself; restarted", file=sys.stderr)
+            self.sampler.sample()
+            with self.engine.connect() as conn:
+                rows = [
+                    row
+                    for row in conn.execute(
+                        select(runs_table.c.workflow_id, runs_table.c.run_id, runs_table.c.status)
+                    ).all()
+                    if row.run_id not in earlier
+                ]
+                with_pr = (
+                    set(
+                        conn.execute(
+                            select(tasks.c.run_id).where(
+                                tasks.c.activity == "github.pull_request",
+                                tasks.c.status == "completed",
+                            )
+                        ).scalars()
+                    )
+                    - earlier
                 )
-        await asyncio.sleep(0.25)
-    return ids
+            by_id = {r.workflow_id: r for r in rows}
+            settled = sum(1 for r in rows if r.status in SETTLED)
+            if time.monotonic() - last_report > 10:
+                last_report = time.monotonic()
+                print(
+                    f"  {time.time() - started:6.1f}s  {len(rows)} runs, {settled} ended, "
+                    f"{len(with_pr)} with a PR, {len(approved)} approved",
+                    file=sys.stderr,
+                )
+            if len(rows) >= len(names) and settled == len(rows):
+                break
+            for name, wid in ids.items():
+                row = by_id.get(wid)
+                if name in approved or row is None or row.run_id not in with_pr:
+                    continue
+                if await stack.approve_when_awaiting_review(reader, row.run_id, name):
+                    approved.add(name)
+            await asyncio.sleep(0.25)
+        return ids
 
 
 def census_per_run(

@@ -188,6 +188,27 @@ class LocalStack:
         await self.gh.set_permission(people.owner, name, people.reader, "read")
         return f"{people.owner}/{name}"
 
+    async def approve_when_awaiting_review(self, reader: Runtime, run_id: str, name: str) -> bool:
+        """As the maintainer, approve the draft pull request of run ``run_id``
+        (on the owner's repository ``name``) if its status says it awaits
+        review; whether it did. A status that cannot be read yet (its history
+        is being written) is asked again at the next call."""
+        try:
+            status = reader.query(run_id, "status")
+        except Exception:
+            return False
+        if status.get("phase") != "awaiting-review" or not status.get("pull_number"):
+            return False
+        people = self.people
+        await self.gh.review(
+            people.owner,
+            name,
+            int(status["pull_number"]),
+            as_user=people.maintainer,
+            event="APPROVE",
+        )
+        return True
+
     async def run_branches(self, repo_name: str | None = None) -> list[str]:
         """repairbot's branches (``repairbot/...``) wherever they are, read from
         GitHub: the proposal fork of the repository, and the repository itself

@@ -45,14 +45,7 @@ def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_answers_about_commits_are_asked_of_git_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = tmp_path / "source"
-    source.mkdir()
-    (source / "a.txt").write_text("one\n")
-    repo = BareRepo.create(tmp_path / "repo.git", source=source)
-    root = repo.resolve("main")
-    assert root is not None
-    tip = repo.write_commit(root, {"b.txt": b"two\n"}, "Add b", ALICE)
-    repo.create_ref("refs/heads/feature", tip)
+    repo, root, tip = _two_commits(tmp_path)
     remembering = BareRepo(repo.path, history={})
     first = (
         remembering.compare(root, tip),
