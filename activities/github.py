@@ -90,7 +90,6 @@ from app.github.publish import (
     Patch,
     PushStatus,
     Tree,
-    build_commit,
     publish_branch,
     remote_answers,
     remote_ref,
@@ -714,7 +713,7 @@ class GitHubActivities:
                 )
                 if fetched.status != "fetched":
                     raise TransientError(f"cannot fetch {parent}: {fetched.detail}")
-                sha = await build_commit(
+                reverting = await write_commit(
                     bare,
                     request.merge_sha,
                     Tree(before.tree.sha),
@@ -722,6 +721,7 @@ class GitHubActivities:
                     BOT,
                     datetime.fromisoformat(request.timestamp),
                 )
+                sha = reverting.sha
                 pushed = await publish_branch(
                     bare,
                     access.clone_url(request.repo),

@@ -155,23 +155,6 @@ class Built:
     tree: str
 
 
-async def build_commit(
-    repo_dir: Path,
-    base_sha: str,
-    change: Change,
-    message: str,
-    identity: Identity,
-    timestamp: datetime,
-    *,
-    committer: Identity | None = None,
-) -> str:
-    """:func:`write_commit`'s sha."""
-    built = await write_commit(
-        repo_dir, base_sha, change, message, identity, timestamp, committer=committer
-    )
-    return built.sha
-
-
 async def write_commit(
     repo_dir: Path,
     base_sha: str,

@@ -20,7 +20,6 @@ from app.github.publish import (
     Patch,
     PushStatus,
     Tree,
-    build_commit,
     publish_branch,
     remote_ref,
     write_commit,
@@ -43,7 +42,7 @@ REF = f"refs/heads/{BRANCH}"
 async def fix_commit(
     repo: Path, base: str, *, message: str = "Fix add", when: datetime = WHEN
 ) -> str:
-    return await build_commit(repo, base, Patch(FIX), message, BOT, when)
+    return (await write_commit(repo, base, Patch(FIX), message, BOT, when)).sha
 
 
 # -- building -------------------------------------------------------------------------------
@@ -93,19 +92,19 @@ async def test_any_input_change_changes_the_sha(local_git: LocalGit) -> None:
 async def test_tree_change_uses_the_tree_as_is(local_git: LocalGit) -> None:
     fixed = await fix_commit(local_git.work, local_git.base)
     tree = git("rev-parse", f"{fixed}^{{tree}}", cwd=local_git.work)
-    sha = await build_commit(local_git.work, local_git.base, Tree(tree), "Fix add", BOT, WHEN)
-    assert sha == fixed
+    built = await write_commit(local_git.work, local_git.base, Tree(tree), "Fix add", BOT, WHEN)
+    assert built.sha == fixed and built.tree == tree
 
 
 async def test_build_errors_are_permanent_and_say_why(local_git: LocalGit) -> None:
     with pytest.raises(CommitBuildError, match="applying the patch"):
-        await build_commit(
+        await write_commit(
             local_git.work, local_git.base, Patch(FIX.replace(b"a - b", b"zzz")), "m", BOT, WHEN
         )
     with pytest.raises(CommitBuildError, match="base commit"):
-        await build_commit(local_git.work, "0" * 40, Patch(FIX), "m", BOT, WHEN)
+        await write_commit(local_git.work, "0" * 40, Patch(FIX), "m", BOT, WHEN)
     with pytest.raises(ValueError, match="timezone"):
-        await build_commit(
+        await write_commit(
             local_git.work, local_git.base, Patch(FIX), "m", BOT, datetime(2024, 1, 1)
         )
 

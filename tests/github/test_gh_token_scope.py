@@ -16,7 +16,7 @@ from gh_scene import Scene, git
 
 from app.engine._errors import TransientError
 from app.github.gitcmd import fetch_commit
-from app.github.publish import Identity, Patch, PushStatus, build_commit, publish_branch
+from app.github.publish import Identity, Patch, PushStatus, publish_branch, write_commit
 
 FIX = b"""diff --git a/calc.py b/calc.py
 --- a/calc.py
@@ -73,14 +73,16 @@ async def test_a_scoped_token_sees_one_repository_and_may_only_what_it_was_given
 
     # Pushing needs contents: write; the read token is refused, a write token is not.
     work = tmp_path / "demo.git"
-    commit = await build_commit(
-        work,
-        scene.head,
-        Patch(FIX),
-        "Fix add",
-        Identity("repairbot[bot]", "bot@example.invalid"),
-        datetime(2024, 5, 1, tzinfo=UTC),
-    )
+    commit = (
+        await write_commit(
+            work,
+            scene.head,
+            Patch(FIX),
+            "Fix add",
+            Identity("repairbot[bot]", "bot@example.invalid"),
+            datetime(2024, 5, 1, tzinfo=UTC),
+        )
+    ).sha
     url = f"{served}/octo/demo.git"
     with pytest.raises(TransientError):
         await publish_branch(

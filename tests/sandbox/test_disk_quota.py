@@ -227,6 +227,18 @@ async def test_the_watcher_reports_the_first_limit_passed(tmp_path: Path) -> Non
     assert watch.reason == "the workspace exceeded its quota of 10 files and directories"
 
 
+async def _watch_past_a_mib(tmp_path: Path) -> None:
+    """A watch of ``tmp_path`` under a 1 MiB quota, with 2 MiB written: started,
+    awaited until it says the quota is exceeded, and stopped."""
+    (tmp_path / "big").write_bytes(bytes(2 * MiB))
+    watch = QuotaWatch([tmp_path], DiskQuota(bytes=MiB, interval=0.01))
+    watch.start()
+    try:
+        await asyncio.wait_for(watch.exceeded.wait(), 10)
+    finally:
+        await watch.stop()
+
+
 async def test_the_watcher_needs_no_thread_of_the_default_executor(tmp_path: Path) -> None:
     """Every thread of the loop's executor busy (other commands starting and
     cleaning up), the watcher still measures on its own thread."""
@@ -235,13 +247,9 @@ async def test_the_watcher_needs_no_thread_of_the_default_executor(tmp_path: Pat
     loop.set_default_executor(executor)
     busy = threading.Event()
     blocked = loop.run_in_executor(None, busy.wait)
-    (tmp_path / "big").write_bytes(bytes(2 * MiB))
-    watch = QuotaWatch([tmp_path], DiskQuota(bytes=MiB, interval=0.01))
-    watch.start()
     try:
-        await asyncio.wait_for(watch.exceeded.wait(), 10)
+        await _watch_past_a_mib(tmp_path)
     finally:
-        await watch.stop()
         busy.set()
         await blocked
         executor.shutdown()
@@ -265,13 +273,7 @@ async def test_the_next_command_watches_on_the_thread_the_last_one_gave_back(
         start(self)
 
     monkeypatch.setattr(threading.Thread, "start", counted)
-    (tmp_path / "big").write_bytes(bytes(2 * MiB))
-    second = QuotaWatch([tmp_path], DiskQuota(bytes=MiB, interval=0.01))
-    second.start()
-    try:
-        await asyncio.wait_for(second.exceeded.wait(), 10)
-    finally:
-        await second.stop()
+    await _watch_past_a_mib(tmp_path)
     assert started == []
 
 
@@ -295,14 +297,10 @@ async def test_a_walk_still_under_way_holds_up_no_other_commands_watch(tmp_path:
     first.start()
     await asyncio.to_thread(slow_walk.wait, 10)
     await first.stop()
-    (tmp_path / "big").write_bytes(bytes(2 * MiB))
-    second = QuotaWatch([tmp_path], DiskQuota(bytes=MiB, interval=0.01))
-    second.start()
     try:
-        await asyncio.wait_for(second.exceeded.wait(), 10)
+        await _watch_past_a_mib(tmp_path)
     finally:
         walk_over.set()
-        await second.stop()
     assert first.released is not None
     await asyncio.wrap_future(first.released)
     assert WALKERS.holds(first._thread)  # back once its walk was over
